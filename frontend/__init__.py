@@ -1,0 +1,1 @@
+"""The browser studio: Gradio pages mounted in the FastAPI app, calling studio services."""

@@ -1,0 +1,41 @@
+"""The home page: what the studio is, and whether its parts are up."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from studio.services.health import health
+from studio.settings import Settings
+
+INTRO = """
+# ICRL Studio
+Teach a language model to use a search tool over your own documents with
+**in-context reinforcement learning**: a few worked examples in the prompt
+start the training, and a curriculum removes them (3 → 2 → 0) until the model
+searches on its own.
+"""
+
+
+def status_markdown(settings: Settings) -> str:
+    report = health(settings)
+    mark = {True: "✅", False: "❌"}
+    lines = [
+        f"**Status: {report['status']}**",
+        "",
+        f"- {mark[report['database']['ok']]} database `{report['database']['url']}`",
+        f"- {mark[report['broker']['ok']]} job queue `{report['broker']['url']}`",
+    ]
+    if report["workers"]:
+        for w in report["workers"]:
+            lines.append(f"- ✅ worker `{w['hostname']}` serving {', '.join(w['queues'])}")
+    else:
+        lines.append("- ❌ no worker is running: start one with `studio worker --queues cpu`")
+    return "\n".join(lines)
+
+
+def build_home(settings: Settings) -> gr.Markdown:
+    gr.Markdown(INTRO)
+    status = gr.Markdown(elem_id="studio-status")
+    refresh = gr.Button("Refresh status", size="sm")
+    refresh.click(lambda: status_markdown(settings), outputs=status)
+    return status

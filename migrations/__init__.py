@@ -1,0 +1,1 @@
+"""Alembic migrations of the studio database (SQLite and PostgreSQL)."""

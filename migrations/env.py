@@ -1,0 +1,42 @@
+"""Alembic environment: the URL comes from the caller (studio.db) or the settings."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlmodel import SQLModel
+
+import studio.tables  # noqa: F401  (registers every table on SQLModel.metadata)
+from studio.db import make_engine
+from studio.settings import get_settings
+
+target_metadata = SQLModel.metadata
+
+
+def _url() -> str:
+    return context.config.get_main_option("sqlalchemy.url") or get_settings().sqlalchemy_url
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True,
+                      render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(_url())
+    try:
+        with engine.connect() as connection:
+            # batch mode lets later migrations alter columns on SQLite too
+            context.configure(connection=connection, target_metadata=target_metadata,
+                              render_as_batch=True)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""ICRL Studio: teach an LLM to use a tool with in-context reinforcement learning."""

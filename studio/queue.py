@@ -1,0 +1,40 @@
+"""The job queue as the studio sees it: Celery configured from the settings.
+
+The studio only sends tasks by name (`send_task`), so it never imports the
+worker package; `worker.celery_app` builds its consumer from the same config.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Connection, Queue
+
+from studio.settings import Settings
+
+QUEUES = ("cpu", "gpu")
+
+
+def make_celery(settings: Settings, *, include: tuple[str, ...] = ()) -> Celery:
+    celery = Celery("icrl_studio", broker=settings.celery_broker_url,
+                    backend=settings.celery_result_backend, include=list(include))
+    celery.conf.update(
+        task_queues=[Queue(name) for name in QUEUES],
+        task_default_queue="cpu",
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        # a job whose worker dies is redelivered rather than lost
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        result_expires=7 * 24 * 3600,
+        worker_hijack_root_logger=False,
+    )
+    return celery
+
+
+def check_broker(url: str, timeout: float = 3.0) -> None:
+    """Raise if the broker cannot be reached (start-up checks and /healthz)."""
+    with Connection(url, connect_timeout=timeout) as conn:
+        conn.ensure_connection(max_retries=1, timeout=timeout)

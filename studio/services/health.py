@@ -1,0 +1,43 @@
+"""The studio's health: is the database reachable, the broker, and which workers are alive."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlmodel import select
+
+from studio.db import check_connection, session_scope
+from studio.queue import check_broker
+from studio.settings import Settings, redact_url
+from studio.tables import WorkerHeartbeat, utcnow
+
+
+def _probe(fn, url: str) -> dict:
+    try:
+        fn(url)
+        return {"ok": True, "url": redact_url(url)}
+    except Exception as exc:
+        return {"ok": False, "url": redact_url(url), "error": f"{type(exc).__name__}: {exc}"}
+
+
+def live_workers(settings: Settings) -> list[dict]:
+    """Workers whose heartbeat is younger than three heartbeat periods."""
+    cutoff = utcnow() - timedelta(seconds=3 * settings.heartbeat_seconds)
+    with session_scope(settings.sqlalchemy_url) as session:
+        rows = session.exec(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= cutoff))
+        return [
+            {"hostname": w.hostname, "queues": w.queues.split(","), "pid": w.pid,
+             "last_seen": w.last_seen.isoformat()}
+            for w in rows
+        ]
+
+
+def health(settings: Settings) -> dict:
+    database = _probe(check_connection, settings.sqlalchemy_url)
+    broker = _probe(check_broker, settings.celery_broker_url)
+    workers = live_workers(settings) if database["ok"] else []
+    if not (database["ok"] and broker["ok"]):
+        status = "down"
+    else:
+        status = "ok" if workers else "degraded"
+    return {"status": status, "database": database, "broker": broker, "workers": workers}

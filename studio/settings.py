@@ -1,0 +1,92 @@
+"""Every setting of the studio, read once from `STUDIO_*` environment variables.
+
+The defaults make an embedded studio (SQLite database, SQLite-backed Celery
+broker, files) that lives in one data directory; the URLs switch it to
+PostgreSQL and Redis for production.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STUDIO_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path("studio-data"),
+        description="Folder for the SQLite files, uploads, indexes, models and checkpoints.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default: SQLite in the data directory. "
+        "PostgreSQL: postgresql+psycopg://user:password@host:5432/db",
+    )
+    broker_url: str | None = Field(
+        default=None,
+        description="Celery broker; default: an embedded SQLite broker in the data directory. "
+        "Redis: redis://host:6379/0",
+    )
+    result_backend: str | None = Field(
+        default=None,
+        description="Celery result backend; default: the Redis broker's server, "
+        "else SQLite in the data directory.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address the web app listens on.")
+    port: int = Field(default=7860, description="Port the web app listens on.")
+    worker_queues: str = Field(
+        default="cpu", description="Comma-separated queues the worker of `studio up` serves."
+    )
+    worker_concurrency: int = Field(
+        default=1, ge=1, description="Jobs one worker runs at once (one per GPU on GPU nodes)."
+    )
+    heartbeat_seconds: float = Field(
+        default=10.0, gt=0, description="How often a worker records that it is alive."
+    )
+    default_model: str = Field(
+        default="smollm2-135m-instruct",
+        description="Model a new run starts from: the bundled SmolLM2, an HF id or a folder.",
+    )
+
+    @property
+    def resolved_data_dir(self) -> Path:
+        return self.data_dir.expanduser().resolve()
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.resolved_data_dir / 'studio.db'}"
+
+    @property
+    def celery_broker_url(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{self.resolved_data_dir / 'broker.db'}"
+
+    @property
+    def celery_result_backend(self) -> str:
+        if self.result_backend:
+            return self.result_backend
+        if self.celery_broker_url.startswith(("redis://", "rediss://")):
+            return self.celery_broker_url
+        return f"db+sqlite:///{self.resolved_data_dir / 'celery-results.db'}"
+
+    @property
+    def queues(self) -> list[str]:
+        return [q.strip() for q in self.worker_queues.split(",") if q.strip()]
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password hidden, for logs and error messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not an SQLAlchemy-style URL: drop anything that looks like credentials
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,268 @@
+"""The studio's database tables (SQLModel), shared by the web app and the workers.
+
+Everything a page shows lives here; files (uploads, indexes, checkpoints) live
+in the data directory and rows only name them. Timestamps are aware UTC
+(SQLModel's UTCDateTime returns them so from SQLite and PostgreSQL alike).
+Schema changes go through an Alembic migration in `migrations/versions/`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from sqlalchemy import JSON, Column, String, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(**kw: Any) -> Any:
+    return Field(default=None, sa_column=Column(JSON, nullable=True), **kw)
+
+
+def _text() -> Any:
+    return Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+# --- people and credentials -------------------------------------------------
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(index=True, unique=True, max_length=64)
+    password_hash: str = Field(max_length=255)
+    is_admin: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiToken(SQLModel, table=True):
+    """An API token, stored as a SHA-256 hash; `prefix` lets a user tell tokens apart."""
+
+    __tablename__ = "api_tokens"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=128)
+    prefix: str = Field(max_length=16)
+    token_hash: str = Field(index=True, unique=True, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+# --- data a user brings --------------------------------------------------------
+
+
+class CorpusStatus(str, Enum):
+    pending = "pending"
+    indexing = "indexing"
+    ready = "ready"
+    failed = "failed"
+
+
+class Corpus(SQLModel, table=True):
+    __tablename__ = "corpora"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    source_filename: str = Field(max_length=255)
+    content_hash: str = Field(max_length=64)
+    status: CorpusStatus = Field(default=CorpusStatus.pending, sa_type=String(16))
+    error: str | None = _text()
+    backend: str = Field(default="bm25s", max_length=32)
+    index_params: dict | None = _json()
+    num_documents: int = 0
+    num_passages: int = 0
+    rows_read: int = 0
+    passages_indexed: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class QASet(SQLModel, table=True):
+    __tablename__ = "qa_sets"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    purpose: str = Field(default="train", max_length=16)  # train | eval
+    source_filename: str = Field(max_length=255)
+    content_hash: str = Field(max_length=64)
+    source_format: str = Field(max_length=32)
+    num_rows: int = 0
+    report: dict | None = _json()  # duplicates, empty answers, ...
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class QAItem(SQLModel, table=True):
+    __tablename__ = "qa_items"
+    __table_args__ = (UniqueConstraint("qa_set_id", "position"),)
+    id: int | None = Field(default=None, primary_key=True)
+    qa_set_id: int = Field(foreign_key="qa_sets.id", index=True)
+    position: int
+    external_id: str | None = Field(default=None, max_length=255)
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    golden_answers: list | None = _json()
+    meta: dict | None = _json()
+
+
+class ExemplarSet(SQLModel, table=True):
+    __tablename__ = "exemplar_sets"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    source_filename: str | None = Field(default=None, max_length=255)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Exemplar(SQLModel, table=True):
+    __tablename__ = "exemplars"
+    __table_args__ = (UniqueConstraint("exemplar_set_id", "position"),)
+    id: int | None = Field(default=None, primary_key=True)
+    exemplar_set_id: int = Field(foreign_key="exemplar_sets.id", index=True)
+    position: int
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    solution: str = Field(sa_column=Column(Text, nullable=False))
+    answer: str | None = _text()
+    findings: list | None = _json()  # validation results, re-computed on each save
+
+
+class CurriculumRecord(SQLModel, table=True):
+    """A named curriculum; `spec` is `studio.method.curriculum.Curriculum.to_dict()`."""
+
+    __tablename__ = "curricula"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    spec: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+# --- training runs ----------------------------------------------------------------
+
+
+class RunState(str, Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    interrupted = "interrupted"  # its worker died; `resume` continues from the last checkpoint
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, max_length=128)
+    config: dict | None = _json()  # the full run config snapshot
+    backend: str = Field(default="native", max_length=16)
+    queue: str = Field(default="cpu", max_length=16)
+    state: RunState = Field(default=RunState.queued, sa_type=String(16), index=True)
+    task_id: str | None = Field(default=None, max_length=64)
+    worker_hostname: str | None = Field(default=None, max_length=255)
+    pid: int | None = None
+    current_step: int = 0
+    total_steps: int = 0
+    checkpoint_dir: str | None = Field(default=None, max_length=1024)
+    error: str | None = _text()
+    created_by: int | None = Field(default=None, foreign_key="users.id")
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+
+
+class RunMetric(SQLModel, table=True):
+    """One row per training step; `values` holds every named metric of that step."""
+
+    __tablename__ = "run_metrics"
+    __table_args__ = (UniqueConstraint("run_id", "step"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    step: int
+    stage: int = 0
+    exemplars: int = 0
+    values: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RunEvent(SQLModel, table=True):
+    """Stage changes, warnings (e.g. premature termination) and notes, drawn on the curves."""
+
+    __tablename__ = "run_events"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    step: int = 0
+    kind: str = Field(max_length=32)  # stage_change | warning | info
+    message: str = Field(sa_column=Column(Text, nullable=False))
+    data: dict | None = _json()
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Rollout(SQLModel, table=True):
+    """A sampled rollout: its text as segments, each marked model or environment.
+
+    The environment's segments are the spans the loss ignores; their token
+    counts match the loss mask.
+    """
+
+    __tablename__ = "rollouts"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    step: int = Field(index=True)
+    group_index: int = 0
+    sample_index: int = 0
+    stage: int = 0
+    exemplars: int = 0
+    question: str = Field(sa_column=Column(Text, nullable=False))
+    golden_answers: list | None = _json()
+    segments: list | None = _json()  # [{"source": "model"|"env", "kind", "text", "tokens"}]
+    reward: float = 0.0
+    breakdown: dict | None = _json()
+    advantage: float = 0.0
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Evaluation(SQLModel, table=True):
+    __tablename__ = "evaluations"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="runs.id", index=True)
+    model_ref: str = Field(max_length=1024)
+    qa_set_id: int = Field(foreign_key="qa_sets.id")
+    state: RunState = Field(default=RunState.queued, sa_type=String(16))
+    params: dict | None = _json()
+    metrics: dict | None = _json()  # em, subem, f1, search calls, ...
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class Export(SQLModel, table=True):
+    """An export of a run's checkpoint. The Hub token is never stored."""
+
+    __tablename__ = "exports"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    target: str = Field(max_length=16)  # folder | zip | hub
+    repo_id: str | None = Field(default=None, max_length=255)
+    private: bool = True
+    state: RunState = Field(default=RunState.queued, sa_type=String(16))
+    progress: float = 0.0
+    location: str | None = Field(default=None, max_length=1024)
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+class WorkerHeartbeat(SQLModel, table=True):
+    """A live worker: written every few seconds, so the studio can tell dead from busy."""
+
+    __tablename__ = "worker_heartbeats"
+    hostname: str = Field(primary_key=True, max_length=255)
+    queues: str = Field(max_length=255)
+    pid: int
+    started_at: datetime = Field(default_factory=utcnow)
+    last_seen: datetime = Field(default_factory=utcnow)

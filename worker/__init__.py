@@ -1,0 +1,1 @@
+"""Celery workers: the queue consumers, training engines, evaluation and export."""

@@ -1,0 +1,61 @@
+"""Worker heartbeats in the database.
+
+The embedded broker has no broadcast channel for Celery's remote control, so
+liveness is recorded in SQL instead: a row per worker, refreshed every
+`heartbeat_seconds`, deleted on a clean shutdown. `/healthz` and the run
+lifecycle read it to tell a dead worker from a busy one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from celery.signals import worker_ready, worker_shutdown
+
+from studio.db import session_scope
+from studio.settings import get_settings
+from studio.tables import WorkerHeartbeat, utcnow
+
+log = logging.getLogger(__name__)
+_stop = threading.Event()
+
+
+def _beat(hostname: str, queues: str) -> None:
+    with session_scope(get_settings().sqlalchemy_url) as session:
+        row = session.get(WorkerHeartbeat, hostname)
+        if row is None:
+            row = WorkerHeartbeat(hostname=hostname, queues=queues, pid=os.getpid())
+        row.queues, row.pid, row.last_seen = queues, os.getpid(), utcnow()
+        session.add(row)
+
+
+def _loop(hostname: str, queues: str) -> None:
+    interval = get_settings().heartbeat_seconds
+    while not _stop.is_set():
+        try:
+            _beat(hostname, queues)
+        except Exception as exc:  # a busy database must not kill the worker
+            log.warning("heartbeat not recorded: %s", exc)
+        _stop.wait(interval)
+
+
+@worker_ready.connect
+def _start(sender, **_kw) -> None:
+    queues = ",".join(sorted(sender.app.amqp.queues.consume_from or sender.app.amqp.queues))
+    _stop.clear()
+    threading.Thread(target=_loop, args=(sender.hostname, queues), daemon=True,
+                     name="studio-heartbeat").start()
+
+
+@worker_shutdown.connect
+def _stop_beating(sender, **_kw) -> None:
+    _stop.set()
+    try:
+        with session_scope(get_settings().sqlalchemy_url) as session:
+            row = session.get(WorkerHeartbeat, sender.hostname)
+            if row is not None:
+                session.delete(row)
+    except Exception as exc:
+        log.warning("heartbeat row not removed: %s", exc)
