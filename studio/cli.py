@@ -154,3 +154,7 @@ def model_prepare(ref: str = typer.Argument(None, help="Model: bundled name, HF 
     except (launcher.StartupError, ModelNotAvailable) as exc:
         raise _fail(exc) from None
     typer.echo(str(folder))
+
+
+if __name__ == "__main__":
+    app()

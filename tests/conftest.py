@@ -1,0 +1,63 @@
+"""Shared fixtures: real SQLite and PostgreSQL databases, settings, free ports.
+
+PostgreSQL (127.0.0.1:5432, trust auth) and Redis (127.0.0.1:6379) run on every
+machine of this project, CI's too; the tests use them for real.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from studio import db
+from studio.settings import Settings
+
+PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("STUDIO_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped at the end."""
+    name = f"studio_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = psycopg.conninfo.conninfo_to_dict(PG_ADMIN_DSN)
+    user, host, port = dsn.get("user", "postgres"), dsn["host"], dsn.get("port", 5432)
+    yield f"postgresql+psycopg://{user}@{host}:{port}/{name}"
+    db.engine_for.cache_clear()
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_db_url(request, tmp_path: Path) -> str:
+    """Each test using this runs once on SQLite and once on PostgreSQL (a fresh schema)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'studio.db'}"
+    url = request.getfixturevalue("pg_url")
+    db.engine_for(url).dispose()
+    with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
+        c.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    return url
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings of an embedded studio in a fresh data directory, migrated."""
+    s = Settings(data_dir=tmp_path / "data")
+    s.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(s.sqlalchemy_url)
+    return s
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

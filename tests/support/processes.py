@@ -1,0 +1,62 @@
+"""Start studio processes (the CLI, a worker) for tests and stop them for sure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STUDIO = [sys.executable, "-m", "studio.cli"]
+
+
+def studio_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
+    env["STUDIO_DATA_DIR"] = str(data_dir)
+    env["GRADIO_ANALYTICS_ENABLED"] = "False"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({f"STUDIO_{k.upper()}": v for k, v in settings.items()})
+    return env
+
+
+def run_studio(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(STUDIO + args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def start_studio(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """Start `studio ARGS` in its own process group, its output going to `log`."""
+    with open(log, "w") as out:
+        return subprocess.Popen(STUDIO + args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+    """Signal the process, wait, and kill its whole group if it outlives `timeout`."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
