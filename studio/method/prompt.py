@@ -1,0 +1,211 @@
+"""Rollout prompts: instruction, k exemplars, the question (method.md, "The prompt").
+
+Two layouts:
+
+* ``inline`` - the paper's: one user message holding the instruction, then
+  (k > 0) a lead-in, the k exemplars as text and a "solve the actual problem"
+  line, then the question.
+* ``chat`` - the instruction as a system message and each exemplar as a prior
+  user/assistant turn; the small default model follows this far better
+  (method.md, "What the default CPU model does").
+
+The optional assistant prefix (e.g. ``<think>``) is not a message: chat
+templates treat a trailing assistant message differently, so
+:func:`build_prompt` returns it beside the messages and the engine appends it
+after the template's generation prompt.  The reward must then see
+``prefix + generated`` (:meth:`Prompt.response_text`), or the pre-filled tag
+would be missing from the scored response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Literal
+
+from .exemplars import Exemplar
+
+Layout = Literal["inline", "chat"]
+LAYOUTS: tuple[str, ...] = ("inline", "chat")
+
+DEFAULT_INSTRUCTION = (
+    "Answer the question by reasoning and searching. Think step by step inside <think> and "
+    "</think> "
+    "whenever you get new information. When a fact is missing, search for it by writing a "
+    "query inside "
+    "<search> and </search>; the results come back between <information> and </information>. "
+    "Search as many times as you need. When you are confident, give only the final answer, without "
+    "explanation, inside <answer> and </answer>, for example <answer> Marie Curie </answer>."
+)
+
+
+class PromptTemplateError(ValueError):
+    """A template cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """The editable wording of a prompt (the studio's own default wording).
+
+    ``exemplar_format`` may use ``{n}``, ``{question}`` and ``{solution}``;
+    ``question_format`` uses ``{question}``.  Placeholders are replaced
+    literally (no ``str.format``), so other braces are safe.
+    """
+
+    instruction: str = DEFAULT_INSTRUCTION
+    exemplar_lead_in: str = (
+        "Here are worked examples of the format. They are about other questions."
+    )
+    exemplar_format: str = (
+        "===== Example {n} =====\nExample Problem: {question}\nExample Solution: {solution}"
+    )
+    solve_line: str = (
+        "Now solve the actual problem below in the same format. Do not answer the example problems."
+    )
+    question_format: str = "Question: {question}"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not isinstance(getattr(self, f.name), str):
+                raise PromptTemplateError(f"{f.name}: must be a string")
+        for name, needed in (
+            ("exemplar_format", ("{question}", "{solution}")),
+            ("question_format", ("{question}",)),
+        ):
+            missing = [p for p in needed if p not in getattr(self, name)]
+            if missing:
+                raise PromptTemplateError(f"{name}: must contain {' and '.join(missing)}")
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> PromptTemplate:
+        """Build from a JSON object; missing fields keep the default wording."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PromptTemplateError(
+                f"{unknown[0]}: unknown field; known fields are {', '.join(sorted(known))}"
+            )
+        return cls(**data)  # type: ignore[arg-type]
+
+
+def _fill(template: str, **values: str) -> str:
+    """Replace ``{name}`` placeholders in one pass: a value holding ``{solution}`` stays as is."""
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def normalize_question(question: str) -> str:
+    """Strip the question and append ``?`` when it has none (method.md, "The prompt", item 4)."""
+    q = str(question).strip()
+    if not q:
+        raise ValueError("the question is empty")
+    return q if q.endswith("?") else q + "?"
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 63-bit seed from parts such as (run seed, step, prompt index), in any process."""
+    digest = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def select_exemplars(count: int, k: int, sample_seed: int | None = None) -> tuple[int, ...]:
+    """Indices of the k exemplars to show: the first k (upstream) or a seeded sample of k.
+
+    method.md, "The prompt": "Upstream takes the first k exemplars of the set;
+    sampling k per prompt is a reasonable option".  The sample keeps its drawn order.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    if k > count:
+        raise ValueError(f"k = {k} exemplars asked for, but the set holds only {count}")
+    if sample_seed is None:
+        return tuple(range(k))
+    return tuple(random.Random(sample_seed).sample(range(count), k))
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Messages for the chat template, the prefix to pre-fill, and which exemplars were shown."""
+
+    messages: list[dict[str, str]]
+    assistant_prefix: str = ""
+    exemplar_indices: tuple[int, ...] = ()
+
+    def response_text(self, generated: str) -> str:
+        """What the reward and the parser must see: the pre-filled prefix plus the generation."""
+        return self.assistant_prefix + generated
+
+
+def build_prompt(
+    question: str,
+    exemplars: Sequence[Exemplar | Mapping[str, object]],
+    k: int,
+    template: PromptTemplate | None = None,
+    layout: Layout = "inline",
+    *,
+    sample_seed: int | None = None,
+    assistant_prefix: str | None = None,
+) -> Prompt:
+    """Build the rollout prompt (method.md, "The prompt"; layouts in the module docstring).
+
+    Evaluation uses k = 0, which gives the same prompt in both layouts apart
+    from where the instruction sits.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    template = template or PromptTemplate()
+    indices = select_exemplars(len(exemplars), k, sample_seed)
+    shown = [Exemplar.coerce(exemplars[i]) for i in indices]
+    asked = _fill(template.question_format, question=normalize_question(question))
+
+    messages: list[dict[str, str]] = []
+    if layout == "inline":
+        parts = [template.instruction]
+        if shown:
+            blocks = [
+                _fill(
+                    template.exemplar_format,
+                    n=str(n),
+                    question=normalize_question(e.question),
+                    solution=e.solution.strip(),
+                )
+                for n, e in enumerate(shown, 1)
+            ]
+            parts += [template.exemplar_lead_in, "\n\n".join(blocks), template.solve_line]
+        parts.append(asked)
+        messages.append(
+            {"role": "user", "content": "\n\n".join(p.strip() for p in parts if p.strip())}
+        )
+    else:
+        if template.instruction.strip():
+            messages.append({"role": "system", "content": template.instruction.strip()})
+        for e in shown:
+            messages.append(
+                {
+                    "role": "user",
+                    "content": _fill(
+                        template.question_format, question=normalize_question(e.question)
+                    ),
+                }
+            )
+            messages.append({"role": "assistant", "content": e.solution.strip()})
+        messages.append({"role": "user", "content": asked})
+    return Prompt(messages, assistant_prefix or "", indices)
+
+
+def build_messages(
+    question: str,
+    exemplars: Sequence[Exemplar | Mapping[str, object]],
+    k: int,
+    template: PromptTemplate | None = None,
+    layout: Layout = "inline",
+    *,
+    sample_seed: int | None = None,
+) -> list[dict[str, str]]:
+    """The ``{"role", "content"}`` messages of :func:`build_prompt` (no assistant prefix)."""
+    return build_prompt(question, exemplars, k, template, layout, sample_seed=sample_seed).messages

@@ -1,0 +1,204 @@
+"""The reward, computed on the response alone (method.md, "The reward").
+
+``score = clip(w_acc * acc + w_fmt * fmt, 0, 1)``.  acc is exact match of the
+last model-written ``<answer>`` (plus the upstream multi-answer rule); fmt is
+1 minus the penalties of :data:`PENALTY_TABLE`, clipped to [0, 1].  Unlike
+upstream, the prompt is never scored, and nothing inside an ``<information>``
+block counts as a tag or as the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .tags import ANSWER, DEFAULT_TOOLS, THINK, ToolSpec, count_tags, final_answer, parse
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop ASCII punctuation, drop the articles a/an/the, collapse whitespace.
+
+    method.md, "The reward": the normalisation acc, SubEM and F1 use (the
+    usual SQuAD order: lowercase, punctuation, articles, whitespace).
+    """
+    text = str(text).lower().translate(_PUNCT)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _golds(golden_answers: str | Iterable[str]) -> list[str]:
+    """Normalised, non-empty gold answers (an empty gold can never be matched)."""
+    if isinstance(golden_answers, str):
+        golden_answers = [golden_answers]
+    return [g for g in (normalize_answer(a) for a in golden_answers) if g]
+
+
+def exact_match(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """1.0 if the normalised prediction equals any normalised gold answer (method.md, acc)."""
+    if prediction is None:
+        return 0.0
+    pred = normalize_answer(prediction)
+    return 1.0 if pred and pred in _golds(golden_answers) else 0.0
+
+
+def substring_match(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """SubEM: 1.0 if any normalised gold answer is a substring of the normalised prediction."""
+    if prediction is None:
+        return 0.0
+    pred = normalize_answer(prediction)
+    return 1.0 if any(g in pred for g in _golds(golden_answers)) else 0.0
+
+
+def token_f1(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """Token F1 on normalised whitespace tokens, best over gold answers (method.md, F1)."""
+    if prediction is None:
+        return 0.0
+    pred_tokens = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in _golds(golden_answers):
+        gold_tokens = gold.split()
+        same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+        if same == 0:
+            continue
+        precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def multi_answer_match(prediction: str | None, golden_answers: str | Iterable[str]) -> bool:
+    """Upstream's extra acc rule: several gold answers and every one appears in the prediction.
+
+    method.md, "The reward": "Upstream also counts a prediction as correct when
+    there are several gold answers and all of them appear in it".  "Several"
+    counts distinct normalised gold answers, so listing one answer twice in
+    different case does not switch the rule on.
+    """
+    if prediction is None:
+        return False
+    golds = set(_golds(golden_answers))
+    pred = normalize_answer(prediction)
+    return len(golds) > 1 and all(g in pred for g in golds)
+
+
+@dataclass(frozen=True)
+class PenaltyRule:
+    """One row of method.md's fmt penalty table, with a stable snake_case name for logs."""
+
+    name: str
+    value: float
+    condition: str
+
+
+PENALTY_TABLE: tuple[PenaltyRule, ...] = (
+    PenaltyRule("missing_answer", 0.5, "no <answer> or no </answer>"),
+    PenaltyRule("unbalanced_answer", 0.2, "unequal numbers of <answer> and </answer>"),
+    PenaltyRule("missing_think", 0.15, "no <think> or no </think>"),
+    PenaltyRule("unbalanced_think", 0.1, "unequal numbers of <think> and </think>"),
+    PenaltyRule("no_search", 0.1, "no <search> ... </search> at all"),
+    PenaltyRule("no_extractable_answer", 0.2, "no answer can be extracted"),
+)
+"""method.md, "The reward", fmt penalty table, in the table's order."""
+
+PENALTY_NAMES: tuple[str, ...] = tuple(rule.name for rule in PENALTY_TABLE)
+
+
+def format_penalties(response: str, tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> dict[str, float]:
+    """The penalties of :data:`PENALTY_TABLE` that fire on ``response``, name -> value.
+
+    method.md, "The reward", fmt penalty table.  Penalties accumulate.  Tag
+    counts cover model-written text only.  ``no_search`` fires when there is
+    no closed call of any of ``tools`` (the search tool by default);
+    ``no_extractable_answer`` when :func:`final_answer` is None or blank.
+    """
+    a_open, a_close = count_tags(response, ANSWER, tools)
+    t_open, t_close = count_tags(response, THINK, tools)
+    call_tags = {t.call_tag for t in tools}
+    has_call = any(s.kind in call_tags and s.closed for s in parse(response, tools))
+    answer = final_answer(response, tools)
+    fired = {
+        "missing_answer": a_open == 0 or a_close == 0,
+        "unbalanced_answer": a_open != a_close,
+        "missing_think": t_open == 0 or t_close == 0,
+        "unbalanced_think": t_open != t_close,
+        "no_search": not has_call,
+        "no_extractable_answer": answer is None or not answer.strip(),
+    }
+    return {rule.name: rule.value for rule in PENALTY_TABLE if fired[rule.name]}
+
+
+@dataclass(frozen=True)
+class RewardBreakdown:
+    """Everything the reward computed for one response (method.md, "The reward").
+
+    ``format`` is fmt; ``penalties`` maps each fired penalty's name to its value.
+    """
+
+    score: float
+    acc: float
+    format: float
+    em: float
+    subem: float
+    f1: float
+    answer: str | None
+    penalties: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "score": self.score,
+            "acc": self.acc,
+            "format": self.format,
+            "em": self.em,
+            "subem": self.subem,
+            "f1": self.f1,
+            "answer": self.answer,
+            "penalties": dict(self.penalties),
+        }
+
+
+def _clip01(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def score(
+    response: str,
+    golden_answers: str | Iterable[str],
+    *,
+    acc_weight: float = 0.8,
+    format_weight: float = 0.2,
+    tools: Sequence[ToolSpec] = DEFAULT_TOOLS,
+) -> RewardBreakdown:
+    """Score one response: ``clip(acc_weight * acc + format_weight * fmt, 0, 1)``.
+
+    method.md, "The reward (computed on the response only)".  Pass the response
+    exactly as the model's turn reads, environment blocks included, and with any
+    pre-filled assistant prefix (e.g. ``<think>``) put back in front; never the
+    prompt.  acc = 1 on exact match or the multi-answer rule, else 0.
+    """
+    for name, w in (("acc_weight", acc_weight), ("format_weight", format_weight)):
+        if not isinstance(w, (int, float)) or not math.isfinite(w):
+            raise ValueError(f"{name} must be a finite number, got {w!r}")
+    golds = (
+        [golden_answers] if isinstance(golden_answers, str) else [str(g) for g in golden_answers]
+    )
+    answer = final_answer(response, tools)
+    penalties = format_penalties(response, tools)
+    fmt = round(_clip01(1.0 - sum(penalties.values())), 12)
+    em = exact_match(answer, golds)
+    acc = 1.0 if em or multi_answer_match(answer, golds) else 0.0
+    return RewardBreakdown(
+        score=round(_clip01(acc_weight * acc + format_weight * fmt), 12),
+        acc=acc,
+        format=fmt,
+        em=em,
+        subem=substring_match(answer, golds),
+        f1=token_f1(answer, golds),
+        answer=answer,
+        penalties=penalties,
+    )

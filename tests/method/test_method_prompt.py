@@ -1,0 +1,160 @@
+"""Prompt layouts, exemplar selection and templates (method.md, "The prompt")."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.method.exemplars import Exemplar
+from studio.method.prompt import (
+    DEFAULT_INSTRUCTION,
+    PromptTemplate,
+    PromptTemplateError,
+    build_messages,
+    build_prompt,
+    derive_seed,
+    normalize_question,
+    select_exemplars,
+)
+
+EXEMPLARS = [
+    Exemplar(
+        f"Question {i}",
+        f"<think>t{i}</think><search>q{i}</search>\n<information>r{i}</information>\n<answer>A{i}</answer>",
+    )
+    for i in range(5)
+]
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("Who is he", "Who is he?"),
+        ("Who is he?", "Who is he?"),
+        ("  x  ", "x?"),
+        ("Is it?\n", "Is it?"),
+    ],
+)
+def test_normalize_question(raw, expected):
+    assert normalize_question(raw) == expected
+
+
+def test_empty_question_rejected():
+    with pytest.raises(ValueError):
+        normalize_question("   ")
+
+
+def test_inline_zero_shot_is_instruction_then_question():
+    msgs = build_messages("who directed jaws", EXEMPLARS, 0)
+    assert msgs == [
+        {"role": "user", "content": DEFAULT_INSTRUCTION + "\n\nQuestion: who directed jaws?"}
+    ]
+
+
+def test_inline_with_exemplars_order_and_parts():
+    t = PromptTemplate()
+    (msg,) = build_messages("who directed jaws", EXEMPLARS, 2)
+    content = msg["content"]
+    order = [
+        content.index(DEFAULT_INSTRUCTION),
+        content.index(t.exemplar_lead_in),
+        content.index(
+            "===== Example 1 =====\nExample Problem: Question 0?\nExample Solution: <think>t0"
+        ),
+        content.index("===== Example 2 =====\nExample Problem: Question 1?"),
+        content.index(t.solve_line),
+        content.index("Question: who directed jaws?"),
+    ]
+    assert order == sorted(order)
+    assert "Question 2" not in content
+    assert content.endswith("Question: who directed jaws?")
+
+
+def test_chat_layout_turns():
+    msgs = build_messages("who directed jaws", EXEMPLARS, 2, layout="chat")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[0]["content"] == DEFAULT_INSTRUCTION
+    assert msgs[1]["content"] == "Question: Question 0?"
+    assert msgs[2]["content"] == EXEMPLARS[0].solution
+    assert msgs[-1]["content"] == "Question: who directed jaws?"
+    zero = build_messages("q", EXEMPLARS, 0, layout="chat")
+    assert [m["role"] for m in zero] == ["system", "user"]
+
+
+def test_assistant_prefix_is_returned_beside_messages():
+    p = build_prompt("q", EXEMPLARS, 1, layout="chat", assistant_prefix="<think>")
+    assert p.messages[-1]["role"] == "user"
+    assert p.assistant_prefix == "<think>"
+    assert p.response_text("I should search.</think>") == "<think>I should search.</think>"
+    assert build_prompt("q", EXEMPLARS, 1).assistant_prefix == ""
+
+
+def test_first_k_and_seeded_sample():
+    assert select_exemplars(5, 3) == (0, 1, 2)
+    a = select_exemplars(5, 3, sample_seed=7)
+    assert a == select_exemplars(5, 3, sample_seed=7)
+    assert len(set(a)) == 3 and set(a) <= set(range(5))
+    draws = {select_exemplars(5, 3, sample_seed=s) for s in range(30)}
+    assert len(draws) > 5
+    p = build_prompt("q", EXEMPLARS, 2, layout="chat", sample_seed=7)
+    shown = [EXEMPLARS[i].solution for i in p.exemplar_indices]
+    assert [m["content"] for m in p.messages if m["role"] == "assistant"] == shown
+
+
+def test_derive_seed_is_stable():
+    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
+    assert derive_seed(1, 2, 3) != derive_seed(1, 2, 4)
+    assert derive_seed("run", 0) == 869314155771529780  # pinned: same in every process
+    assert 0 <= derive_seed("x") < 2**63
+
+
+@pytest.mark.parametrize("k", [-1, 6, 1.5, True])
+def test_bad_k(k):
+    with pytest.raises(ValueError):
+        build_messages("q", EXEMPLARS, k)
+
+
+def test_bad_layout():
+    with pytest.raises(ValueError, match="layout"):
+        build_messages("q", EXEMPLARS, 0, layout="html")
+
+
+def test_custom_template_and_literal_placeholders():
+    t = PromptTemplate(
+        instruction="Use tags. {not a placeholder}",
+        exemplar_lead_in="",
+        exemplar_format="Q{n}: {question}\nA{n}: {solution}",
+        solve_line="Your turn.",
+        question_format="Now: {question}",
+    )
+    ex = [Exemplar("has {solution} inside", "<answer>x</answer>")]
+    (msg,) = build_messages("q", ex, 1, template=t)
+    assert msg["content"] == (
+        "Use tags. {not a placeholder}\n\n"
+        "Q1: has {solution} inside?\nA1: <answer>x</answer>\n\nYour turn.\n\nNow: q?"
+    )
+
+
+def test_mappings_accepted_as_exemplars():
+    msgs = build_messages("q", [{"question": "Q0", "solution": "S0"}], 1, layout="chat")
+    assert msgs[2] == {"role": "assistant", "content": "S0"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"exemplar_format": "{question} only"}, "exemplar_format"),
+        ({"question_format": "no placeholder"}, "question_format"),
+        ({"instruction": 3}, "instruction"),
+    ],
+)
+def test_template_validation(kwargs, field):
+    with pytest.raises(PromptTemplateError, match=field):
+        PromptTemplate(**kwargs)
+
+
+def test_template_round_trip():
+    t = PromptTemplate(instruction="custom")
+    assert PromptTemplate.from_dict(t.to_dict()) == t
+    assert PromptTemplate.from_dict({}) == PromptTemplate()
+    with pytest.raises(PromptTemplateError, match="unknown field"):
+        PromptTemplate.from_dict({"instructions": "typo"})
