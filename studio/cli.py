@@ -43,6 +43,19 @@ def _preflight(settings: Settings, *, migrate: bool) -> None:
         raise _fail(exc) from None
 
 
+def _create_admin_once(settings: Settings) -> None:
+    """On a database with no user yet, create the admin and print its one-time credentials."""
+    from studio.services.auth import bootstrap_admin
+
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        creds = bootstrap_admin(session)
+    if creds:
+        typer.echo("Created the admin user; these are shown once, keep them:")
+        typer.echo(f"  username:  {creds.username}")
+        typer.echo(f"  password:  {creds.password}")
+        typer.echo(f"  API token: {creds.token}")
+
+
 DataDir = typer.Option(None, "--data-dir", help="Data directory (STUDIO_DATA_DIR).")
 Host = typer.Option(None, "--host", help="Address to listen on (STUDIO_HOST).")
 Port = typer.Option(None, "--port", help="Port to listen on (STUDIO_PORT).")
@@ -54,15 +67,7 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
     """Migrate, create the admin on a new database, and run the web app and one worker."""
     settings = _settings(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
-    from studio.services.auth import bootstrap_admin
-
-    with db.session_scope(settings.sqlalchemy_url) as session:
-        creds = bootstrap_admin(session)
-    if creds:
-        typer.echo("Created the admin user; these are shown once, keep them:")
-        typer.echo(f"  username:  {creds.username}")
-        typer.echo(f"  password:  {creds.password}")
-        typer.echo(f"  API token: {creds.token}")
+    _create_admin_once(settings)
     children = {
         "worker": subprocess.Popen(launcher.worker_command(
             settings, settings.queues, settings.worker_concurrency)),
@@ -103,7 +108,7 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
 
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head"), data_dir: Path = DataDir) -> None:
-    """Apply migrations up to REVISION (default: the newest)."""
+    """Apply migrations up to REVISION (default: newest); a new database gets its admin."""
     settings = _settings(data_dir=data_dir)
     try:
         launcher.check_data_dir(settings)
@@ -112,6 +117,8 @@ def db_upgrade(revision: str = typer.Argument("head"), data_dir: Path = DataDir)
         raise _fail(exc) from None
     db.upgrade(settings.sqlalchemy_url, revision)
     typer.echo(f"database at revision {db.current_revision(settings.sqlalchemy_url)}")
+    if revision == "head":
+        _create_admin_once(settings)
 
 
 @db_app.command("downgrade")
