@@ -48,6 +48,21 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(
         default=10.0, gt=0, description="How often a worker records that it is alive."
     )
+    max_upload_bytes: int = Field(
+        default=2_000_000_000, gt=0, description="Largest file an upload may be, in bytes."
+    )
+    max_upload_rows: int = Field(
+        default=5_000_000, gt=0, description="Most rows (documents, questions) one upload may hold."
+    )
+    max_archive_members: int = Field(
+        default=10_000, gt=0, description="Most files one uploaded .zip may hold."
+    )
+    max_unpacked_bytes: int = Field(
+        default=8_000_000_000, gt=0, description="Most bytes one uploaded .zip may unpack to."
+    )
+    passage_words: int = Field(
+        default=100, gt=0, description="Words per passage when documents are split (wiki-18: 100)."
+    )
     default_model: str = Field(
         default="smollm2-135m-instruct",
         description="Model a new run starts from: the bundled SmolLM2, an HF id or a folder.",

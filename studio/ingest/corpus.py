@@ -1,0 +1,592 @@
+"""Corpus files to documents: JSONL/JSON, CSV/TSV, Parquet, plain text, Markdown, zip.
+
+``read_documents`` streams: it never holds more than one line, CSV row,
+Parquet batch or JSON array item in memory (a .txt/.md file read as one
+document is the exception: that document is the whole file). Checks that
+need no reading (file type, size, empty file) run when it is called; the rest
+raise while iterating, so a caller that stores documents should do so in a
+transaction.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .errors import (
+    DEFAULT_LIMITS,
+    SETTING_MAX_ARCHIVE_MEMBERS,
+    SETTING_MAX_ROWS,
+    SETTING_MAX_UNPACKED_BYTES,
+    IngestError,
+    Limits,
+    Source,
+    check_file_size,
+    size_text,
+    suffix_of,
+)
+from .tabular import csv_rows, find_column, quoted_list
+from .textio import CountingReader, Record, decode_bytes, json_records, text_lines
+
+
+@dataclass(frozen=True)
+class Document:
+    """A whole document as the user gave it; the studio splits it into passages later."""
+
+    id: str
+    title: str
+    text: str
+
+
+JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+TABLE_SUFFIXES = (".csv", ".tsv")
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+CORPUS_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet", ".txt", ".md",
+                   ".markdown", ".zip")
+"""File types ``read_documents`` reads (by the user's file name, case-insensitively)."""
+
+TEXT_ALIASES = ("text", "contents", "content", "body", "passage", "passage_text", "paragraph",
+                "paragraph_text", "document", "doc_text")
+TITLE_ALIASES = ("title", "doc_title", "document_title", "page_title", "heading")
+ID_ALIASES = ("id", "doc_id", "docid", "document_id", "passage_id", "pid", "_id")
+"""Field/column names accepted for a document's text, title and id, case-insensitively;
+when several are present the first in these lists wins."""
+
+_SKIPPED_NAMES = {"thumbs.db", "desktop.ini"}
+_PARQUET_BATCH = 2048
+_SPOOL_IN_MEMORY = 32 << 20
+_MD_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_MEMBER_TYPES = ".jsonl, .json, .csv, .tsv, .parquet, .txt, .md or .zip"
+_SUPPORTED = ("JSONL (.jsonl), JSON (.json), CSV (.csv), TSV (.tsv), Parquet (.parquet), "
+              "text (.txt), Markdown (.md) or a .zip of them")
+
+
+@dataclass
+class _Context:
+    """What one upload has used so far, across the members of an archive.
+
+    Ids already seen are kept as their 64-bit hashes (about 70 bytes a
+    document, not the ids themselves) to find repeats in large corpora.
+    """
+
+    limits: Limits
+    split_text: bool
+    rows: int = 0
+    members: int = 0
+    unpacked: int = 0
+    ids: set[int] = field(default_factory=set)
+
+    def count(self, src: Source, doc: Document, line: int | None, item: int | None = None,
+              item_unit: str = "item") -> Document:
+        self.rows += 1
+        if self.rows > self.limits.max_rows:
+            raise src.error(
+                f"more than {self.limits.max_rows} documents, the limit for one upload "
+                f"(setting {SETTING_MAX_ROWS}); split the corpus into several uploads or raise "
+                "the limit", line=line, item=item, item_unit=item_unit)
+        key = hash(doc.id)
+        if key in self.ids:
+            raise src.error(
+                f'id "{doc.id}" is already used by an earlier document; ids must be unique '
+                'across the upload: rename it, or leave out the id and the studio numbers the '
+                "documents", line=line, item=item, item_unit=item_unit, field="id")
+        self.ids.add(key)
+        return doc
+
+
+def read_documents(path: Path, filename: str, limits: Limits = DEFAULT_LIMITS, *,
+                   split_text_on_blank_lines: bool = False) -> Iterator[Document]:
+    """Documents of the corpus file at ``path``, uploaded by the user as ``filename``.
+
+    Formats, by ``filename``'s suffix (see ``CORPUS_SUFFIXES``):
+
+    - ``.jsonl``/``.ndjson``/``.json``: one JSON object per line, or a JSON
+      array of objects. Fields ``text`` (required), ``title`` and ``id``
+      (aliases: ``TEXT_ALIASES`` ...). The Search-R1/FlashRAG form
+      ``{"id", "contents": "\\"Title\\"\\ntext"}`` gives the title from the
+      quoted first line of ``contents``.
+    - ``.csv``/``.tsv``: a header line naming the columns, by the same names.
+    - ``.parquet``: columns by the same names, read in batches.
+    - ``.txt``/``.md``: the file is one document titled by the file's stem
+      (``.md``: its first heading, which leaves the text); with
+      ``split_text_on_blank_lines`` each paragraph is a document (``.md``:
+      titled by the heading above it).
+    - ``.zip``: any of these inside (folders too, and zips inside the zip one
+      level deep); ``__MACOSX``, hidden files and desktop junk are skipped.
+
+    A missing id becomes ``<stem>-<line>`` (``<stem>-<row>`` for Parquet,
+    ``<stem>`` for a whole text file, with the member's path as the stem inside
+    an archive). Ids must be unique across the upload. Raises ``IngestError``.
+    """
+    src = Source.upload(filename)
+    suffix = src.suffix
+    if suffix not in CORPUS_SUFFIXES:
+        found = f'"{suffix}"' if suffix else "a file without a suffix"
+        raise src.error(f"unsupported file type ({found}); upload {_SUPPORTED}")
+    check_file_size(path, src, limits, "documents")
+    ctx = _Context(limits=limits, split_text=split_text_on_blank_lines)
+    return _read_upload(Path(path), src, ctx)
+
+
+def _read_upload(path: Path, src: Source, ctx: _Context) -> Iterator[Document]:
+    with open(path, "rb") as stream:
+        if src.suffix == ".zip":
+            found = yield from _zip_documents(stream, src, ctx, depth=0)
+            if not found:
+                raise src.error(f"no documents found: the archive holds no {_MEMBER_TYPES} "
+                                "files (hidden files and __MACOSX are skipped)")
+            return
+        found = yield from _documents(stream, src, ctx)
+        if not found:
+            raise src.error("no documents found; the file holds only blank lines or a header")
+
+
+def _documents(stream: BinaryIO, src: Source, ctx: _Context):
+    """Dispatch on the suffix; yield documents and return how many."""
+    suffix = src.suffix
+    if suffix == ".parquet":
+        return (yield from _parquet_documents(stream, src, ctx))
+    buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream)
+    if not buffered.peek(1):
+        raise src.error("the file is empty; upload a file with documents in it")
+    if suffix in JSON_SUFFIXES:
+        return (yield from _json_documents(buffered, src, ctx))
+    if suffix in TABLE_SUFFIXES:
+        return (yield from _csv_documents(buffered, src, ctx))
+    if suffix in TEXT_SUFFIXES:
+        if ctx.split_text:
+            return (yield from _paragraph_documents(buffered, src, ctx))
+        return (yield from _whole_text_document(buffered, src, ctx))
+    raise AssertionError(suffix)  # pragma: no cover - suffixes are checked before
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+
+def _field_key(obj: Mapping[str, Any], aliases: tuple[str, ...]) -> str | None:
+    exact = [a for a in aliases if a in obj]
+    if exact:
+        return exact[0]
+    folded = {k.casefold(): k for k in obj if isinstance(k, str)}
+    for alias in aliases:
+        if alias in folded:
+            return folded[alias]
+    return None
+
+
+def split_contents(contents: str) -> tuple[str | None, str]:
+    """Search-R1/FlashRAG ``contents``: ``"Title"\\ntext`` -> (``Title``, ``text``).
+
+    Without a double-quoted first line: (``None``, the whole string).
+    """
+    first, newline, rest = contents.partition("\n")
+    first = first.strip()
+    if newline and len(first) >= 2 and first[0] == '"' and first[-1] == '"':
+        return first[1:-1].strip(), rest
+    return None, contents
+
+
+def _scalar(value: Any, rec: Record, src: Source, name: str, *, allow_number: bool) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if allow_number and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    kind = type(value).__name__
+    kind = {"dict": "an object", "list": "a list", "bool": "true/false"}.get(kind, f"a {kind}")
+    need = "a string or a number" if allow_number else "a string"
+    raise rec.error(src, f'field "{name}" must be {need}, found {kind}', field=name)
+
+
+def _json_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
+    found = 0
+    for rec in json_records(stream, src, what="document"):
+        obj = rec.value
+        each = "each line" if rec.item is None else "each item"
+        if not isinstance(obj, dict):
+            kind = "a list" if isinstance(obj, list) else f"{json_type(obj)}"
+            raise rec.error(src, f'expected a JSON object, found {kind}; {each} needs '
+                                 '{"text": ...} or {"contents": ...}')
+        text_key = _field_key(obj, TEXT_ALIASES)
+        if text_key is None:
+            keys = quoted_list([str(k) for k in obj])
+            raise rec.error(src, f'field "text" is missing (found {keys}); {each} needs '
+                                 '{"text": ...} or {"contents": ...}', field="text")
+        text = _scalar(obj[text_key], rec, src, text_key, allow_number=False) or ""
+        title_key = _field_key(obj, TITLE_ALIASES)
+        title = _scalar(obj[title_key], rec, src, title_key, allow_number=True) \
+            if title_key else None
+        if text_key.casefold() == "contents":
+            quoted_title, text = split_contents(text)
+            title = title if title and title.strip() else quoted_title
+        if not text.strip():
+            raise rec.error(src, f'field "{text_key}" is empty; give the document text or '
+                                 'remove it', field=text_key)
+        id_key = _field_key(obj, ID_ALIASES)
+        doc_id = _scalar(obj[id_key], rec, src, id_key, allow_number=True) if id_key else None
+        number = rec.line if rec.item is None else rec.item
+        doc = Document(id=_id_or(doc_id, f"{src.id_stem}-{number}"),
+                       title=(title or "").strip(), text=text.strip())
+        found += 1
+        yield ctx.count(src, doc, rec.line, rec.item)
+    return found
+
+
+def json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return f"a {type(value).__name__}"
+
+
+def _id_or(doc_id: str | None, generated: str) -> str:
+    doc_id = (doc_id or "").strip()
+    return doc_id or generated
+
+
+# --- CSV / TSV -------------------------------------------------------------------------
+
+
+def _missing_text_column(src: Source, header: list[str]) -> IngestError:
+    return src.error(
+        f"no text column: the header has {quoted_list(header)}; name the column with the "
+        f"documents' text one of {quoted_list(TEXT_ALIASES)} (and optionally a "
+        f'"title" and an "id" column)', line=1, field="text")
+
+
+def _csv_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
+    header, rows = csv_rows(stream, src)
+    text_col = find_column(header, TEXT_ALIASES)
+    if text_col is None:
+        raise _missing_text_column(src, header)
+    title_col = find_column(header, TITLE_ALIASES)
+    id_col = find_column(header, ID_ALIASES)
+    found = 0
+    for line, cells in rows:
+        text = cells[text_col]
+        title = cells[title_col] if title_col is not None else ""
+        if text_col == find_column(header, ("contents",)):
+            quoted_title, text = split_contents(text)
+            title = title if title.strip() else (quoted_title or "")
+        if not text.strip():
+            raise src.error(f'column "{header[text_col]}" is empty; give the document text or '
+                            "remove the row", line=line, field=header[text_col])
+        doc_id = cells[id_col] if id_col is not None else None
+        doc = Document(id=_id_or(doc_id, f"{src.id_stem}-{line}"), title=title.strip(),
+                       text=text.strip())
+        found += 1
+        yield ctx.count(src, doc, line)
+    return found
+
+
+# --- Parquet ---------------------------------------------------------------------------
+
+
+def _parquet_documents(stream: BinaryIO, src: Source, ctx: _Context):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(stream)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise src.error(f"not a valid Parquet file ({exc}); export it again with a Parquet "
+                        "writer (pandas: df.to_parquet)") from None
+    schema = pf.schema_arrow
+    names = list(schema.names)
+    text_col = find_column(names, TEXT_ALIASES)
+    if text_col is None:
+        raise src.error(
+            f"no text column: the columns are {quoted_list(names)}; name the column with the "
+            f"documents' text one of {quoted_list(TEXT_ALIASES)} (and optionally a "
+            '"title" and an "id" column)', field="text")
+    title_col = find_column(names, TITLE_ALIASES)
+    id_col = find_column(names, ID_ALIASES)
+
+    def is_text(t) -> bool:
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or (
+            hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t))
+
+    def is_int(t) -> bool:
+        return pa.types.is_integer(t) or (pa.types.is_dictionary(t)
+                                          and pa.types.is_integer(t.value_type))
+
+    for col, kind in ((text_col, "text"), (title_col, "title"), (id_col, "id")):
+        if col is None:
+            continue
+        col_type = schema.field(col).type
+        if not (is_text(col_type) or (kind == "id" and is_int(col_type))):
+            need = "strings or integers" if kind == "id" else "strings"
+            raise src.error(f'column "{names[col]}" holds {col_type} values; the {kind} '
+                            f"column must hold {need}", field=names[col])
+    total = pf.metadata.num_rows
+    if ctx.rows + total > ctx.limits.max_rows:
+        raise src.error(
+            f"the file has {total} rows, more than the limit of {ctx.limits.max_rows} "
+            f"documents for one upload (setting {SETTING_MAX_ROWS}); split the corpus into "
+            "several uploads or raise the limit")
+    wanted = [c for c in (text_col, title_col, id_col) if c is not None]
+    columns = [names[c] for c in wanted]
+    found, row = 0, 0
+    try:
+        batches = pf.iter_batches(batch_size=_PARQUET_BATCH, columns=columns)
+        for batch in batches:
+            values = {c: batch.column(i).to_pylist() for i, c in enumerate(wanted)}
+            for k in range(batch.num_rows):
+                row += 1
+                text = values[text_col][k]
+                title = values[title_col][k] if title_col is not None else None
+                if names[text_col].casefold() == "contents" and text:
+                    quoted_title, text = split_contents(text)
+                    title = title if title and title.strip() else quoted_title
+                if text is None or not text.strip():
+                    raise src.error(f'column "{names[text_col]}" is empty; give the document '
+                                    "text or remove the row", item=row, item_unit="row",
+                                    field=names[text_col])
+                doc_id = values[id_col][k] if id_col is not None else None
+                doc = Document(id=_id_or(None if doc_id is None else str(doc_id),
+                                         f"{src.id_stem}-{row}"),
+                               title=(title or "").strip(), text=text.strip())
+                found += 1
+                yield ctx.count(src, doc, None, row, "row")
+    except (pa.ArrowException, OSError) as exc:
+        raise src.error(f"the Parquet file is damaged near row {row + 1} ({exc}); export it "
+                        "again") from None
+    return found
+
+
+# --- plain text and Markdown -----------------------------------------------------------
+
+
+def _heading(line: str) -> str | None:
+    match = _MD_HEADING.match(line)
+    return match.group(2).strip() if match else None
+
+
+def _whole_text_document(stream: io.BufferedReader, src: Source, ctx: _Context):
+    text = decode_bytes(stream.read(), src)
+    title = src.title_stem
+    if src.suffix in (".md", ".markdown"):
+        lines, fence = text.split("\n"), None
+        for i, line in enumerate(lines):
+            fence = _fence_state(line, fence)
+            if fence is None and (heading := _heading(line)):
+                title = heading
+                text = "\n".join(lines[:i] + lines[i + 1:])
+                break
+    if not text.strip():
+        raise src.error("the file holds only white space; give it some text or remove it")
+    doc = Document(id=src.id_stem, title=title, text=text.strip())
+    yield ctx.count(src, doc, None)
+    return 1
+
+
+def _fence_state(line: str, fence: str | None) -> str | None:
+    """Track Markdown code fences: the open fence's marker, or ``None`` outside one."""
+    match = _MD_FENCE.match(line)
+    if not match:
+        return fence
+    marker = match.group(1)
+    if fence is None:
+        return marker
+    if marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker):]:
+        return None
+    return fence
+
+
+def _paragraph_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
+    markdown = src.suffix in (".md", ".markdown")
+    title = src.title_stem
+    block: list[str] = []
+    start = 0
+    fence: str | None = None
+    found = 0
+
+    def flush():
+        nonlocal block, found
+        text = "\n".join(block).strip()
+        block = []
+        if text:
+            found += 1
+            return ctx.count(src, Document(id=f"{src.id_stem}-{start}", title=title,
+                                           text=text), start)
+        return None
+
+    for number, line in text_lines(stream, src):
+        if markdown:
+            was_in_fence = fence is not None
+            fence = _fence_state(line, fence)
+            if not was_in_fence and fence is None and (heading := _heading(line)):
+                if (doc := flush()) is not None:
+                    yield doc
+                title = heading
+                continue
+            if was_in_fence or fence is not None:
+                if not block:
+                    start = number
+                block.append(line)
+                continue
+        if not line.strip():
+            if (doc := flush()) is not None:
+                yield doc
+            continue
+        if not block:
+            start = number
+        block.append(line)
+    if (doc := flush()) is not None:
+        yield doc
+    return found
+
+
+# --- zip archives ----------------------------------------------------------------------
+
+
+def _zip_entry_count(stream: BinaryIO) -> int | None:
+    """Entries a zip's end record announces, read before ``zipfile`` loads the directory."""
+    stream.seek(0, io.SEEK_END)
+    size = stream.tell()
+    tail_len = min(size, 22 + 0xFFFF + 20)
+    stream.seek(size - tail_len)
+    tail = stream.read(tail_len)
+    stream.seek(0)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return None
+    count = struct.unpack("<H", tail[at + 10:at + 12])[0]
+    if count != 0xFFFF or at < 20 or tail[at - 20:at - 16] != b"PK\x06\x07":
+        return count
+    (z64_offset,) = struct.unpack("<Q", tail[at - 12:at - 4])
+    stream.seek(z64_offset)
+    record = stream.read(56)
+    stream.seek(0)
+    if len(record) < 40 or record[:4] != b"PK\x06\x06":
+        return None
+    return struct.unpack("<Q", record[32:40])[0]
+
+
+def _unsafe_member(name: str) -> bool:
+    norm = name.replace("\\", "/")
+    if norm.startswith("/") or re.match(r"^[A-Za-z]:", norm) or "\x00" in norm:
+        return True
+    return ".." in norm.split("/")
+
+
+def _skipped_member(name: str) -> bool:
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    if not parts or name.endswith("/"):
+        return True
+    if any(p == "__MACOSX" or p.startswith(".") for p in parts):
+        return True
+    base = parts[-1]
+    return base.casefold() in _SKIPPED_NAMES or base.startswith("~$")
+
+
+def _members_problem(ctx: _Context, count: int) -> str:
+    return (f"the archive holds {count} entries (nested archives included), more than the "
+            f"limit of {ctx.limits.max_archive_members} (setting "
+            f"{SETTING_MAX_ARCHIVE_MEMBERS}); upload fewer, larger files or raise the limit")
+
+
+def _unpacked_problem(ctx: _Context, size: int, exact: bool = True) -> str:
+    amount = size_text(size) if exact else "more than the declared sizes"
+    return (f"the archive unpacks to {amount}, more than the limit of "
+            f"{size_text(ctx.limits.max_unpacked_bytes)} (setting "
+            f"{SETTING_MAX_UNPACKED_BYTES}); upload the files in several archives or raise "
+            "the limit")
+
+
+def _zip_documents(stream: BinaryIO, src: Source, ctx: _Context, depth: int):
+    """Documents of every supported member; returns how many."""
+    announced = _zip_entry_count(stream)
+    if announced is not None and ctx.members + announced > ctx.limits.max_archive_members:
+        raise src.error(_members_problem(ctx, ctx.members + announced))
+    try:
+        archive = zipfile.ZipFile(stream)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise src.error(f"not a valid zip archive ({exc}); create it again with a zip tool "
+                        "(or upload the files one by one)") from None
+    with archive:
+        infos = archive.infolist()
+        ctx.members += len(infos)
+        if ctx.members > ctx.limits.max_archive_members:
+            raise src.error(_members_problem(ctx, ctx.members))
+        for info in infos:
+            if _unsafe_member(info.filename):
+                raise src.error(
+                    f'member "{info.filename}" has an unsafe path (absolute, or with ".."); '
+                    "create the archive again from inside the folder, with relative paths")
+        members = [i for i in infos if not i.is_dir() and not _skipped_member(i.filename)]
+        declared = sum(i.file_size for i in members)
+        if ctx.unpacked + declared > ctx.limits.max_unpacked_bytes:
+            raise src.error(_unpacked_problem(ctx, ctx.unpacked + declared))
+        sources = []
+        for info in members:  # every check that needs no reading, before the first document
+            stem = info.filename.rsplit(".", 1)[0] if suffix_of(info.filename) else info.filename
+            member_src = src.child(info.filename, stem)
+            suffix = member_src.suffix
+            if suffix not in CORPUS_SUFFIXES:
+                found = f'"{suffix}"' if suffix else "no suffix"
+                raise member_src.error(
+                    f"unsupported file type ({found}); an archive may hold "
+                    f"{_MEMBER_TYPES} files: remove this file from the archive (convert "
+                    "PDF or Word files to text first)")
+            if suffix == ".zip" and depth >= 1:
+                raise member_src.error("archives inside archives are read one level deep; "
+                                       "unpack this one into its parent archive")
+            if info.flag_bits & 0x1:
+                raise member_src.error("the member is encrypted; create the archive without a "
+                                       "password")
+            if info.file_size == 0:
+                raise member_src.error("the file is empty; remove it from the archive")
+            sources.append((info, member_src))
+        total = 0
+        for info, member_src in sources:
+            found = yield from _zip_member(archive, info, member_src, ctx, depth)
+            if not found:
+                raise member_src.error("no documents found; the file holds only blank lines "
+                                       "or a header: remove it from the archive")
+            total += found
+    return total
+
+
+def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, src: Source, ctx: _Context,
+                depth: int):
+    def charge(n: int) -> None:
+        ctx.unpacked += n
+        if ctx.unpacked > ctx.limits.max_unpacked_bytes:
+            raise src.error(_unpacked_problem(ctx, ctx.unpacked, exact=False))
+
+    try:
+        with archive.open(info) as raw:
+            counted = io.BufferedReader(CountingReader(raw, charge), buffer_size=1 << 16)
+            if src.suffix in (".zip", ".parquet"):
+                # Both need to seek: spool the member (memory, then an anonymous temp file).
+                with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
+                    while chunk := counted.read(1 << 20):
+                        spool.write(chunk)
+                    spool.seek(0)
+                    if src.suffix == ".zip":
+                        return (yield from _zip_documents(spool, src, ctx, depth + 1))
+                    return (yield from _documents(spool, src, ctx))
+            return (yield from _documents(counted, src, ctx))
+    except NotImplementedError as exc:
+        raise src.error(f"compressed with a method the studio cannot read ({exc}); create the "
+                        'archive again with the standard "deflate" compression') from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise src.error(f"the archive is damaged here ({exc}); create it again") from None

@@ -1,0 +1,112 @@
+"""CSV/TSV and Parquet basics shared by the corpus and QA readers: columns by alias, rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Sequence
+
+from .errors import Source
+from .textio import text_lines
+
+CSV_FIELD_LIMIT = 64 << 20
+"""Longest CSV/TSV cell, in characters (Python's default, 128 KiB, is too short for books)."""
+
+
+def find_column(names: Sequence[str], aliases: Sequence[str]) -> int | None:
+    """Index of the first alias (in alias order) among ``names``, compared case-insensitively."""
+    folded = [n.strip().lstrip("\ufeff").casefold() for n in names]
+    for alias in aliases:
+        if alias in folded:
+            return folded.index(alias)
+    return None
+
+
+def quoted_list(names: Sequence[str]) -> str:
+    return ", ".join(f'"{n}"' for n in names) if names else "none"
+
+
+def _delimiter(header_line: str, suffix: str) -> str:
+    if suffix == ".tsv":
+        return "\t"
+    outside, quoted = [], False
+    for ch in header_line:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted:
+            outside.append(ch)
+    text = "".join(outside)
+    counts = {d: text.count(d) for d in (",", ";", "\t")}
+    if counts[","]:
+        return ","
+    best = max((";", "\t"), key=lambda d: counts[d])
+    return best if counts[best] else ","
+
+
+def csv_rows(stream: io.BufferedReader, src: Source
+             ) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """The header and an iterator of ``(line, cells)`` of a CSV or TSV file, streamed.
+
+    The delimiter is a tab for ``.tsv``; for other files a comma, unless the
+    header line holds no comma but semicolons or tabs (Excel in many locales
+    writes semicolons). Quotes follow the CSV rules (``""`` inside a quoted
+    cell); a quote left open is an error. Blank lines are skipped; a row with
+    more or fewer cells than the header is an error.
+    """
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+    lines = text_lines(stream, src, keepends=True)
+    first = next(lines, None)
+    while first is not None and not first[1].strip():
+        first = next(lines, None)
+    if first is None:
+        raise src.error("no header line found; the first line must name the columns")
+    header_line_no, header_line = first
+    delimiter = _delimiter(header_line, src.suffix)
+
+    def chained() -> Iterator[str]:
+        yield header_line
+        for _, text in lines:
+            yield text
+
+    reader = csv.reader(chained(), delimiter=delimiter, strict=True)
+    offset = header_line_no - 1
+
+    def next_row() -> tuple[int, list[str]] | None:
+        start = reader.line_num + 1 + offset
+        try:
+            return start, next(reader)
+        except StopIteration:
+            return None
+        except csv.Error as exc:
+            message = str(exc)
+            if "field larger than field limit" in message:
+                problem = (f"a cell is longer than {CSV_FIELD_LIMIT} characters: a quote (\") "
+                           "is probably left open; check the quotes from this line on")
+            elif "unexpected end of data" in message:
+                problem = ("a quoted cell is not closed before the end of the file; check the "
+                           "quotes (\") from this line on")
+            else:
+                problem = (f"not valid CSV ({message}); put cells holding quotes, "
+                           f"{'tabs' if delimiter == chr(9) else 'commas'} or line breaks in "
+                           'double quotes and double the quotes inside ("")')
+            raise src.error(problem, line=start) from None
+
+    head = next_row()
+    assert head is not None
+    header = [h.strip().lstrip("\ufeff") for h in head[1]]
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        while (row := next_row()) is not None:
+            line, cells = row
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            if len(cells) != len(header):
+                sep = "tab" if delimiter == "\t" else repr(delimiter)
+                raise src.error(
+                    f"{len(cells)} cells but the header has {len(header)} columns "
+                    f"(separated by {sep}); put cells holding the separator in double quotes",
+                    line=line)
+            yield line, cells
+
+    return header, rows()
