@@ -1,0 +1,86 @@
+"""Time the default model's one-time conversion against loading it from the cache.
+
+    .venv/bin/python bench/bench_model_load.py            # fresh temp data dir, 3 cached loads
+    .venv/bin/python bench/bench_model_load.py --repeats 5 --keep /tmp/bench-data
+
+* Conversion: ``resolve_model(DEFAULT_MODEL, data_dir)`` on an empty data dir,
+  with the time of each stage taken from the progress messages.
+* Cached: ``resolve_model`` alone, then ``load_tokenizer`` + ``load_causal_lm``
+  (fp32) in this process; medians over ``--repeats`` runs. torch and
+  transformers are imported before the clock starts.
+
+Nothing is asserted; it prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--keep", type=Path, help="data dir to use and keep (default: a temp dir, removed)"
+    )
+    args = parser.parse_args()
+
+    import torch
+    import transformers  # noqa: F401 - import time is not load time
+
+    torch.set_num_threads(1)
+    from studio import base_models as bm
+
+    data_dir = args.keep or Path(tempfile.mkdtemp(prefix="bench-model-load-"))
+    if bm.is_converted_model_dir(bm.default_model_dir(data_dir)):
+        sys.exit(f"{data_dir} already holds a converted model; give an empty --keep folder")
+    try:
+        stages: list[tuple[float, str]] = []
+        started = time.perf_counter()
+        bm.resolve_model(
+            bm.DEFAULT_MODEL,
+            data_dir,
+            on_progress=lambda m: stages.append((time.perf_counter(), m)),
+        )
+        convert_s = time.perf_counter() - started
+
+        resolve_s, load_s = [], []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            bm.resolve_model(bm.DEFAULT_MODEL, data_dir)
+            t1 = time.perf_counter()
+            bm.load_tokenizer(bm.DEFAULT_MODEL, data_dir)
+            bm.load_causal_lm(bm.DEFAULT_MODEL, data_dir)
+            t2 = time.perf_counter()
+            resolve_s.append(t1 - t0)
+            load_s.append(t2 - t1)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    print(f"\ntorch {torch.__version__}, transformers {transformers.__version__}, 1 thread\n")
+    print("| stage of the first conversion | seconds |")
+    print("|---|---|")
+    marks = stages + [(started + convert_s, "end")]
+    for (t_start, message), (t_end, _) in zip(marks, marks[1:], strict=False):
+        if message == marks[-2][1]:
+            break
+        print(f"| {message.rsplit(': ', 1)[-1]} | {t_end - t_start:.1f} |")
+    print(f"| **total conversion** | **{convert_s:.1f}** |")
+    print()
+    print(f"| cached (median of {args.repeats}) | seconds |")
+    print("|---|---|")
+    print(f"| resolve_model | {statistics.median(resolve_s):.4f} |")
+    print(f"| load_tokenizer + load_causal_lm | {statistics.median(load_s):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
