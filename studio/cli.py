@@ -148,6 +148,28 @@ def token_create(name: str = typer.Option(..., help="What the token is for."),
     typer.echo(token)
 
 
+@app.command()
+def demo(data_dir: Path = DataDir) -> None:
+    """Load the demo pack: a corpus, a QA set and an exemplar set, each named `demo`."""
+    from studio.services.demo import load_demo_pack
+    from studio.services.errors import UserError
+
+    settings = _settings(data_dir=data_dir)
+    try:
+        launcher.check_data_dir(settings)
+        launcher.check_database(settings)
+        launcher.check_migrated(settings)
+        pack = load_demo_pack(settings, index_now=True)
+    except (launcher.StartupError, UserError) as exc:
+        raise _fail(exc) from None
+    corpus, qa, exemplars = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
+    typer.echo(f"corpus 'demo': {corpus['num_documents']} documents, "
+               f"{corpus['num_passages']} passages, {corpus['status']}")
+    typer.echo(f"QA set 'demo': {qa['num_rows']} questions")
+    typer.echo(f"exemplar set 'demo': {exemplars['size']} exemplars, "
+               f"{exemplars['errors']} errors, {exemplars['warnings']} warnings")
+
+
 @model_app.command("prepare")
 def model_prepare(ref: str = typer.Argument(None, help="Model: bundled name, HF id or folder."),
                   data_dir: Path = DataDir) -> None:

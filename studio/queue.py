@@ -6,6 +6,8 @@ worker package; `worker.celery_app` builds its consumer from the same config.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from celery import Celery
 from kombu import Connection, Queue
 
@@ -38,3 +40,14 @@ def check_broker(url: str, timeout: float = 3.0) -> None:
     """Raise if the broker cannot be reached (start-up checks and /healthz)."""
     with Connection(url, connect_timeout=timeout) as conn:
         conn.ensure_connection(max_retries=1, timeout=timeout)
+
+
+@lru_cache(maxsize=4)
+def _producer(broker_url: str, result_backend: str) -> Celery:
+    return make_celery(Settings(broker_url=broker_url, result_backend=result_backend))
+
+
+def enqueue(settings: Settings, task_name: str, *args: object, queue: str = "cpu") -> str:
+    """Send a task by name to a queue; return its id. The worker registers the names."""
+    producer = _producer(settings.celery_broker_url, settings.celery_result_backend)
+    return producer.send_task(task_name, args=list(args), queue=queue).id

@@ -70,6 +70,8 @@ class Corpus(SQLModel, table=True):
     name: str = Field(index=True, unique=True, max_length=128)
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
+    upload_path: str = Field(max_length=1024)  # relative to the data directory
+    index_path: str | None = Field(default=None, max_length=1024)
     status: CorpusStatus = Field(default=CorpusStatus.pending, sa_type=String(16))
     error: str | None = _text()
     backend: str = Field(default="bm25s", max_length=32)
@@ -89,6 +91,7 @@ class QASet(SQLModel, table=True):
     purpose: str = Field(default="train", max_length=16)  # train | eval
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
+    upload_path: str | None = Field(default=None, max_length=1024)  # None for a split's halves
     source_format: str = Field(max_length=32)
     num_rows: int = 0
     report: dict | None = _json()  # duplicates, empty answers, ...

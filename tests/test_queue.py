@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 from sqlmodel import select
 
@@ -13,7 +11,7 @@ from studio.services.health import live_workers
 from studio.settings import Settings
 from studio.tables import WorkerHeartbeat
 from tests.conftest import REDIS_URL
-from tests.support.processes import start_studio, stop, studio_env, wait_for
+from tests.support.processes import running_worker, studio_env, wait_for
 
 
 @pytest.mark.slow
@@ -21,23 +19,17 @@ from tests.support.processes import start_studio, stop, studio_env, wait_for
 def test_ping_round_trip_and_heartbeat(broker, tmp_path):
     extra = {"broker_url": REDIS_URL, "heartbeat_seconds": "1"} if broker == "redis" else {
         "heartbeat_seconds": "1"}
-    env = studio_env(tmp_path / "data", **extra)
     settings = Settings(data_dir=tmp_path / "data", broker_url=extra.get("broker_url"),
                         heartbeat_seconds=1)
     settings.resolved_data_dir.mkdir(parents=True)
     db.upgrade(settings.sqlalchemy_url)
-    worker = start_studio(["worker", "--queues", "cpu"], env, tmp_path / "worker.log")
-    try:
+    with running_worker(tmp_path / "data", tmp_path / "worker.log", **extra):
         producer = make_celery(settings)
         result = producer.send_task("worker.ping", args=[f"hello-{broker}"], queue="cpu")
         reply = result.get(timeout=90)
         assert reply["pong"] == f"hello-{broker}"
         beats = wait_for(lambda: live_workers(settings), 30, "a worker heartbeat")
         assert beats[0]["queues"] == ["cpu"]
-    finally:
-        code = stop(worker, signal.SIGTERM)
-    log = (tmp_path / "worker.log").read_text()
-    assert code == 0, log
     with db.session_scope(settings.sqlalchemy_url) as session:
         assert session.exec(select(WorkerHeartbeat)).all() == [], "clean shutdown removes the row"
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-29 12:28:13.577354
+Create Date: 2026-11-29 12:38:45.002497
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def upgrade() -> None:
     sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=128), nullable=False),
     sa.Column('source_filename', sqlmodel.sql.sqltypes.AutoString(length=255), nullable=False),
     sa.Column('content_hash', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('upload_path', sqlmodel.sql.sqltypes.AutoString(length=1024), nullable=False),
+    sa.Column('index_path', sqlmodel.sql.sqltypes.AutoString(length=1024), nullable=True),
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('error', sa.Text(), nullable=True),
     sa.Column('backend', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
@@ -64,6 +66,7 @@ def upgrade() -> None:
     sa.Column('purpose', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
     sa.Column('source_filename', sqlmodel.sql.sqltypes.AutoString(length=255), nullable=False),
     sa.Column('content_hash', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+    sa.Column('upload_path', sqlmodel.sql.sqltypes.AutoString(length=1024), nullable=True),
     sa.Column('source_format', sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
     sa.Column('num_rows', sa.Integer(), nullable=False),
     sa.Column('report', sa.JSON(), nullable=True),

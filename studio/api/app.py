@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from studio.api.deps import current_user
-from studio.api.routes import system
+from studio.api.routes import corpora, demo, exemplar_sets, qa_sets, runs, system
+from studio.services.errors import UserError
 from studio.settings import Settings
 
 API_PREFIX = "/api/v1"
@@ -17,5 +19,11 @@ def create_api(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.include_router(system.public)
     protected = [Depends(current_user)]
-    app.include_router(system.router, prefix=API_PREFIX, dependencies=protected)
+    for module in (system, corpora, qa_sets, exemplar_sets, demo, runs):
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
+
+    @app.exception_handler(UserError)
+    def user_error(_request: Request, exc: UserError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
     return app

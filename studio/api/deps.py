@@ -1,12 +1,9 @@
-"""Request dependencies: settings, a database session, the authenticated user."""
+"""Request dependencies: the settings and the authenticated user."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlmodel import Session
 
 from studio.db import session_scope
 from studio.services.auth import user_for_token
@@ -20,15 +17,12 @@ def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(settings: Settings = Depends(get_settings)) -> Iterator[Session]:
-    with session_scope(settings.sqlalchemy_url) as session:
-        yield session
-
-
 def current_user(
     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
-    session: Session = Depends(get_session),
+    settings: Settings = Depends(get_settings),
 ) -> User:
+    """The token's owner. Its own short transaction: a request-long one would hold
+    SQLite's write lock (the token's last use is recorded) while the route writes."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -36,7 +30,8 @@ def current_user(
             "(create one with `studio token create --name NAME`)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    user = user_for_token(session, credentials.credentials)
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = user_for_token(session, credentials.credentials)
     if user is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token",

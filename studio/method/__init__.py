@@ -1,4 +1,4 @@
-"""The method the studio trains with (docs: /work/shared/method.md), in pure Python.
+"""The method the studio trains with (ICRL for tool use), in pure Python.
 
 No torch, no database, no I/O: the engines, the API and the UI all call this.
 """

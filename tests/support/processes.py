@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 STUDIO = [sys.executable, "-m", "studio.cli"]
@@ -60,3 +62,14 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@contextmanager
+def running_worker(data_dir: Path, log: Path, **settings: str) -> Iterator[subprocess.Popen]:
+    """A `studio worker --queues cpu` on the studio in `data_dir`, stopped (and checked) after."""
+    worker = start_studio(["worker", "--queues", "cpu"], studio_env(data_dir, **settings), log)
+    try:
+        yield worker
+    finally:
+        code = stop(worker)
+        assert code == 0, log.read_text()

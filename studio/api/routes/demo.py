@@ -1,0 +1,17 @@
+"""The demo pack, one request away."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from studio.api.deps import get_settings
+from studio.services.demo import load_demo_pack
+from studio.settings import Settings
+
+router = APIRouter(tags=["demo"])
+
+
+@router.post("/demo")
+def load_demo(settings: Settings = Depends(get_settings)) -> dict:
+    """Store the demo corpus (indexed at once: it is small), QA set and exemplar set as `demo`."""
+    return load_demo_pack(settings, index_now=True)

@@ -1,0 +1,86 @@
+"""Exemplar sets: upload or create, edit single exemplars, preview the prompts."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, File, Form, UploadFile
+from pydantic import BaseModel
+
+from studio.api.deps import get_settings
+from studio.services import exemplar_sets
+from studio.services.prompt_preview import preview_prompts
+from studio.settings import Settings
+
+router = APIRouter(prefix="/exemplar-sets", tags=["exemplar-sets"])
+
+
+class ExemplarIn(BaseModel):
+    question: str | None = None
+    solution: str | None = None
+    answer: str | None = None
+
+
+class ExemplarSetIn(BaseModel):
+    name: str
+    exemplars: list[ExemplarIn] = []
+
+
+@router.post("", status_code=201)
+def create(body: ExemplarSetIn, settings: Settings = Depends(get_settings)) -> dict:
+    return exemplar_sets.create_exemplar_set(
+        settings, body.name, [e.model_dump() for e in body.exemplars])
+
+
+@router.post("/upload", status_code=201)
+def upload(file: UploadFile = File(...), name: str = Form(...),
+           settings: Settings = Depends(get_settings)) -> dict:
+    """JSONL `{question, solution, answer?}` or the text block format `===== Example N =====`."""
+    return exemplar_sets.upload_exemplar_set(settings, file.file, file.filename, name)
+
+
+@router.get("")
+def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+    return exemplar_sets.list_exemplar_sets(settings)
+
+
+@router.get("/{set_id}")
+def get(set_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """The set with each exemplar's findings (errors block training, warnings do not)."""
+    return exemplar_sets.get_exemplar_set(settings, set_id)
+
+
+@router.delete("/{set_id}", status_code=204)
+def delete(set_id: int, settings: Settings = Depends(get_settings)) -> None:
+    exemplar_sets.delete_exemplar_set(settings, set_id)
+
+
+@router.post("/{set_id}/exemplars", status_code=201)
+def add(set_id: int, body: ExemplarIn, settings: Settings = Depends(get_settings)) -> dict:
+    return exemplar_sets.add_exemplar(settings, set_id, body.model_dump())
+
+
+@router.put("/{set_id}/exemplars/{number}")
+def update(set_id: int, number: int, body: ExemplarIn,
+           settings: Settings = Depends(get_settings)) -> dict:
+    """Edit exemplar `number` (from 1); fields left out keep their value."""
+    return exemplar_sets.update_exemplar(settings, set_id, number,
+                                         body.model_dump(exclude_unset=True))
+
+
+@router.delete("/{set_id}/exemplars/{number}")
+def remove(set_id: int, number: int, settings: Settings = Depends(get_settings)) -> dict:
+    return exemplar_sets.delete_exemplar(settings, set_id, number)
+
+
+class PreviewRequest(BaseModel):
+    question: str
+    ks: list[int] | None = None
+    layout: str = "inline"
+    model: str | None = None
+    assistant_prefix: str | None = None
+
+
+@router.post("/{set_id}/preview")
+def preview(set_id: int, body: PreviewRequest, settings: Settings = Depends(get_settings)) -> dict:
+    """The prompt for k = 0..N exemplars, rendered for a model, with token counts."""
+    return preview_prompts(settings, set_id, body.question, ks=body.ks, layout=body.layout,
+                           model=body.model, assistant_prefix=body.assistant_prefix)

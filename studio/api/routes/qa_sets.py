@@ -1,0 +1,66 @@
+"""QA sets: upload, preview, purpose, seeded split."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from pydantic import BaseModel
+
+from studio.api.deps import get_settings
+from studio.services import qa_sets
+from studio.settings import Settings
+
+router = APIRouter(prefix="/qa-sets", tags=["qa-sets"])
+
+
+@router.post("", status_code=201)
+def upload(file: UploadFile = File(...), name: str = Form(...), purpose: str = Form("train"),
+           format: str | None = Form(None, description="flashrag-jsonl, hotpotqa-json, "
+                                     "musique-json or csv; default: detected"),
+           settings: Settings = Depends(get_settings)) -> dict:
+    """Store a QA file; the answer reports the row count, duplicates and empty answers."""
+    return qa_sets.create_qa_set(settings, file.file, file.filename, name, purpose=purpose,
+                                 fmt=format)
+
+
+@router.get("")
+def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+    return qa_sets.list_qa_sets(settings)
+
+
+@router.get("/{qa_set_id}")
+def get(qa_set_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    return qa_sets.get_qa_set(settings, qa_set_id)
+
+
+@router.get("/{qa_set_id}/rows")
+def rows(qa_set_id: int, offset: int = Query(0), limit: int = Query(20),
+         settings: Settings = Depends(get_settings)) -> dict:
+    return qa_sets.qa_rows(settings, qa_set_id, offset, limit)
+
+
+class PurposeUpdate(BaseModel):
+    purpose: str
+
+
+@router.patch("/{qa_set_id}")
+def set_purpose(qa_set_id: int, body: PurposeUpdate,
+                settings: Settings = Depends(get_settings)) -> dict:
+    return qa_sets.set_purpose(settings, qa_set_id, body.purpose)
+
+
+class SplitRequest(BaseModel):
+    eval_fraction: float = 0.2
+    seed: int = 0
+    train_name: str | None = None
+    eval_name: str | None = None
+
+
+@router.post("/{qa_set_id}/split", status_code=201)
+def split(qa_set_id: int, body: SplitRequest, settings: Settings = Depends(get_settings)) -> dict:
+    """Two new sets, `train` and `eval`, from a seeded shuffle of this one."""
+    return qa_sets.split_qa_set(settings, qa_set_id, **body.model_dump())
+
+
+@router.delete("/{qa_set_id}", status_code=204)
+def delete(qa_set_id: int, settings: Settings = Depends(get_settings)) -> None:
+    qa_sets.delete_qa_set(settings, qa_set_id)

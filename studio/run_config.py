@@ -1,0 +1,160 @@
+"""A training run's configuration: one schema for the YAML file, the API, the UI and the engines.
+
+Every omitted key takes its default; the defaults are method.md's (GRPO group
+size 4, lr 1e-6, KL 0.001 low-variance, clip 0.2, temperature 1.0, 6 tool
+calls, top-3 passages, observations cut at 500 tokens, reward weights 0.8/0.2),
+except where the studio's small default model needs less (batch, lengths).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(_Strict):
+    corpus: str = Field(description="Name of a stored corpus: the documents the model searches")
+    train: str = Field(description="Name of the QA set to train on")
+    eval: list[str] = Field(default_factory=list, description="QA sets to evaluate on")
+    exemplars: str | None = Field(default=None, description="Name of the exemplar set")
+
+
+class StageSpec(_Strict):
+    exemplars: int
+    steps: int
+
+
+class AdaptiveSpec(_Strict):
+    metric: str = "format"
+    threshold: float = 0.9
+    window: int = 10
+    min_steps: int = 20
+    max_steps: int = 200
+    direction: Literal["at_least", "at_most"] = "at_least"
+
+
+class CurriculumSpec(_Strict):
+    preset: str | None = Field(default="3-2-0", description=f"One of {', '.join(PRESETS)}")
+    steps_per_stage: int = Field(default=100, gt=0)
+    stages: list[StageSpec] | None = Field(default=None, description="Overrides the preset")
+    adaptive: AdaptiveSpec | None = None
+
+    def build(self) -> Curriculum:
+        """The method core's curriculum; CurriculumError names the field that is wrong."""
+        if self.stages:
+            spec = {"stages": [s.model_dump() for s in self.stages]}
+        elif self.preset in PRESETS:
+            spec = Curriculum.preset(self.preset, steps_per_stage=self.steps_per_stage).to_dict()
+        else:
+            raise CurriculumError([f"curriculum.preset: {self.preset!r} is not one of "
+                                   f"{', '.join(PRESETS)}; or give stages"])
+        spec["adaptive"] = self.adaptive.model_dump() if self.adaptive else None
+        return Curriculum.from_dict(spec)
+
+
+class PromptSpec(_Strict):
+    layout: Literal["inline", "chat"] = Field(
+        default="chat", description="inline: the paper's single message; chat: exemplars as turns")
+    assistant_prefix: str | None = Field(default="<think>", description="Pre-filled reply start")
+    exemplar_selection: Literal["first", "sample"] = "first"
+    instruction: str | None = Field(default=None, description="Replaces the default instruction")
+
+
+class GrpoSpec(_Strict):
+    steps: int | None = Field(default=None, gt=0, description="Default: the curriculum's length")
+    batch_size: int = Field(default=8, gt=0, description="Questions per step")
+    group_size: int = Field(default=4, gt=0, description="Responses per question")
+    lr: float = Field(default=1.0e-6, gt=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    weight_decay: float = Field(default=0.0, ge=0)
+    kl_coef: float = Field(default=0.001, ge=0)
+    clip: float = Field(default=0.2, gt=0)
+    entropy_coef: float = Field(default=0.0, ge=0)
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_turns: int = Field(default=6, ge=0)
+    top_k: int = Field(default=3, gt=0, le=50)
+    max_turn_tokens: int = Field(default=256, gt=0)
+    max_response_tokens: int = Field(default=512, gt=0)
+    max_obs_tokens: int = Field(default=500, gt=0)
+    max_prompt_tokens: int = Field(default=5000, gt=0)
+    micro_batch_size: int = Field(default=4, gt=0)
+    mini_batch_size: int | None = Field(default=None, gt=0)
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    reset_each_stage: bool = Field(
+        default=False, description="Upstream's behaviour: new optimizer and reference per stage")
+
+
+class RewardSpec(_Strict):
+    acc_weight: float = 0.8
+    format_weight: float = 0.2
+
+
+class EngineSpec(_Strict):
+    checkpoint_every: int = Field(default=50, gt=0, description="Steps between checkpoints")
+    log_groups_per_step: int = Field(default=1, ge=0, description="Rollout groups kept per step")
+    premature_drop: float = Field(
+        default=0.5, gt=0, lt=1,
+        description="Warn when search calls per rollout fall by this share after a stage change")
+    threads: int = Field(default=1, gt=0, description="CPU threads for PyTorch (1 is fastest here)")
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+
+
+class RunConfig(_Strict):
+    name: str = Field(min_length=1, max_length=128)
+    model: str = Field(default="smollm2-135m-instruct",
+                       description="The bundled model, a Hugging Face id or a local folder")
+    backend: Literal["native", "verl"] = "native"
+    queue: Literal["cpu", "gpu"] = "cpu"
+    data: DataSpec
+    curriculum: CurriculumSpec = Field(default_factory=CurriculumSpec)
+    prompt: PromptSpec = Field(default_factory=PromptSpec)
+    grpo: GrpoSpec = Field(default_factory=GrpoSpec)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _curriculum_is_valid(self) -> RunConfig:
+        self.curriculum.build()
+        return self
+
+    @property
+    def total_steps(self) -> int:
+        return self.grpo.steps or self.curriculum.build().total_steps
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+class RunConfigError(ValueError):
+    """A config that cannot be used; each line names the field path and what is wrong."""
+
+
+def parse_run_config(data: dict | str) -> RunConfig:
+    """From a dict (API) or YAML text (file); errors name each field path."""
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise RunConfigError(f"run config: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunConfigError("run config: must be a mapping of keys (name, data, grpo, ...)")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "run config"
+            cause = err.get("ctx", {}).get("error")
+            message = str(cause) if isinstance(cause, CurriculumError) else err["msg"]
+            lines.append(f"{path}: {message}")
+        raise RunConfigError("; ".join(lines)) from None

@@ -1,0 +1,238 @@
+"""Corpora: upload, index with BM25 (a worker task, with progress), search.
+
+An upload is read in full before its row is stored, so a malformed file is
+refused with its line and nothing is kept; the index is built by a worker and
+stored under `indexes/` in the data directory, and each process loads it once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from sqlmodel import select
+
+from studio.db import session_scope
+from studio.ingest import IngestError, Limits, read_documents
+from studio.method.tags import format_information
+from studio.queue import enqueue
+from studio.retrieval import (
+    BACKENDS,
+    Bm25Params,
+    Passage,
+    SearchIndex,
+    build_index,
+    cached_index,
+    save_index,
+    search_r1_result,
+    split_into_passages,
+)
+from studio.services import uploads
+from studio.services.errors import Conflict, InvalidInput
+from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.settings import Settings
+from studio.tables import Corpus, CorpusStatus, utcnow
+
+INDEX_TASK = "worker.build_corpus_index"
+MAX_TOP_K = 50
+_PROGRESS_EVERY_S = 1.0
+
+
+def upload_limits(settings: Settings) -> Limits:
+    return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
+                  max_archive_members=settings.max_archive_members,
+                  max_unpacked_bytes=settings.max_unpacked_bytes)
+
+
+def _params(backend: str, params: dict | None, split_on_blank_lines: bool) -> dict:
+    if backend not in BACKENDS:
+        raise InvalidInput(f"backend: '{backend}' is not one of {', '.join(BACKENDS)}")
+    try:
+        bm25 = Bm25Params.from_dict(params or {})
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"params: {exc}") from None
+    return {"bm25": bm25.to_dict(), "split_on_blank_lines": split_on_blank_lines}
+
+
+def create_corpus(settings: Settings, stream: BinaryIO, filename: str | None, name: str, *,
+                  backend: str = "bm25s", params: dict | None = None,
+                  split_on_blank_lines: bool = False, start_indexing: bool = True) -> dict:
+    """Store an uploaded corpus and queue its index build; refuse bad files with their line."""
+    index_params = _params(backend, params, split_on_blank_lines)
+    with session_scope(settings.sqlalchemy_url) as session:
+        name = check_new_name(session, Corpus, name)
+    with uploads.stage_upload(stream, filename, settings) as staged:
+        try:
+            documents = sum(1 for _ in read_documents(
+                staged.path, staged.filename, upload_limits(settings),
+                split_text_on_blank_lines=split_on_blank_lines))
+        except IngestError as exc:
+            raise InvalidInput(str(exc)) from None
+        with uploads.kept_upload(staged, settings) as path, \
+                session_scope(settings.sqlalchemy_url) as session:
+            check_new_name(session, Corpus, name)
+            corpus = Corpus(
+                name=name, source_filename=staged.filename, content_hash=staged.sha256,
+                upload_path=str(path.relative_to(settings.resolved_data_dir)), backend=backend,
+                index_params=index_params, num_documents=documents)
+            session.add(corpus)
+            session.flush()
+            corpus_id = corpus.id
+    if start_indexing:
+        enqueue(settings, INDEX_TASK, corpus_id, queue="cpu")
+    return get_corpus(settings, corpus_id)
+
+
+def _view(corpus: Corpus) -> dict:
+    total = max(corpus.num_documents, 1)
+    return {
+        "id": corpus.id, "name": corpus.name, "status": corpus.status, "error": corpus.error,
+        "source_filename": corpus.source_filename, "backend": corpus.backend,
+        "params": corpus.index_params, "num_documents": corpus.num_documents,
+        "num_passages": corpus.num_passages,
+        "progress": {"rows_read": corpus.rows_read, "passages_indexed": corpus.passages_indexed,
+                     "fraction": 1.0 if corpus.status == CorpusStatus.ready
+                     else round(min(corpus.rows_read / total, 1.0), 4)},
+        "created_at": corpus.created_at.isoformat(), "updated_at": corpus.updated_at.isoformat(),
+    }
+
+
+def _load(session, corpus_id: int) -> Corpus:
+    return get_or_404(session, Corpus, corpus_id, "corpus")
+
+
+def get_corpus(settings: Settings, corpus_id: int) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _view(_load(session, corpus_id))
+
+
+def find_corpus(settings: Settings, name: str) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _view(by_name_or_404(session, Corpus, name, "corpus"))
+
+
+def list_corpora(settings: Settings) -> list[dict]:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return [_view(c) for c in session.exec(select(Corpus).order_by(Corpus.id))]
+
+
+def delete_corpus(settings: Settings, corpus_id: int) -> None:
+    """Remove the row, its index, and its upload unless another corpus holds the same file."""
+    root = settings.resolved_data_dir
+    with session_scope(settings.sqlalchemy_url) as session:
+        corpus = _load(session, corpus_id)
+        if corpus.status == CorpusStatus.indexing:
+            raise Conflict(f"corpus '{corpus.name}' is being indexed; delete it when it is done")
+        shared = session.exec(select(Corpus).where(Corpus.upload_path == corpus.upload_path,
+                                                   Corpus.id != corpus.id)).first()
+        upload, index = corpus.upload_path, corpus.index_path
+        session.delete(corpus)
+    if index:
+        shutil.rmtree(root / index, ignore_errors=True)
+    if not shared:
+        (root / upload).unlink(missing_ok=True)
+
+
+# --- the index build (runs in a worker) -----------------------------------------------
+
+
+def _update(settings: Settings, corpus_id: int, **values) -> None:
+    with session_scope(settings.sqlalchemy_url) as session:
+        corpus = _load(session, corpus_id)
+        for key, value in values.items():
+            setattr(corpus, key, value)
+        corpus.updated_at = utcnow()
+        session.add(corpus)
+
+
+def build_corpus_index(settings: Settings, corpus_id: int) -> dict:
+    """Read the corpus, split it into passages, build and save its BM25 index.
+
+    Progress (rows read, passages indexed) is written about once a second; any
+    failure ends in status `failed` with the reason, never in a silent stop.
+    """
+    with session_scope(settings.sqlalchemy_url) as session:
+        corpus = _load(session, corpus_id)
+        source = settings.resolved_data_dir / corpus.upload_path
+        filename, backend, opts = corpus.source_filename, corpus.backend, corpus.index_params
+        folder = f"indexes/corpus-{corpus.id}-{corpus.content_hash[:16]}"
+    _update(settings, corpus_id, status=CorpusStatus.indexing, error=None, rows_read=0,
+            passages_indexed=0)
+    counts = {"rows_read": 0, "passages_indexed": 0}
+    last_write = [time.monotonic()]
+
+    def report(force: bool = False) -> None:
+        if force or time.monotonic() - last_write[0] >= _PROGRESS_EVERY_S:
+            last_write[0] = time.monotonic()
+            _update(settings, corpus_id, **counts)
+
+    def passages() -> Iterator[Passage]:
+        for doc in read_documents(source, filename, upload_limits(settings),
+                                  split_text_on_blank_lines=opts["split_on_blank_lines"]):
+            counts["rows_read"] += 1
+            yield from split_into_passages(doc.id, doc.title, doc.text, settings.passage_words)
+            report()
+
+    def indexed(n: int) -> None:
+        counts["passages_indexed"] = n
+        report()
+
+    try:
+        index = build_index(passages(), Bm25Params.from_dict(opts["bm25"]), backend,
+                            on_progress=indexed)
+        save_index(index, settings.resolved_data_dir / folder)
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, (IngestError, ValueError)) else \
+            f"{type(exc).__name__}: {exc}"
+        _update(settings, corpus_id, status=CorpusStatus.failed, error=reason, **counts)
+        raise
+    counts["passages_indexed"] = len(index)
+    _update(settings, corpus_id, status=CorpusStatus.ready, index_path=folder,
+            num_passages=len(index), **counts)
+    return get_corpus(settings, corpus_id)
+
+
+# --- search -----------------------------------------------------------------------------
+
+
+def open_index(settings: Settings, corpus_id: int) -> SearchIndex:
+    """The corpus's index, loaded once per process; 409 until it is ready."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        corpus = _load(session, corpus_id)
+        if corpus.status != CorpusStatus.ready:
+            detail = f": {corpus.error}" if corpus.error else ""
+            raise Conflict(f"corpus '{corpus.name}' is {corpus.status}{detail}; search it when "
+                           "its status is ready")
+        folder = settings.resolved_data_dir / corpus.index_path
+    return cached_index(folder)
+
+
+def _check_k(k: int, field: str) -> None:
+    if not 1 <= k <= MAX_TOP_K:
+        raise InvalidInput(f"{field}: must be between 1 and {MAX_TOP_K}, got {k}")
+
+
+def search(settings: Settings, corpus_id: int, query: str, k: int = 3) -> dict:
+    """One query; the hits and the exact text the model would read in its information block."""
+    _check_k(k, "k")
+    if not query.strip():
+        raise InvalidInput("q: the query is empty; type words to search for")
+    hits = open_index(settings, corpus_id).search([query], k)[0]
+    return {
+        "query": query,
+        "hits": [{"id": h.passage.id, "title": h.passage.title, "text": h.passage.text,
+                  "score": h.score} for h in hits],
+        "tool_text": format_information((h.passage.title, h.passage.text) for h in hits),
+    }
+
+
+def retrieve(settings: Settings, corpus_id: int, queries: list[str], topk: int = 3,
+             return_scores: bool = False) -> dict:
+    """Search-R1's `/retrieve` contract, which the veRL backend's agent loop calls."""
+    _check_k(topk, "topk")
+    index = open_index(settings, corpus_id)
+    return {"result": [search_r1_result(hits, return_scores)
+                       for hits in index.search(queries, topk)]}
+

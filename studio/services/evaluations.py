@@ -1,0 +1,91 @@
+"""Zero-shot evaluations of a base model or a run's checkpoint on a QA set (a worker task)."""
+
+from __future__ import annotations
+
+from sqlmodel import select
+
+from studio.db import session_scope
+from studio.queue import enqueue
+from studio.services import corpora, qa_sets
+from studio.services.errors import InvalidInput
+from studio.services.records import get_or_404
+from studio.settings import Settings
+from studio.tables import Evaluation, Run, RunState, utcnow
+
+EVAL_TASK = "worker.evaluate"
+
+
+def _view(evaluation: Evaluation) -> dict:
+    return {"id": evaluation.id, "run_id": evaluation.run_id, "model": evaluation.model_ref,
+            "qa_set_id": evaluation.qa_set_id, "state": evaluation.state,
+            "params": evaluation.params, "metrics": evaluation.metrics,
+            "error": evaluation.error, "created_at": evaluation.created_at.isoformat(),
+            "finished_at": evaluation.finished_at.isoformat() if evaluation.finished_at
+            else None}
+
+
+def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = None,
+                      model: str | None = None, run_id: int | None = None,
+                      limit: int | None = None, queue: str = "cpu", start: bool = True) -> dict:
+    """Evaluate `model` (or run `run_id`'s latest checkpoint) on a QA set, searching `corpus`
+    (default: the run's corpus)."""
+    if (model is None) == (run_id is None):
+        raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
+    if limit is not None and limit < 1:
+        raise InvalidInput("limit: must be at least 1 question")
+    if run_id is not None:
+        with session_scope(settings.sqlalchemy_url) as session:
+            run = get_or_404(session, Run, run_id, "run")
+            if not run.checkpoint_dir:
+                raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet")
+            model = run.checkpoint_dir
+            corpus = corpus or run.config["data"]["corpus"]
+    if corpus is None:
+        raise InvalidInput("corpus: name the corpus the model searches")
+    qa = qa_sets.find_qa_set(settings, qa_set)
+    found = corpora.find_corpus(settings, corpus)
+    if found["status"] != "ready":
+        raise InvalidInput(f"corpus: '{corpus}' is {found['status']}; wait until it is ready")
+    with session_scope(settings.sqlalchemy_url) as session:
+        evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa["id"],
+                                params={"corpus": corpus, "limit": limit, "done": 0,
+                                        "total": min(limit or qa["num_rows"], qa["num_rows"])})
+        session.add(evaluation)
+        session.flush()
+        evaluation_id = evaluation.id
+    if start:
+        enqueue(settings, EVAL_TASK, evaluation_id, queue=queue)
+    return get_evaluation(settings, evaluation_id)
+
+
+def get_evaluation(settings: Settings, evaluation_id: int) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"))
+
+
+def list_evaluations(settings: Settings, run_id: int | None = None) -> list[dict]:
+    with session_scope(settings.sqlalchemy_url) as session:
+        query = select(Evaluation).order_by(Evaluation.id.desc())
+        if run_id is not None:
+            query = query.where(Evaluation.run_id == run_id)
+        return [_view(e) for e in session.exec(query)]
+
+
+def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState | None = None,
+                      progress: tuple[int, int] | None = None, metrics: dict | None = None,
+                      error: str | None = None) -> None:
+    """Worker-side: state, progress (done, total), final metrics or the failure's reason."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
+        if state is not None:
+            evaluation.state = state
+            if state in (RunState.succeeded, RunState.failed):
+                evaluation.finished_at = utcnow()
+        if progress is not None:
+            evaluation.params = {**(evaluation.params or {}), "done": progress[0],
+                                 "total": progress[1]}
+        if metrics is not None:
+            evaluation.metrics = metrics
+        if error is not None:
+            evaluation.error = error
+        session.add(evaluation)

@@ -1,0 +1,162 @@
+"""QA sets: questions with gold answers, for training or evaluation.
+
+Uploads are parsed in full before anything is stored (a bad row is refused
+with its number); the rows and the set are stored in one transaction.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+from sqlalchemy import insert
+from sqlmodel import col, delete, select
+
+from studio.db import session_scope
+from studio.ingest import IngestError, QARow, read_qa, split_qa
+from studio.services import uploads
+from studio.services.corpora import upload_limits
+from studio.services.errors import InvalidInput
+from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.settings import Settings
+from studio.tables import QAItem, QASet
+
+PURPOSES = ("train", "eval")
+_BATCH = 5000
+
+
+def _check_purpose(purpose: str) -> str:
+    if purpose not in PURPOSES:
+        raise InvalidInput(f"purpose: '{purpose}' is not one of {', '.join(PURPOSES)}")
+    return purpose
+
+
+def _view(qa_set: QASet) -> dict:
+    return {
+        "id": qa_set.id, "name": qa_set.name, "purpose": qa_set.purpose,
+        "source_filename": qa_set.source_filename, "format": qa_set.source_format,
+        "num_rows": qa_set.num_rows, "report": qa_set.report,
+        "created_at": qa_set.created_at.isoformat(),
+    }
+
+
+def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
+    session.add(qa_set)
+    session.flush()
+    for start in range(0, len(rows), _BATCH):
+        session.execute(insert(QAItem), [
+            {"qa_set_id": qa_set.id, "position": start + i, "external_id": r.id,
+             "question": r.question, "golden_answers": list(r.golden_answers), "meta": r.meta}
+            for i, r in enumerate(rows[start:start + _BATCH])
+        ])
+    return _view(qa_set)
+
+
+def create_qa_set(settings: Settings, stream: BinaryIO, filename: str | None, name: str, *,
+                  purpose: str = "train", fmt: str | None = None) -> dict:
+    _check_purpose(purpose)
+    with session_scope(settings.sqlalchemy_url) as session:
+        name = check_new_name(session, QASet, name)
+    with uploads.stage_upload(stream, filename, settings) as staged:
+        try:
+            result = read_qa(staged.path, staged.filename, upload_limits(settings), fmt=fmt)
+        except IngestError as exc:
+            raise InvalidInput(str(exc)) from None
+        with uploads.kept_upload(staged, settings) as path, \
+                session_scope(settings.sqlalchemy_url) as session:
+            check_new_name(session, QASet, name)
+            qa_set = QASet(
+                name=name, purpose=purpose, source_filename=staged.filename,
+                content_hash=staged.sha256, source_format=result.fmt,
+                upload_path=str(path.relative_to(settings.resolved_data_dir)),
+                num_rows=len(result.rows), report=result.report)
+            return _store(session, qa_set, result.rows)
+
+
+def _load(session, qa_set_id: int) -> QASet:
+    return get_or_404(session, QASet, qa_set_id, "QA set")
+
+
+def get_qa_set(settings: Settings, qa_set_id: int) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _view(_load(session, qa_set_id))
+
+
+def find_qa_set(settings: Settings, name: str) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _view(by_name_or_404(session, QASet, name, "QA set"))
+
+
+def list_qa_sets(settings: Settings) -> list[dict]:
+    with session_scope(settings.sqlalchemy_url) as session:
+        return [_view(q) for q in session.exec(select(QASet).order_by(QASet.id))]
+
+
+def set_purpose(settings: Settings, qa_set_id: int, purpose: str) -> dict:
+    _check_purpose(purpose)
+    with session_scope(settings.sqlalchemy_url) as session:
+        qa_set = _load(session, qa_set_id)
+        qa_set.purpose = purpose
+        session.add(qa_set)
+        return _view(qa_set)
+
+
+def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -> list[QAItem]:
+    query = select(QAItem).where(QAItem.qa_set_id == qa_set_id).order_by(QAItem.position)
+    query = query.offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.exec(query))
+
+
+def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20) -> dict:
+    """A page of rows for previews."""
+    if offset < 0 or not 1 <= limit <= 500:
+        raise InvalidInput("offset must be >= 0 and limit between 1 and 500")
+    with session_scope(settings.sqlalchemy_url) as session:
+        qa_set = _load(session, qa_set_id)
+        rows = [{"row": i.position + 1, "id": i.external_id, "question": i.question,
+                 "golden_answers": i.golden_answers} for i in _items(session, qa_set.id,
+                                                                       offset, limit)]
+        return {"total": qa_set.num_rows, "offset": offset, "rows": rows}
+
+
+def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
+    """Every row of a set, as the engines and evaluation read them."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        _load(session, qa_set_id)
+        return [QARow(id=i.external_id or str(i.position), question=i.question,
+                      golden_answers=list(i.golden_answers or []), meta=i.meta or {})
+                for i in _items(session, qa_set_id)]
+
+
+def split_qa_set(settings: Settings, qa_set_id: int, *, eval_fraction: float = 0.2,
+                 seed: int = 0, train_name: str | None = None,
+                 eval_name: str | None = None) -> dict:
+    """Split a set into a training and an evaluation set with a seed (both new sets)."""
+    if not 0 < eval_fraction < 1:
+        raise InvalidInput(f"eval_fraction: must be between 0 and 1, got {eval_fraction}")
+    source = get_qa_set(settings, qa_set_id)
+    rows = load_rows(settings, qa_set_id)
+    train_rows, eval_rows = split_qa(rows, eval_fraction, seed)
+    if not train_rows or not eval_rows:
+        raise InvalidInput(f"eval_fraction: {eval_fraction} of {len(rows)} rows leaves one side "
+                           "empty; choose a fraction that keeps rows on both sides")
+    out = {}
+    with session_scope(settings.sqlalchemy_url) as session:
+        for purpose, part, new_name in (("train", train_rows, train_name),
+                                        ("eval", eval_rows, eval_name)):
+            name = check_new_name(session, QASet, new_name or f"{source['name']}-{purpose}")
+            out[purpose] = _store(session, QASet(
+                name=name, purpose=purpose, source_filename=source["source_filename"],
+                content_hash="", source_format=source["format"], num_rows=len(part),
+                report={"split_of": source["name"], "seed": seed,
+                        "eval_fraction": eval_fraction}), part)
+    return out
+
+
+def delete_qa_set(settings: Settings, qa_set_id: int) -> None:
+    with session_scope(settings.sqlalchemy_url) as session:
+        qa_set = _load(session, qa_set_id)
+        session.exec(delete(QAItem).where(col(QAItem.qa_set_id) == qa_set.id))
+        session.delete(qa_set)
+

@@ -1,0 +1,35 @@
+"""Loading named records by id or name, with the 404/409 errors users see."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlmodel import Session, SQLModel, select
+
+from studio.services.errors import Conflict, InvalidInput, NotFound
+
+Row = TypeVar("Row", bound=SQLModel)
+
+
+def get_or_404(session: Session, table: type[Row], row_id: int, kind: str) -> Row:
+    row = session.get(table, row_id)
+    if row is None:
+        raise NotFound(f"{kind} {row_id} does not exist")
+    return row
+
+
+def by_name_or_404(session: Session, table: type[Row], name: str, kind: str) -> Row:
+    row = session.exec(select(table).where(table.name == name)).first()
+    if row is None:
+        raise NotFound(f"{kind} '{name}' does not exist")
+    return row
+
+
+def check_new_name(session: Session, table: type[SQLModel], name: str) -> str:
+    """A stripped, non-empty name not used by another row of `table`."""
+    name = (name or "").strip()
+    if not name or len(name) > 128:
+        raise InvalidInput("name: give a name of 1 to 128 characters")
+    if session.exec(select(table).where(table.name == name)).first() is not None:
+        raise Conflict(f"name: '{name}' is already used; choose another name or delete the old one")
+    return name
