@@ -16,9 +16,10 @@
 * Queries are real questions (HotpotQA, MuSiQue, NQ, TriviaQA, PopQA) from
   ../shared/data; latencies are medians (QPS = 1 / median latency, batched:
   64 / median batch time), measured in a child that loads the saved index.
-* /retrieve: a minimal FastAPI app served by uvicorn on 127.0.0.1 wraps the
-  loaded index with Search-R1's request/response shape; p50/p95 of one
-  request (1 query, topk 3) over a keep-alive connection.
+* /retrieve: the studio's own web app (served by uvicorn on 127.0.0.1, token
+  auth, a corpus row pointing at the saved index), Search-R1's request and
+  answer at /api/v1/corpora/{id}/retrieve; p50/p95 of one request (1 query,
+  topk 3) over a keep-alive connection.
 * Quality: recall@3/@5 of the gold paragraphs of HotpotQA dev and MuSiQue
   train (supporting facts / is_supporting paragraphs of the original JSON)
   over their own corpus.jsonl, per backend; top-3 agreement of the backends.
@@ -50,7 +51,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
 
 from studio.retrieval import (  # noqa: E402
     Bm25Params,
@@ -58,7 +58,6 @@ from studio.retrieval import (  # noqa: E402
     build_index,
     load_index,
     save_index,
-    search_r1_result,
     split_into_passages,
 )
 
@@ -244,33 +243,35 @@ def _child_query(args: dict, queue) -> None:
         raise
 
 
-class RetrieveRequest(BaseModel):
-    """Search-R1's /retrieve request."""
+def prepare_studio(folder: Path, data_dir: Path) -> tuple[int, str]:
+    """A studio database whose corpus row points at the built index; its id and an API token."""
+    from studio import db
+    from studio.services.auth import bootstrap_admin
+    from studio.settings import Settings
+    from studio.tables import Corpus, CorpusStatus
 
-    queries: list[str]
-    topk: int | None = 3
-    return_scores: bool = False
-
-
-def make_app(folder: str):
-    """A minimal stand-in for the studio's /retrieve: Search-R1's request and answer."""
-    from fastapi import FastAPI
-
-    index = load_index(Path(folder))
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    def retrieve(req: RetrieveRequest) -> dict:
-        results = index.search(req.queries, req.topk or 3)
-        return {"result": [search_r1_result(hits, req.return_scores) for hits in results]}
-
-    return app
+    settings = Settings(data_dir=data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade(settings.sqlalchemy_url)
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        token = bootstrap_admin(session).token
+        corpus = Corpus(name="bench", source_filename="synthetic", content_hash="",
+                        upload_path="synthetic", index_path=str(folder.resolve()),
+                        status=CorpusStatus.ready, num_passages=len(load_index(folder)))
+        session.add(corpus)
+        session.flush()
+        return corpus.id, token
 
 
-def _child_serve(folder: str, port: int) -> None:
+def _child_serve(data_dir: str, port: int) -> None:
+    """The studio's own web app (API, auth, database), as `studio web` serves it."""
     import uvicorn
 
-    uvicorn.run(make_app(folder), host="127.0.0.1", port=port, log_level="warning")
+    from frontend.server import create_app
+    from studio.settings import Settings
+
+    uvicorn.run(create_app(Settings(data_dir=data_dir)), host="127.0.0.1", port=port,
+                log_level="warning")
 
 
 def _free_port() -> int:
@@ -296,23 +297,27 @@ def _run_child(target, args: dict, timeout: float = 1800) -> dict:
 
 
 def measure_http(folder: Path, queries: list[str], n: int) -> dict:
+    import tempfile
+
     import httpx
 
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-studio-"))
+    corpus_id, token = prepare_studio(folder, data_dir)
     ctx = mp.get_context("spawn")
     port = _free_port()
-    server = ctx.Process(target=_child_serve, args=(str(folder), port))
+    server = ctx.Process(target=_child_serve, args=(str(data_dir), port))
     server.start()
     try:
-        url = f"http://127.0.0.1:{port}/retrieve"
+        url = f"http://127.0.0.1:{port}/api/v1/corpora/{corpus_id}/retrieve"
         deadline = time.time() + 600
-        with httpx.Client(timeout=60) as client:
+        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"}) as client:
             while True:
                 try:
-                    client.post(url, json={"queries": ["warm up"], "topk": 3})
+                    client.post(url, json={"queries": ["warm up"], "topk": 3}).raise_for_status()
                     break
                 except httpx.TransportError:
                     if time.time() > deadline or not server.is_alive():
-                        raise RuntimeError("the /retrieve server did not start") from None
+                        raise RuntimeError("the studio did not start") from None
                     time.sleep(0.2)
             for q in queries[:10]:
                 client.post(url, json={"queries": [q], "topk": 3, "return_scores": True})
@@ -329,6 +334,7 @@ def measure_http(folder: Path, queries: list[str], n: int) -> dict:
         server.join(timeout=30)
         if server.is_alive():
             server.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
     lat_ms = np.array(lat) * 1e3
     return {
         "p50_ms": float(np.percentile(lat_ms, 50)),
@@ -594,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
 
-    print("\n## /retrieve over HTTP (FastAPI + uvicorn, 1 query, topk 3, bm25s)\n")
+    print("\n## the studio's /retrieve over HTTP (its web app, token auth, 1 query, topk 3)\n")
     print(
         table(
             [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
+from studio.settings import get_settings
 from worker import heartbeat  # noqa: F401  (connects the worker's heartbeat signals)
 from worker.celery_app import app
 
@@ -13,3 +14,27 @@ from worker.celery_app import app
 def ping(payload: str = "ping") -> dict:
     """Prove the round trip producer -> broker -> worker -> result backend."""
     return {"pong": payload, "hostname": socket.gethostname(), "pid": os.getpid()}
+
+
+@app.task(name="worker.build_corpus_index")
+def build_corpus_index(corpus_id: int) -> dict:
+    """Index an uploaded corpus; progress and the outcome are written to its row."""
+    from studio.services.corpora import build_corpus_index as build
+
+    return build(get_settings(), corpus_id)
+
+
+@app.task(name="worker.train_run", bind=True)
+def train_run(self, run_id: int) -> str:
+    """Train a run in a spawned process; cancellation and failures end up on the run."""
+    from worker.training_process import run_training
+
+    return run_training(get_settings(), run_id, self.request.hostname or socket.gethostname())
+
+
+@app.task(name="worker.evaluate")
+def evaluate(evaluation_id: int) -> dict:
+    """Zero-shot evaluation of a model or a run's checkpoint on a QA set."""
+    from worker.evaluation import run_evaluation
+
+    return run_evaluation(get_settings(), evaluation_id)

@@ -1,0 +1,145 @@
+"""The native trainer end to end on a tiny random model: metrics, rollouts, stages, resume,
+and the worker path (spawned process, cancellation, failures with their reason)."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from studio.services import runs
+from studio.services.demo import load_demo_pack
+from studio.tables import RunState
+from tests.support.processes import running_worker, wait_for
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native.trainer import Trainer, latest_checkpoint
+
+
+@pytest.fixture
+def studio(settings, tmp_path):
+    """A migrated studio with the demo pack and a tiny model folder."""
+    load_demo_pack(settings, index_now=True)
+    return settings, build_tiny_model(tmp_path / "tiny")
+
+
+def tiny_config(model, steps=3, **grpo) -> dict:
+    return {
+        "name": "tiny", "model": str(model),
+        "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"},
+        "curriculum": {"stages": [{"exemplars": 2, "steps": 1}, {"exemplars": 0, "steps": 2}]},
+        "grpo": {"steps": steps, "batch_size": 2, "group_size": 2, "lr": 1e-4,
+                 "max_turns": 2, "max_turn_tokens": 12, "max_response_tokens": 48,
+                 "max_obs_tokens": 24, "micro_batch_size": 2, **grpo},
+        "engine": {"checkpoint_every": 1, "log_groups_per_step": 1},
+        "seed": 3,
+    }
+
+
+def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio):
+    settings, model = studio
+    run = runs.create_run(settings, tiny_config(model), start=False)
+    Trainer(settings, run["id"]).run()
+
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert [m["exemplars"] for m in metrics] == [2, 0, 0]
+    for m in metrics:
+        for key in ("reward_mean", "reward_std", "acc", "format", "em", "subem", "f1", "kl",
+                    "entropy", "pg_loss", "clip_frac", "grad_norm", "lr", "response_length",
+                    "masked_fraction", "search_calls", "valid_search_rate", "answer_rate",
+                    "penalty_missing_answer", "time_rollout", "time_reference", "time_update"):
+            assert key in m, key
+        assert 0.0 <= m["masked_fraction"] <= 1.0
+
+    events = runs.run_events(settings, run["id"])
+    assert [(e["step"], e["kind"]) for e in events if e["kind"] == "stage_change"] == [
+        (0, "stage_change"), (1, "stage_change")]
+
+    rollouts = runs.run_rollouts(settings, run["id"], limit=100)
+    assert sorted({r["step"] for r in rollouts}) == [0, 1, 2]
+    assert all(len([r for r in rollouts if r["step"] == s]) == 2 for s in (0, 1, 2))
+    for r in rollouts:
+        sources = {s["source"] for s in r["segments"]}
+        assert sources <= {"prompt", "model", "env"}
+        assert r["breakdown"]["score"] == r["reward"]
+
+    checkpoint = latest_checkpoint(settings.resolved_data_dir / "runs" / str(run["id"]))
+    assert checkpoint.step == 3
+    assert AutoModelForCausalLM.from_pretrained(checkpoint.folder).config.num_hidden_layers == 2
+    assert runs.get_run(settings, run["id"])["current_step"] == 3
+
+
+class _Crash(Exception):
+    pass
+
+
+class CrashingTrainer(Trainer):
+    """Dies right after writing step `crash_after`, before that step's checkpoint."""
+
+    crash_after = 2
+
+    def _after_step(self, step, metrics):
+        super()._after_step(step, metrics)
+        if step == self.crash_after:
+            raise _Crash()
+
+
+def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):
+    settings, model = studio
+    config = tiny_config(model, steps=4)
+    config["engine"]["checkpoint_every"] = 2
+    run = runs.create_run(settings, config, start=False)
+    with pytest.raises(_Crash):
+        CrashingTrainer(settings, run["id"]).run()
+    before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
+    assert sorted(before) == [0, 1, 2]  # step 2 was written, its checkpoint was not
+
+    Trainer(settings, run["id"]).run()
+    after = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in after] == [0, 1, 2, 3], "no step lost, none duplicated"
+    assert after[2]["reward_mean"] == before[2]["reward_mean"], "step 2 ran again identically"
+    assert any("resumed from the checkpoint after step 2" in e["message"]
+               for e in runs.run_events(settings, run["id"]))
+    assert len([r for r in runs.run_rollouts(settings, run["id"], limit=100)
+                if r["step"] == 2]) == 2
+
+
+@pytest.mark.slow
+def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp_path):
+    settings, model = studio
+    with running_worker(settings.resolved_data_dir, tmp_path / "worker.log"):
+        good = runs.create_run(settings, tiny_config(model, steps=2))
+        bad = runs.create_run(settings, {**tiny_config(model, steps=2), "name": "bad",
+                                         "model": str(tmp_path / "no-such-model")})
+        done = wait_for(lambda: all(
+            runs.get_run(settings, r["id"])["state"] in ("succeeded", "failed")
+            for r in (good, bad)), 300, "both runs to finish")
+        assert done
+    good, bad = runs.get_run(settings, good["id"]), runs.get_run(settings, bad["id"])
+    assert good["state"] == RunState.succeeded and good["current_step"] == 2
+    assert bad["state"] == RunState.failed
+    assert "no-such-model" in bad["error"]
+
+
+@pytest.mark.slow
+def test_cancel_stops_the_training_process(studio, tmp_path):
+    settings, model = studio
+    with running_worker(settings.resolved_data_dir, tmp_path / "worker.log"):
+        run = runs.create_run(settings, tiny_config(model, steps=500))
+        wait_for(lambda: runs.get_run(settings, run["id"])["current_step"] >= 1, 120,
+                 "the first step")
+        pid = wait_for(lambda: _pid(settings, run["id"]), 30, "the training pid")
+        runs.cancel_run(settings, run["id"])
+        wait_for(lambda: _pid(settings, run["id"]) is None, 60, "the process to be stopped")
+    final = runs.get_run(settings, run["id"])
+    assert final["state"] == RunState.cancelled and final["current_step"] < 500
+    from tests.support.processes import pid_alive
+
+    assert not pid_alive(pid)
+
+
+def _pid(settings, run_id):
+    from studio.db import session_scope
+    from studio.tables import Run
+
+    with session_scope(settings.sqlalchemy_url) as session:
+        return session.get(Run, run_id).pid

@@ -1,0 +1,1 @@
+"""Training engines: `native` (PyTorch + Transformers, one machine) and `verl` (GPU clusters)."""

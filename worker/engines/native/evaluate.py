@@ -1,0 +1,80 @@
+"""Zero-shot evaluation with the search tool (method.md, "Evaluation protocol").
+
+k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool
+calls, top-3 passages; EM (primary), SubEM, F1, plus how the model used the
+tool. The same code evaluates a base model and a trained checkpoint.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from studio.ingest import QARow
+from studio.method.prompt import build_prompt
+from studio.method.reward import score
+from studio.services.prompt_preview import render_prompt
+from worker.engines.native.rollout import RolloutConfig, SearchFn, generate_rollouts
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    temperature: float = 0.1
+    max_turn_tokens: int = 512
+    max_turns: int = 6
+    top_k: int = 3
+    max_response_tokens: int = 4096
+    max_obs_tokens: int = 500
+    batch_size: int = 16
+    layout: str = "chat"
+    assistant_prefix: str | None = "<think>"
+    seed: int = 0
+
+
+def evaluate(model, tokenizer, rows: list[QARow], search: SearchFn, config: EvalConfig,
+             on_progress: Callable[[int, int], None] | None = None) -> dict:
+    """Metrics over `rows` and one record per question (prediction, scores, tool use)."""
+    rollout_config = RolloutConfig(
+        max_turns=config.max_turns, max_turn_tokens=config.max_turn_tokens,
+        max_response_tokens=config.max_response_tokens, max_obs_tokens=config.max_obs_tokens,
+        temperature=config.temperature, top_k_passages=config.top_k)
+    prefix = config.assistant_prefix or ""
+    device = next(model.parameters()).device
+    records = []
+    model.eval()
+    for start in range(0, len(rows), config.batch_size):
+        chunk = rows[start:start + config.batch_size]
+        prompt_ids = []
+        for row in chunk:
+            prompt = build_prompt(row.question, [], 0, layout=config.layout,
+                                  assistant_prefix=config.assistant_prefix)
+            text = render_prompt(tokenizer, prompt.messages, config.assistant_prefix)
+            prompt_ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        rollouts = generate_rollouts(
+            model, tokenizer, prompt_ids, search, rollout_config,
+            generator=torch.Generator(device).manual_seed(config.seed + start),
+            eos_token_id=tokenizer.eos_token_id)
+        for row, rollout in zip(chunk, rollouts, strict=True):
+            reward = score(prefix + rollout.response_text, row.golden_answers)
+            records.append({"id": row.id, "question": row.question,
+                            "golden_answers": row.golden_answers, "prediction": reward.answer,
+                            "em": reward.em, "subem": reward.subem, "f1": reward.f1,
+                            "acc": reward.acc, "format": reward.format,
+                            "search_calls": rollout.num_tool_calls,
+                            "stop_reason": rollout.stop_reason})
+        if on_progress:
+            on_progress(len(records), len(rows))
+
+    def mean(key: str) -> float:
+        return float(statistics.fmean(r[key] for r in records)) if records else 0.0
+
+    metrics = {key: mean(key) for key in ("em", "subem", "f1", "acc", "format", "search_calls")}
+    metrics["answer_rate"] = (sum(1 for r in records if r["prediction"]) / len(records)
+                              if records else 0.0)
+    metrics["valid_search_rate"] = (sum(1 for r in records if r["search_calls"] > 0)
+                                    / len(records) if records else 0.0)
+    metrics["questions"] = len(records)
+    return {"metrics": metrics, "records": records}

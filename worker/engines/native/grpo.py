@@ -1,0 +1,693 @@
+"""Loss-masked GRPO for the native engine (method.md, "Loss masking" and "GRPO").
+
+The pieces, in the order a training step uses them:
+
+1. :func:`make_batch` turns rollouts (prompt ids, response ids, a per-token
+   response mask: 1 = sampled by the model, 0 = written by the environment)
+   and the group advantages (``studio.method.grpo.group_advantages``) into a
+   right-padded :class:`PolicyBatch`.
+2. :func:`reference_logprobs` scores the batch with the frozen reference
+   (:func:`frozen_copy` of the initial weights), without gradients.
+3. :func:`update_step` runs one PPO epoch over the batch: mini-batches (one
+   optimizer step each), micro-batches inside them (gradient accumulation),
+   the loss of :func:`grpo_loss`, gradient clipping, ``optimizer.step`` and
+   ``scheduler.step``.
+
+The loss, per unmasked response token ``t`` of sequence ``i``::
+
+    ratio   = exp(logp - old_logp)
+    pg      = max(-A_i * ratio, -A_i * clip(ratio, 1 - clip, 1 + clip))
+    kl      = exp(ref - logp) - (ref - logp) - 1          (low-variance "k3")
+    loss_t  = pg + kl_coef * kl - entropy_coef * entropy
+
+    loss    = sum_t(loss_t * mask_t) / sum_t(mask_t)       (token mean over the mini-batch)
+
+The mask (``PolicyBatch.loss_mask``) is 0 on prompt tokens, environment
+tokens (information blocks, corrective messages) and padding, so none of the
+three terms sees them. Environment tokens stay in ``input_ids``: they are
+context for the model's later tokens, they are just never scored.
+
+Cost: the model's full-vocabulary logits are only computed for the scored
+positions (the positions whose *next* token has mask 1), never for the prompt,
+and log-probabilities are ``gather(logits) - logsumexp(logits)`` without a
+full log-softmax tensor. Sequences are sorted by length inside a mini-batch
+and each micro-batch is cut to its own longest sequence, so padding costs
+little. The device (and bf16 autocast on CUDA) is taken from the model; the
+batch tensors live on CPU and are moved one micro-batch at a time; returned
+log-prob tensors are float32 on CPU.
+
+Dropout: the ratio assumes the same network computes the old and the new
+log-probs; Hugging Face causal LMs default to dropout 0, keep it that way.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "GrpoConfig",
+    "PolicyBatch",
+    "frozen_copy",
+    "grpo_loss",
+    "make_batch",
+    "make_optimizer",
+    "reference_logprobs",
+    "token_logprobs",
+    "update_step",
+]
+
+#: The low-variance KL estimator is ``exp(d) - d - 1`` with ``d = ref - logp``;
+#: ``d`` is clamped to this range so that a token the policy has all but ruled
+#: out cannot overflow ``exp`` (and turn the gradient into NaN).
+KL_LOG_RATIO_CLAMP = 10.0
+
+#: Upper bound, in elements, of one fp32 block of full-vocabulary logits when
+#: scoring without gradients (token_logprobs): 2**26 floats = 256 MiB.
+_NO_GRAD_LOGITS_ELEMENTS = 1 << 26
+
+#: Model types whose causal-LM head is exactly ``lm_head(decoder(x))`` (no
+#: logit soft-capping or scaling): for them the head is applied to the scored
+#: positions only. Any other model goes through its own forward with
+#: ``logits_to_keep`` (the union of the scored columns of the micro-batch).
+_PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+# --------------------------------------------------------------------------
+# Configuration and batch
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class GrpoConfig:
+    """Hyper-parameters of one GRPO update (defaults: method.md, "GRPO").
+
+    ``micro_batch_size``: sequences per forward/backward (gradient
+    accumulation). ``mini_batch_size``: sequences per optimizer step; ``None``
+    means the whole batch (one optimizer step per training step).
+    ``max_grad_norm``: the total gradient norm is clipped to it (``None`` or
+    ``<= 0``: measured, not clipped).
+    """
+
+    clip: float = 0.2
+    kl_coef: float = 0.001
+    entropy_coef: float = 0.0
+    micro_batch_size: int = 4
+    mini_batch_size: int | None = None
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.clip >= 0:
+            raise ValueError(f"clip must be >= 0, got {self.clip}")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size must be >= 1 or None, got {self.mini_batch_size}")
+
+
+@dataclass
+class PolicyBatch:
+    """Right-padded rollouts, on CPU.
+
+    ``input_ids`` / ``attention_mask``: ``[N, T]`` prompt + response + padding.
+    ``loss_mask``: ``[N, T]`` float, 1 on the response tokens the model
+    sampled, 0 on prompt, environment tokens and padding.
+    ``advantages``: ``[N]``, one per sequence (the same for all its tokens).
+    ``prompt_lengths``: ``[N]``, where each response starts (filled by
+    :func:`make_batch`; when ``None`` the response is taken to start at the
+    first token with mask 1, which is right for rollouts since the model
+    always writes a response's first token).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    prompt_lengths: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def rows(self, index: torch.Tensor | Sequence[int]) -> PolicyBatch:
+        """The sequences at ``index`` (in that order), as a new batch."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        return PolicyBatch(
+            input_ids=self.input_ids[index],
+            attention_mask=self.attention_mask[index],
+            loss_mask=self.loss_mask[index],
+            advantages=self.advantages[index],
+            prompt_lengths=None if self.prompt_lengths is None else self.prompt_lengths[index],
+        )
+
+
+def make_batch(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    response_masks: list[list[int]],
+    advantages: list[float],
+    pad_token_id: int,
+) -> PolicyBatch:
+    """Concatenate prompt + response per rollout and right-pad to the longest.
+
+    ``response_masks[i]`` has one entry per token of ``responses[i]``: 1 for a
+    token the model sampled, 0 for one the environment inserted. The loss
+    mask is that mask on the response, 0 on the prompt and on padding.
+    """
+    n = len(prompts)
+    if not (len(responses) == len(response_masks) == len(advantages) == n):
+        raise ValueError(
+            f"{n} prompts, {len(responses)} responses, {len(response_masks)} response masks "
+            f"and {len(advantages)} advantages: give one of each per rollout"
+        )
+    if n == 0:
+        raise ValueError("an empty batch: give at least one rollout")
+    lengths = []
+    for i, (prompt, response, mask) in enumerate(
+        zip(prompts, responses, response_masks, strict=True)
+    ):
+        if len(response) != len(mask):
+            raise ValueError(
+                f"rollout {i}: {len(response)} response tokens but {len(mask)} mask entries"
+            )
+        if any(m not in (0, 1) for m in mask):
+            raise ValueError(f"rollout {i}: response mask entries must be 0 or 1")
+        lengths.append(len(prompt) + len(response))
+    width = max(max(lengths), 1)
+    input_ids = torch.full((n, width), int(pad_token_id), dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    loss_mask = torch.zeros((n, width), dtype=torch.float32)
+    for i, (prompt, response, mask) in enumerate(
+        zip(prompts, responses, response_masks, strict=True)
+    ):
+        p, length = len(prompt), lengths[i]
+        if length:
+            input_ids[i, :length] = torch.tensor(list(prompt) + list(response), dtype=torch.long)
+        attention_mask[i, :length] = 1
+        if response:
+            loss_mask[i, p:length] = torch.tensor(mask, dtype=torch.float32)
+    adv = torch.tensor([float(a) for a in advantages], dtype=torch.float32)
+    if not torch.isfinite(adv).all():
+        raise ValueError("advantages must be finite numbers")
+    return PolicyBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        advantages=adv,
+        prompt_lengths=torch.tensor([len(p) for p in prompts], dtype=torch.long),
+    )
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of ``model`` in eval mode with ``requires_grad=False`` (the KL reference)."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for param in ref.parameters():
+        param.requires_grad_(False)
+    return ref
+
+
+# --------------------------------------------------------------------------
+# Log-probabilities
+# --------------------------------------------------------------------------
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def _autocast(device: torch.device):
+    """bf16 autocast on CUDA (where supported); nothing on CPU."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _plain_head(model: torch.nn.Module):
+    """``(decoder, lm_head)`` when the logits are exactly ``lm_head(decoder(x))``, else None."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in _PLAIN_HEAD_MODEL_TYPES:
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = getattr(model, "model", None)
+    if not isinstance(head, torch.nn.Linear) or decoder is None:
+        return None
+    return decoder, head
+
+
+def _generic_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, sel: torch.Tensor
+) -> torch.Tensor:
+    """Logits ``[M, V]`` at the positions ``sel`` (``[b, t-1]``, row-major) via the model's forward.
+
+    Asks for the union of the scored columns with ``logits_to_keep``, or for
+    all logits from a model that does not take that argument.
+    """
+    columns = sel.any(dim=0).nonzero().squeeze(1)
+    try:
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            logits_to_keep=columns,
+        ).logits
+    except TypeError:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        return logits[:, :-1][sel]
+    return logits[sel[:, columns]]
+
+
+def _logprob_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, entropy: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(target) and the entropy of each row of ``logits`` ``[M, V]``, in fp32.
+
+    ``entropy``: ``"none"`` (not computed), ``"grad"`` (part of the graph) or
+    ``"stats"`` (detached, for logging only).
+    """
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - lse
+    if entropy == "none":
+        return logp, None
+    with torch.no_grad() if entropy == "stats" else nullcontext():
+        probs = torch.softmax(logits, dim=-1)
+        ent = lse - (probs * logits).sum(dim=-1)
+    return logp, ent
+
+
+def _forward_scores(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    *,
+    entropy: str = "none",
+    chunk_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) ``[b, t]`` at the positions where ``score_mask`` > 0, 0 elsewhere.
+
+    Inputs are already on the model's device and cut to the micro-batch's
+    length. The logit at column ``j`` scores the token at ``j + 1``, so only
+    the columns ``j`` with ``score_mask[:, j + 1] > 0`` go through the head.
+    ``chunk_tokens``: the head's logits are taken (and reduced) this many
+    scored positions at a time; meant for scoring without gradients, where
+    it bounds the memory of the full-vocabulary block.
+    """
+    b, t = input_ids.shape
+    logp_full = torch.zeros((b, t), dtype=torch.float32, device=input_ids.device)
+    ent_full = None if entropy == "none" else torch.zeros_like(logp_full)
+    if t < 2:
+        return logp_full, ent_full
+    sel = score_mask[:, 1:] > 0
+    if not bool(sel.any()):
+        return logp_full, ent_full
+    targets = input_ids[:, 1:][sel]
+    with _autocast(input_ids.device):
+        plain = _plain_head(model)
+        if plain is not None:
+            decoder, head = plain
+            hidden = decoder(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state[:, :-1][sel]
+            step = chunk_tokens or hidden.shape[0]
+            parts = [
+                _logprob_entropy(head(h), y, entropy)
+                for h, y in zip(hidden.split(step), targets.split(step), strict=True)
+            ]
+            logp = torch.cat([p for p, _ in parts])
+            ent = None if entropy == "none" else torch.cat([e for _, e in parts])
+        else:
+            logits = _generic_logits(model, input_ids, attention_mask, sel)
+            logp, ent = _logprob_entropy(logits, targets, entropy)
+    # index_put (not in-place) keeps the autograd graph to logp / ent
+    where = torch.zeros((b, t), dtype=torch.bool, device=input_ids.device)
+    where[:, 1:] = sel
+    index = where.nonzero(as_tuple=True)  # row-major, the order of [sel] above
+    logp_full = logp_full.index_put(index, logp)
+    if ent is not None:
+        ent_full = ent_full.index_put(index, ent.float())
+    return logp_full, ent_full
+
+
+def _micro_batches(
+    lengths: torch.Tensor, rows: torch.Tensor, size: int
+) -> Iterator[tuple[torch.Tensor, int]]:
+    """Sort ``rows`` by length (longest first), cut into groups of ``size``: (rows, width)."""
+    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+    for start in range(0, len(order), size):
+        chunk = order[start : start + size]
+        yield chunk, max(int(lengths[chunk].max()), 1)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    batch: PolicyBatch,
+    micro_batch_size: int,
+    *,
+    with_entropy: bool = False,
+    score_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log p(input_ids[:, t] | input_ids[:, :t])`` as ``[N, T]`` float32 on CPU, no gradients.
+
+    Aligned with ``input_ids``: position 0 is 0. Only the positions where
+    ``score_mask`` (default: ``batch.loss_mask``) is > 0 are computed; every
+    other position is 0 (their logits are never materialised). With
+    ``with_entropy`` the second tensor holds the entropy of the predicted
+    distribution at the same positions, else it is None.
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    mask = batch.loss_mask if score_mask is None else score_mask
+    if mask.shape != batch.input_ids.shape:
+        raise ValueError(
+            f"score_mask has shape {tuple(mask.shape)}, expected {tuple(batch.input_ids.shape)}"
+        )
+    device = _model_device(model)
+    n, t = batch.input_ids.shape
+    out = torch.zeros((n, t), dtype=torch.float32)
+    ent = torch.zeros((n, t), dtype=torch.float32) if with_entropy else None
+    lengths = batch.attention_mask.sum(dim=1)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 50_000
+    chunk_tokens = max(1, _NO_GRAD_LOGITS_ELEMENTS // int(vocab))
+    with torch.no_grad():
+        for rows, width in _micro_batches(lengths, torch.arange(n), micro_batch_size):
+            logp, entropy = _forward_scores(
+                model,
+                batch.input_ids[rows, :width].to(device),
+                batch.attention_mask[rows, :width].to(device),
+                mask[rows, :width].to(device),
+                entropy="stats" if with_entropy else "none",
+                chunk_tokens=chunk_tokens,
+            )
+            out[rows, :width] = logp.float().cpu()
+            if with_entropy:
+                ent[rows, :width] = entropy.float().cpu()
+    return out, ent
+
+
+def reference_logprobs(
+    ref_model: torch.nn.Module, batch: PolicyBatch, micro_batch_size: int
+) -> torch.Tensor:
+    """The frozen reference's log-probs on the loss-mask positions (see :func:`token_logprobs`)."""
+    return token_logprobs(ref_model, batch, micro_batch_size)[0]
+
+
+# --------------------------------------------------------------------------
+# The loss
+# --------------------------------------------------------------------------
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    config: GrpoConfig,
+    *,
+    entropy: torch.Tensor | None = None,
+    num_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip loss + ``kl_coef`` * KL - ``entropy_coef`` * entropy, token mean over the mask.
+
+    ``logp``, ``old_logp``, ``ref_logp``, ``entropy``, ``loss_mask``: ``[N, T]``;
+    ``advantages``: ``[N]`` (or already ``[N, T]``). ``ref_logp`` None (or
+    ``kl_coef`` 0) drops the KL term; ``entropy`` None drops the bonus.
+    ``num_tokens``: the denominator of the token mean; default
+    ``loss_mask.sum()``. Gradient accumulation passes the whole mini-batch's
+    count so that the micro-batch losses add up to its token mean.
+
+    Stats (plain floats, means over this call's unmasked tokens): ``loss``,
+    ``pg_loss``, ``kl`` (0 without a reference), ``entropy`` (NaN when not
+    given), ``clip_frac`` (share of tokens where the clipped term is the one
+    used), ``ratio_mean``, ``ratio_max``, ``approx_kl`` (mean of
+    ``old_logp - logp``, the drift from the sampling policy), ``num_tokens``.
+    """
+    mask = loss_mask.to(logp.dtype)
+    adv = advantages.to(logp.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(1)
+    count = float(mask.sum().item())
+    denom = float(num_tokens) if num_tokens is not None else count
+    denom = max(denom, 1.0)
+
+    # Masked entries are replaced (not multiplied) by 0, so whatever a caller
+    # leaves there (even inf or NaN) reaches neither the loss nor the gradient.
+    valid = mask > 0
+    zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    log_ratio = torch.where(valid, logp - old_logp, zero)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - config.clip, 1.0 + config.clip)
+    pg = torch.maximum(unclipped, clipped)
+    per_token = pg
+
+    use_kl = ref_logp is not None and config.kl_coef > 0
+    if use_kl:
+        d = torch.where(valid, ref_logp - logp, zero)
+        d = torch.clamp(d, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+        kl = torch.exp(d) - d - 1.0
+        per_token = per_token + config.kl_coef * kl
+    if entropy is not None and config.entropy_coef != 0:
+        per_token = per_token - config.entropy_coef * entropy
+
+    loss = (torch.where(valid, per_token, zero) * mask).sum() / denom
+
+    with torch.no_grad():
+        n = max(count, 1.0)
+
+        def mean(x: torch.Tensor) -> float:
+            return float((torch.where(valid, x, zero) * mask).sum().item() / n)
+
+        stats = {
+            "loss": float(loss.item()) * denom / n,
+            "pg_loss": mean(pg),
+            "kl": mean(kl) if use_kl else 0.0,
+            "entropy": mean(entropy) if entropy is not None else math.nan,
+            "clip_frac": mean((clipped > unclipped).to(mask.dtype)),
+            "ratio_mean": mean(ratio),
+            "ratio_max": float(ratio[valid].max().item()) if count else 1.0,
+            "approx_kl": mean(old_logp - logp),
+            "num_tokens": count,
+        }
+    return loss, stats
+
+
+# --------------------------------------------------------------------------
+# The update
+# --------------------------------------------------------------------------
+
+
+def _masked_fraction(batch: PolicyBatch) -> float:
+    """Share of the response tokens (after the prompt, before padding) that are env tokens."""
+    lengths = batch.attention_mask.sum(dim=1)
+    if batch.prompt_lengths is not None:
+        starts = batch.prompt_lengths
+    else:
+        has = batch.loss_mask > 0
+        first = torch.argmax(has.to(torch.int8), dim=1)
+        starts = torch.where(has.any(dim=1), first, lengths)
+    response_tokens = float((lengths - starts).clamp(min=0).sum().item())
+    if response_tokens == 0:
+        return 0.0
+    model_tokens = float(batch.loss_mask.sum().item())
+    return max(0.0, 1.0 - model_tokens / response_tokens)
+
+
+def update_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    batch: PolicyBatch,
+    ref_logp: torch.Tensor | None,
+    config: GrpoConfig,
+) -> dict[str, float]:
+    """One PPO epoch of GRPO over ``batch``; returns the step's stats.
+
+    The batch is cut, in order, into mini-batches of ``config.mini_batch_size``
+    sequences (all of it when None); each gets one optimizer step. A
+    mini-batch is run in micro-batches of ``config.micro_batch_size``
+    sequences (sorted by length), whose gradients accumulate; each
+    micro-batch's loss is divided by the token count of the *whole*
+    mini-batch, so the accumulated gradient is the gradient of the token mean
+    over the mini-batch. Then the gradient norm is clipped to
+    ``max_grad_norm``, ``optimizer.step()`` and ``scheduler.step()`` run (a
+    non-finite gradient norm skips both and is counted in ``skipped_steps``).
+
+    Old log-probs: with one mini-batch (one PPO epoch), the policy that
+    sampled the rollouts *is* the current one, so ``old_logp`` is the
+    detached log-prob of the same forward: the ratio is exactly 1 and no
+    extra forward pass is spent. With several mini-batches the weights move
+    between them, so ``old_logp`` is computed once for the whole batch,
+    without gradients, before the first optimizer step.
+
+    ``ref_logp``: ``[N, T]`` from :func:`reference_logprobs`, or None to drop
+    the KL term (also dropped when ``kl_coef`` is 0).
+
+    Stats: ``loss``, ``pg_loss``, ``kl``, ``entropy``, ``clip_frac``,
+    ``ratio_mean``, ``ratio_max``, ``approx_kl`` (token means over the whole
+    batch); ``grad_norm`` (before clipping; mean over the optimizer steps),
+    ``grad_norm_max``, ``lr`` (of the first optimizer step), ``num_tokens``
+    (scored tokens), ``num_sequences``, ``optimizer_steps``, ``skipped_steps``,
+    ``masked_fraction`` (share of response tokens, after the prompt and
+    before padding, that the environment wrote), ``advantage_mean``,
+    ``advantage_abs_mean``.
+    """
+    n, t = batch.input_ids.shape
+    if ref_logp is not None and tuple(ref_logp.shape) != (n, t):
+        raise ValueError(f"ref_logp has shape {tuple(ref_logp.shape)}, expected {(n, t)}")
+    use_ref = ref_logp is not None and config.kl_coef > 0
+    mini = n if config.mini_batch_size is None else min(config.mini_batch_size, n)
+    starts = list(range(0, n, mini))
+    device = _model_device(model)
+    lengths = batch.attention_mask.sum(dim=1)
+    want_entropy = config.entropy_coef != 0
+
+    was_training = model.training
+    model.train()
+    old_all = None
+    if len(starts) > 1:
+        old_all, _ = token_logprobs(model, batch, config.micro_batch_size)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    sums: dict[str, float] = {}
+    total_tokens = 0.0
+    grad_norms: list[float] = []
+    lrs: list[float] = []
+    skipped = 0
+    try:
+        for start in starts:
+            rows_all = torch.arange(start, min(start + mini, n))
+            mb_tokens = float(batch.loss_mask[rows_all].sum().item())
+            optimizer.zero_grad(set_to_none=True)
+            for rows, width in _micro_batches(lengths, rows_all, config.micro_batch_size):
+                ids = batch.input_ids[rows, :width].to(device)
+                att = batch.attention_mask[rows, :width].to(device)
+                lmask = batch.loss_mask[rows, :width].to(device)
+                if not bool((lmask > 0).any()):
+                    continue
+                logp, entropy = _forward_scores(
+                    model, ids, att, lmask, entropy="grad" if want_entropy else "stats"
+                )
+                if old_all is None:
+                    old = logp.detach()
+                else:
+                    old = old_all[rows, :width].to(device)
+                ref = ref_logp[rows, :width].to(device) if use_ref else None
+                loss, stats = grpo_loss(
+                    logp,
+                    old,
+                    ref,
+                    batch.advantages[rows].to(device),
+                    lmask,
+                    config,
+                    entropy=entropy if want_entropy else None,
+                    num_tokens=max(mb_tokens, 1.0),
+                )
+                loss.backward()
+                if not want_entropy:  # logged, not in the loss
+                    stats["entropy"] = float((entropy * lmask).sum().item()) / max(
+                        stats["num_tokens"], 1.0
+                    )
+                k = stats["num_tokens"]
+                total_tokens += k
+                for key in ("pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "approx_kl"):
+                    sums[key] = sums.get(key, 0.0) + stats[key] * k
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.item()) * max(mb_tokens, 1.0)
+                sums["ratio_max"] = max(sums.get("ratio_max", 1.0), stats["ratio_max"])
+            lrs.append(float(optimizer.param_groups[0]["lr"]))
+            max_norm = (
+                config.max_grad_norm
+                if config.max_grad_norm and config.max_grad_norm > 0
+                else math.inf
+            )
+            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm).item()) if params else 0.0
+            grad_norms.append(norm)
+            if math.isfinite(norm):
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+            else:
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+    finally:
+        model.train(was_training)
+
+    denom = max(total_tokens, 1.0)
+    out = {
+        key: sums.get(key, 0.0) / denom
+        for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "approx_kl")
+    }
+    if total_tokens == 0:
+        out["ratio_mean"] = 1.0
+    out.update(
+        ratio_max=sums.get("ratio_max", 1.0),
+        grad_norm=sum(grad_norms) / len(grad_norms) if grad_norms else 0.0,
+        grad_norm_max=max(grad_norms) if grad_norms else 0.0,
+        lr=lrs[0] if lrs else float(optimizer.param_groups[0]["lr"]),
+        num_tokens=total_tokens,
+        num_sequences=float(n),
+        optimizer_steps=float(len(grad_norms) - skipped),
+        skipped_steps=float(skipped),
+        masked_fraction=_masked_fraction(batch),
+        advantage_mean=float(batch.advantages.mean().item()),
+        advantage_abs_mean=float(batch.advantages.abs().mean().item()),
+    )
+    return out
+
+
+# --------------------------------------------------------------------------
+# Optimizer
+# --------------------------------------------------------------------------
+
+
+def make_optimizer(
+    model: torch.nn.Module,
+    lr: float,
+    weight_decay: float = 0.0,
+    warmup_steps: int = 0,
+    total_steps: int | None = None,
+):
+    """AdamW over the trainable parameters and a warmup-then-constant LR schedule.
+
+    The learning rate is ``lr * min(1, (k + 1) / warmup_steps)`` for the
+    ``k``-th optimizer step (0-based): it rises linearly over the first
+    ``warmup_steps`` steps and stays at ``lr`` after; the first step already
+    uses ``lr / warmup_steps`` (not 0, so no rollout batch is wasted).
+    ``warmup_steps`` 0: constant from the start. ``total_steps`` (optional)
+    only checks ``warmup_steps <= total_steps`` (e.g. warmup = 10% of it);
+    there is no decay. Weight decay applies to matrices only (not to biases
+    or norm weights). Call ``scheduler.step()`` after each ``optimizer.step()``
+    (:func:`update_step` does).
+    """
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if total_steps is not None and warmup_steps > total_steps:
+        raise ValueError(f"warmup_steps ({warmup_steps}) exceeds total_steps ({total_steps})")
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=lr)
+
+    def factor(step: int) -> float:
+        if warmup_steps <= 0:
+            return 1.0
+        return min(1.0, (step + 1) / warmup_steps)
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return optimizer, scheduler

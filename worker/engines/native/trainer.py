@@ -1,0 +1,426 @@
+"""The native training loop: ICRL with GRPO on one machine, the whole curriculum in one run.
+
+Each step: the curriculum says how many exemplars the prompts show; B questions
+x G samples are rolled out with the search tool; the method core scores each
+response and computes group advantages; one loss-masked GRPO update follows.
+Every step writes one metrics row, its events (stage changes, warnings) and a
+sample of rollouts in one transaction; checkpoints hold the weights
+(Hugging Face format), the optimizer and the scheduler. All randomness of a
+step is seeded from (run seed, step), so a resumed run repeats nothing and
+skips nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from sqlmodel import delete
+
+from studio.base_models import load_causal_lm, load_tokenizer
+from studio.db import session_scope
+from studio.ingest import QARow
+from studio.method.curriculum import AdaptiveController, Curriculum
+from studio.method.exemplars import Exemplar
+from studio.method.grpo import group_advantages
+from studio.method.prompt import PromptTemplate, build_prompt, derive_seed
+from studio.method.reward import PENALTY_NAMES, RewardBreakdown, score
+from studio.method.tags import parse
+from studio.retrieval import SearchIndex
+from studio.run_config import RunConfig
+from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.prompt_preview import render_prompt
+from studio.settings import Settings
+from studio.tables import Rollout as RolloutRow
+from studio.tables import Run, RunEvent, RunMetric, RunState, utcnow
+from worker.engines.native.grpo import (
+    GrpoConfig,
+    frozen_copy,
+    make_batch,
+    make_optimizer,
+    reference_logprobs,
+    update_step,
+)
+from worker.engines.native.rollout import Rollout, RolloutConfig, generate_rollouts
+
+STATE_FILE = "trainer_state.pt"
+KEEP_CHECKPOINTS = 2
+PREMATURE_WINDOW = 5  # steps compared before and after a stage change
+
+
+class RunCancelled(Exception):
+    """The run's state was set to cancelled while it trained."""
+
+
+@dataclass
+class TrainingData:
+    questions: list[QARow]
+    exemplars: list[Exemplar]
+    index: SearchIndex
+
+
+def load_training_data(settings: Settings, config: RunConfig) -> TrainingData:
+    corpus = corpora.find_corpus(settings, config.data.corpus)
+    train = qa_sets.find_qa_set(settings, config.data.train)
+    exemplars = []
+    if config.data.exemplars:
+        exemplars = exemplar_sets.load_exemplars(
+            settings, exemplar_sets.find_exemplar_set(settings, config.data.exemplars)["id"])
+    return TrainingData(questions=qa_sets.load_rows(settings, train["id"]), exemplars=exemplars,
+                        index=corpora.open_index(settings, corpus["id"]))
+
+
+def search_fn(index: SearchIndex, k: int):
+    """The tool: queries -> per query the top-k passages as (title, text)."""
+    def search(queries: list[str]) -> list[list[tuple[str, str]]]:
+        return [[(h.passage.title, h.passage.text) for h in hits]
+                for hits in index.search(queries, k)]
+    return search
+
+
+def questions_for_step(n_questions: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """Row indices of a step: epochs are seeded permutations, consumed batch by batch."""
+    picked = []
+    for flat in range(step * batch_size, (step + 1) * batch_size):
+        epoch, position = divmod(flat, n_questions)
+        order = torch.randperm(n_questions,
+                               generator=torch.Generator().manual_seed(derive_seed(seed, epoch)))
+        picked.append(int(order[position]))
+    return picked
+
+
+@dataclass
+class StepPrompts:
+    rows: list[QARow]
+    prefix: str
+    ids: list[list[int]]  # one per question (not yet repeated per sample)
+
+
+def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: list[QARow],
+                       k: int, step: int) -> StepPrompts:
+    template = PromptTemplate(instruction=config.prompt.instruction) \
+        if config.prompt.instruction else None
+    ids = []
+    for i, row in enumerate(rows):
+        seed = derive_seed(config.seed, step, i) if config.prompt.exemplar_selection == "sample" \
+            else None
+        prompt = build_prompt(row.question, data.exemplars, k, template, config.prompt.layout,
+                              sample_seed=seed, assistant_prefix=config.prompt.assistant_prefix)
+        text = render_prompt(tokenizer, prompt.messages, config.prompt.assistant_prefix)
+        ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids)
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values)) if values else 0.0
+
+
+def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> dict[str, float]:
+    """The method's per-step figures: reward, its parts, each penalty's rate, tool use."""
+    scores = [r.score for r in rewards]
+    searched = [r.num_tool_calls for r in rollouts]
+    model_tokens = [sum(r.response_mask) for r in rollouts]
+    response_tokens = [len(r.response_ids) for r in rollouts]
+    metrics = {
+        "reward_mean": _mean(scores), "reward_std": statistics.pstdev(scores) if scores else 0.0,
+        "reward_min": min(scores, default=0.0), "reward_max": max(scores, default=0.0),
+        "score": _mean(scores),
+        "acc": _mean([r.acc for r in rewards]), "format": _mean([r.format for r in rewards]),
+        "em": _mean([r.em for r in rewards]), "subem": _mean([r.subem for r in rewards]),
+        "f1": _mean([r.f1 for r in rewards]),
+        "search_calls": _mean(searched),
+        "valid_search_rate": _mean([1.0 if n > 0 else 0.0 for n in searched]),
+        "answer_rate": _mean([1.0 if r.answer else 0.0 for r in rewards]),
+        "response_length": _mean(response_tokens),
+        "model_tokens": _mean(model_tokens),
+        "masked_fraction": 1.0 - sum(model_tokens) / max(sum(response_tokens), 1),
+    }
+    for name in PENALTY_NAMES:
+        metrics[f"penalty_{name}"] = _mean([1.0 if name in r.penalties else 0.0 for r in rewards])
+    return metrics
+
+
+def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
+    """The stored form: per source segment its exact token count, and the tag parts to style."""
+    segments = []
+    if prefix:
+        segments.append({"source": "prompt", "text": prefix, "tokens": 0,
+                         "parts": [{"kind": p.kind, "text": p.text} for p in parse(prefix)]})
+    for seg in rollout.segments:
+        kind_parts = [{"kind": p.kind, "text": p.text} for p in parse(seg.text)] \
+            if seg.source == "model" else [{"kind": "information", "text": seg.text}]
+        segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
+                         "parts": kind_parts})
+    return segments
+
+
+@dataclass
+class Checkpoint:
+    step: int  # steps completed
+    folder: Path
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    done = []
+    for folder in (run_dir / "checkpoints").glob("step-*"):
+        if (folder / STATE_FILE).exists() and folder.name[5:].isdigit():
+            done.append(Checkpoint(int(folder.name[5:]), folder))
+    return max(done, key=lambda c: c.step, default=None)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler,
+                    extra: dict) -> Path:
+    """Weights (HF format), tokenizer, optimizer and scheduler; written whole or not at all."""
+    root = run_dir / "checkpoints"
+    final = root / f"step-{step}"
+    partial = root / f".step-{step}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), **extra}, partial / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(partial, final)
+    kept = sorted((c for c in root.glob("step-*") if c.name[5:].isdigit()),
+                  key=lambda c: int(c.name[5:]))
+    for old in kept[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+@dataclass
+class PrematureWatch:
+    """Warns when search calls per rollout fall sharply after a stage change (method.md)."""
+
+    drop: float
+    history: list[float] = field(default_factory=list)
+    change_at: int | None = None
+    before: float | None = None
+
+    def stage_changed(self) -> None:
+        self.change_at = len(self.history)
+        recent = self.history[-PREMATURE_WINDOW:]
+        self.before = _mean(recent) if recent else None
+
+    def observe(self, search_calls: float) -> dict | None:
+        self.history.append(search_calls)
+        if self.change_at is None or len(self.history) - self.change_at != PREMATURE_WINDOW:
+            return None
+        after = _mean(self.history[self.change_at:])
+        before, self.change_at = self.before, None
+        if before and after < before * (1 - self.drop):
+            return {"before": round(before, 3), "after": round(after, 3),
+                    "drop": round(1 - after / before, 3)}
+        return None
+
+
+class Trainer:
+    def __init__(self, settings: Settings, run_id: int):
+        self.settings, self.run_id = settings, run_id
+        with session_scope(settings.sqlalchemy_url) as session:
+            run = session.get(Run, run_id)
+            self.config = RunConfig.model_validate(run.config)
+        self.run_dir = settings.resolved_data_dir / "runs" / str(run_id)
+        self.curriculum: Curriculum = self.config.curriculum.build()
+        self.total_steps = self.config.total_steps
+
+    # --- set-up ------------------------------------------------------------------------
+
+    def _device_and_dtype(self) -> tuple[torch.device, torch.dtype]:
+        use_cuda = torch.cuda.is_available() and self.config.queue == "gpu"
+        device = torch.device("cuda" if use_cuda else "cpu")
+        if self.config.engine.dtype == "auto":
+            return device, torch.bfloat16 if use_cuda else torch.float32
+        return device, getattr(torch, self.config.engine.dtype)
+
+    def setup(self) -> None:
+        cfg = self.config
+        torch.set_num_threads(cfg.engine.threads)
+        self.data = load_training_data(self.settings, cfg)
+        self.device, dtype = self._device_and_dtype()
+        data_dir = self.settings.resolved_data_dir
+        self.tokenizer = load_tokenizer(cfg.model, data_dir)
+        resume = latest_checkpoint(self.run_dir)
+        source = str(resume.folder) if resume else cfg.model
+        self.model = load_causal_lm(source, data_dir, dtype=dtype).to(self.device)
+        self.grpo = GrpoConfig(clip=cfg.grpo.clip, kl_coef=cfg.grpo.kl_coef,
+                               entropy_coef=cfg.grpo.entropy_coef,
+                               micro_batch_size=cfg.grpo.micro_batch_size,
+                               mini_batch_size=cfg.grpo.mini_batch_size,
+                               max_grad_norm=cfg.grpo.max_grad_norm)
+        self.rollout_config = RolloutConfig(
+            max_turns=cfg.grpo.max_turns, max_turn_tokens=cfg.grpo.max_turn_tokens,
+            max_response_tokens=cfg.grpo.max_response_tokens,
+            max_obs_tokens=cfg.grpo.max_obs_tokens, temperature=cfg.grpo.temperature,
+            top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
+        self.search = search_fn(self.data.index, cfg.grpo.top_k)
+        self._new_optimizer()
+        self.reference = self._reference_model(resume)
+        self.controller = AdaptiveController(self.curriculum)
+        self.watch = PrematureWatch(cfg.engine.premature_drop)
+        self.adaptive_values: list[float | None] = []
+        self.start_step = 0
+        if resume:
+            self._restore(resume)
+
+    def _reference_model(self, resume: Checkpoint | None):
+        """The frozen KL reference: the initial weights (or, with reset_each_stage, the stage's)."""
+        if self.config.grpo.kl_coef == 0:
+            return None
+        if resume is None:
+            return frozen_copy(self.model)
+        ref_dir = self.run_dir / "reference"
+        source = str(ref_dir) if ref_dir.exists() else self.config.model
+        _, dtype = self._device_and_dtype()
+        reference = load_causal_lm(source, self.settings.resolved_data_dir, dtype=dtype)
+        return frozen_copy(reference.to(self.device))
+
+    def _new_optimizer(self) -> None:
+        warmup = int(self.config.grpo.warmup_ratio * self.total_steps)
+        self.optimizer, self.scheduler = make_optimizer(
+            self.model, self.config.grpo.lr, weight_decay=self.config.grpo.weight_decay,
+            warmup_steps=warmup, total_steps=self.total_steps)
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        state = torch.load(checkpoint.folder / STATE_FILE, map_location="cpu",
+                           weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.adaptive_values = state["adaptive_values"]
+        self.controller = AdaptiveController.replay(self.curriculum, self.adaptive_values)
+        self.watch = PrematureWatch(self.config.engine.premature_drop, **state["watch"])
+        self.start_step = checkpoint.step
+        # steps after the checkpoint were lost with the process: they run again, once
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            for table in (RunMetric, RunEvent, RolloutRow):
+                session.exec(delete(table).where(table.run_id == self.run_id,
+                                                 table.step >= checkpoint.step))
+        self._event(checkpoint.step, "info", f"resumed from the checkpoint after step "
+                    f"{checkpoint.step}", {"checkpoint": str(checkpoint.folder)})
+
+    # --- one step ------------------------------------------------------------------------
+
+    def step(self, step: int) -> dict[str, float]:
+        cfg, tokenizer = self.config, self.tokenizer
+        k = self.controller.exemplars
+        rows = [self.data.questions[i] for i in questions_for_step(
+            len(self.data.questions), cfg.grpo.batch_size, cfg.seed, step)]
+        prompts = build_step_prompts(cfg, tokenizer, self.data, rows, k, step)
+        group = cfg.grpo.group_size
+        prompt_ids = [ids for ids in prompts.ids for _ in range(group)]
+        t0 = time.perf_counter()
+        self.model.eval()
+        rollouts = generate_rollouts(
+            self.model, tokenizer, prompt_ids, self.search, self.rollout_config,
+            generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, step, "roll")),
+            eos_token_id=tokenizer.eos_token_id)
+        t1 = time.perf_counter()
+        rewards = [score(prompts.prefix + r.response_text, rows[i // group].golden_answers,
+                         acc_weight=cfg.reward.acc_weight,
+                         format_weight=cfg.reward.format_weight)
+                   for i, r in enumerate(rollouts)]
+        group_ids = [i // group for i in range(len(rollouts))]
+        advantages = group_advantages([r.score for r in rewards], group_ids)
+        batch = make_batch(prompt_ids, [r.response_ids for r in rollouts],
+                           [r.response_mask for r in rollouts], advantages,
+                           tokenizer.pad_token_id)
+        ref_logp = reference_logprobs(self.reference, batch, cfg.grpo.micro_batch_size) \
+            if self.reference is not None else None
+        t2 = time.perf_counter()
+        self.model.train()
+        update = update_step(self.model, self.optimizer, self.scheduler, batch, ref_logp,
+                             self.grpo)
+        t3 = time.perf_counter()
+        metrics = rollout_metrics(rollouts, rewards)
+        metrics.update({key: float(v) for key, v in update.items()})
+        metrics.update({"stage": self.controller.stage, "exemplars": k,
+                        "time_rollout": t1 - t0, "time_reference": t2 - t1,
+                        "time_update": t3 - t2, "time_step": t3 - t0})
+        logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k)
+        self._write_step(step, metrics, logged)
+        return metrics
+
+    def _rollout_rows(self, step, rows, rollouts, rewards, advantages, prefix, k):
+        group = self.config.grpo.group_size
+        keep = self.config.engine.log_groups_per_step * group
+        return [RolloutRow(
+            run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
+            stage=self.controller.stage, exemplars=k, question=rows[i // group].question,
+            golden_answers=rows[i // group].golden_answers,
+            segments=rollout_segments(rollouts[i], prefix), reward=rewards[i].score,
+            breakdown=rewards[i].to_dict(), advantage=float(advantages[i]))
+            for i in range(min(keep, len(rollouts)))]
+
+    def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = session.get(Run, self.run_id)
+            if run.state == RunState.cancelled:
+                raise RunCancelled()
+            clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+            session.add(RunMetric(run_id=self.run_id, step=step, stage=int(metrics["stage"]),
+                                  exemplars=int(metrics["exemplars"]), values=clean))
+            session.add_all(rollouts)
+            run.current_step = step + 1
+            run.heartbeat_at = utcnow()
+            session.add(run)
+
+    def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            session.add(RunEvent(run_id=self.run_id, step=step, kind=kind, message=message,
+                                 data=data))
+
+    def _after_step(self, step: int, metrics: dict) -> None:
+        rule = self.curriculum.adaptive
+        value = metrics.get(rule.metric) if rule else None
+        self.adaptive_values.append(value)
+        warning = self.watch.observe(metrics["search_calls"])
+        if warning:
+            self._event(step, "warning", (
+                f"search calls per rollout fell from {warning['before']} to {warning['after']} "
+                f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
+                "without searching (premature termination); consider a gentler curriculum"),
+                warning)
+        before = self.controller.exemplars
+        if self.controller.observe(value):
+            after = self.controller.exemplars
+            self._event(step + 1, "stage_change",
+                        f"stage {self.controller.stage + 1}: {before} -> {after} exemplars",
+                        {"stage": self.controller.stage, "from": before, "to": after})
+            self.watch.stage_changed()
+            if self.config.grpo.reset_each_stage:
+                self._new_optimizer()
+                if self.reference is not None:
+                    self.reference = frozen_copy(self.model)
+
+    def _checkpoint(self, steps_done: int) -> None:
+        folder = save_checkpoint(
+            self.run_dir, steps_done, self.model, self.tokenizer, self.optimizer, self.scheduler,
+            {"adaptive_values": self.adaptive_values,
+             "watch": {"history": self.watch.history, "change_at": self.watch.change_at,
+                       "before": self.watch.before}})
+        if self.config.grpo.reset_each_stage and self.reference is not None:
+            self.reference.save_pretrained(self.run_dir / "reference")
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = session.get(Run, self.run_id)
+            run.checkpoint_dir = str(folder.relative_to(self.settings.resolved_data_dir))
+            session.add(run)
+
+    def run(self) -> None:
+        self.setup()
+        if self.start_step == 0:
+            self._event(0, "stage_change", f"stage 1: {self.controller.exemplars} exemplars",
+                        {"stage": 0, "from": None, "to": self.controller.exemplars})
+        every = self.config.engine.checkpoint_every
+        for step in range(self.start_step, self.total_steps):
+            metrics = self.step(step)
+            self._after_step(step, metrics)
+            if (step + 1) % every == 0 or step + 1 == self.total_steps:
+                self._checkpoint(step + 1)
+

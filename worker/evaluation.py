@@ -1,0 +1,50 @@
+"""The evaluation task's body: load the model and the tool, evaluate, store the figures."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from studio.base_models import load_causal_lm, load_tokenizer
+from studio.services import corpora, qa_sets
+from studio.services.evaluations import get_evaluation, update_evaluation
+from studio.settings import Settings
+from studio.tables import RunState
+from worker.engines.native.evaluate import EvalConfig, evaluate
+from worker.engines.native.trainer import search_fn
+
+
+def _model_source(settings: Settings, model_ref: str) -> str:
+    """A run's checkpoint is stored relative to the data directory; anything else as given."""
+    candidate = settings.resolved_data_dir / model_ref
+    return str(candidate) if candidate.is_dir() else model_ref
+
+
+def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
+    evaluation = get_evaluation(settings, evaluation_id)
+    update_evaluation(settings, evaluation_id, state=RunState.running)
+    try:
+        params = evaluation["params"]
+        rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
+        corpus = corpora.find_corpus(settings, params["corpus"])
+        index = corpora.open_index(settings, corpus["id"])
+        config = EvalConfig()
+        source = _model_source(settings, evaluation["model"])
+        tokenizer = load_tokenizer(source, settings.resolved_data_dir)
+        model = load_causal_lm(source, settings.resolved_data_dir)
+        if torch.cuda.is_available():
+            model = model.to("cuda")
+        result = evaluate(model, tokenizer, rows, search_fn(index, config.top_k), config,
+                          on_progress=lambda done, total: update_evaluation(
+                              settings, evaluation_id, progress=(done, total)))
+        out = settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r) + "\n" for r in result["records"]))
+    except Exception as exc:
+        update_evaluation(settings, evaluation_id, state=RunState.failed,
+                          error=f"{type(exc).__name__}: {exc}")
+        raise
+    update_evaluation(settings, evaluation_id, state=RunState.succeeded,
+                      metrics=result["metrics"])
+    return get_evaluation(settings, evaluation_id)

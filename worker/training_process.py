@@ -1,0 +1,74 @@
+"""Runs a training run's process for a Celery task: spawn, watch, cancel, record.
+
+The process runs in its own process group so that cancelling kills the whole
+of it (data loaders, engine subprocesses); the task keeps the run's heartbeat
+while it waits, so a dead worker can be told from a busy one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from studio.services import runs
+from studio.settings import Settings
+from studio.tables import RunState
+
+POLL_SECONDS = 1.0
+STOP_GRACE_SECONDS = 10.0
+ENGINES = {"native": "worker.engines.native.main"}
+
+
+def _tail(path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _stop(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        process.wait()
+
+
+def run_training(settings: Settings, run_id: int, hostname: str) -> str:
+    """Run the training process to its end; return the run's final state."""
+    if not runs.claim_run(settings, run_id, hostname):
+        return str(runs.run_state(settings, run_id))
+    backend = runs.get_run(settings, run_id)["backend"]
+    if backend not in ENGINES:
+        runs.finish_run(settings, run_id, RunState.failed,
+                        f"backend '{backend}' cannot run on this worker")
+        return RunState.failed
+    run_dir = settings.resolved_data_dir / "runs" / str(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "train.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           "STUDIO_DATA_DIR": str(settings.resolved_data_dir)}
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-m", ENGINES[backend], str(run_id)],
+                                   stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+    runs.record_process(settings, run_id, process.pid)
+    while process.poll() is None:
+        time.sleep(POLL_SECONDS)
+        if runs.run_state(settings, run_id) == RunState.cancelled:
+            _stop(process)
+            break
+        runs.record_process(settings, run_id, process.pid)
+    runs.record_process(settings, run_id, None)
+    state = runs.run_state(settings, run_id)
+    if state == RunState.running:  # the process died without recording its outcome
+        runs.finish_run(settings, run_id, RunState.failed,
+                        f"the training process exited with code {process.returncode}:\n"
+                        f"{_tail(log)}")
+    return str(runs.run_state(settings, run_id))
