@@ -29,7 +29,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
         corpus = corpora.find_corpus(settings, params["corpus"])
         index = corpora.open_index(settings, corpus["id"])
-        config = EvalConfig()
+        config = EvalConfig(**params.get("protocol", {}))
         source = _model_source(settings, evaluation["model"])
         tokenizer = load_tokenizer(source, settings.resolved_data_dir)
         model = load_causal_lm(source, settings.resolved_data_dir)

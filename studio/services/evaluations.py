@@ -13,6 +13,8 @@ from studio.settings import Settings
 from studio.tables import Evaluation, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
+PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
+                 "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "seed")
 
 
 def _view(evaluation: Evaluation) -> dict:
@@ -26,13 +28,19 @@ def _view(evaluation: Evaluation) -> dict:
 
 def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = None,
                       model: str | None = None, run_id: int | None = None,
-                      limit: int | None = None, queue: str = "cpu", start: bool = True) -> dict:
+                      limit: int | None = None, protocol: dict | None = None,
+                      queue: str = "cpu", start: bool = True) -> dict:
     """Evaluate `model` (or run `run_id`'s latest checkpoint) on a QA set, searching `corpus`
-    (default: the run's corpus)."""
+    (default: the run's corpus). `protocol` overrides method.md's evaluation protocol
+    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
     if limit is not None and limit < 1:
         raise InvalidInput("limit: must be at least 1 question")
+    unknown = sorted(set(protocol or {}) - set(PROTOCOL_KEYS))
+    if unknown:
+        raise InvalidInput(f"protocol: unknown key(s) {', '.join(unknown)}; use "
+                           f"{', '.join(PROTOCOL_KEYS)}")
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")
@@ -47,9 +55,10 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
     if found["status"] != "ready":
         raise InvalidInput(f"corpus: '{corpus}' is {found['status']}; wait until it is ready")
     with session_scope(settings.sqlalchemy_url) as session:
+        total = min(limit or qa["num_rows"], qa["num_rows"])
         evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa["id"],
-                                params={"corpus": corpus, "limit": limit, "done": 0,
-                                        "total": min(limit or qa["num_rows"], qa["num_rows"])})
+                                params={"corpus": corpus, "limit": limit,
+                                        "protocol": protocol or {}, "done": 0, "total": total})
         session.add(evaluation)
         session.flush()
         evaluation_id = evaluation.id

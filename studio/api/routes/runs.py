@@ -61,6 +61,7 @@ class EvaluationRequest(BaseModel):
     model: str | None = None
     run_id: int | None = None
     limit: int | None = None
+    protocol: dict | None = None
     queue: str = "cpu"
 
 
