@@ -61,3 +61,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    """A data directory holding the bundled SmolLM2, converted once per test session (~30 s)."""
+    from studio.base_models import DEFAULT_MODEL, resolve_model
+
+    data_dir = tmp_path_factory.mktemp("converted-models")
+    resolve_model(DEFAULT_MODEL, data_dir)
+    return data_dir

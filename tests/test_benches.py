@@ -1,0 +1,27 @@
+"""The GPU benchmark also runs on CPU with a small shape, so CI checks that it works."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_throughput_runs_on_cpu_with_a_small_shape(models_dir, capsys):
+    bench = _load("gpu_throughput")
+    assert bench.main(["--device", "cpu", "--shape", "small", "--batch", "2", "--tokens", "8",
+                       "--repeats", "1", "--prompt-tokens", "32",
+                       "--data-dir", str(models_dir)]) == 0
+    table = capsys.readouterr().out
+    row = [line for line in table.splitlines() if line.startswith("| 2 |")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[7]) > 0
