@@ -30,9 +30,11 @@ context for the model's later tokens, they are just never scored.
 Cost: the model's full-vocabulary logits are only computed for the scored
 positions (the positions whose *next* token has mask 1), never for the prompt,
 and log-probabilities are ``gather(logits) - logsumexp(logits)`` without a
-full log-softmax tensor. Sequences are sorted by length inside a mini-batch
-and each micro-batch is cut to its own longest sequence, so padding costs
-little. The device (and bf16 autocast on CUDA) is taken from the model; the
+full log-softmax tensor. The responses of a group share micro-batches and
+their common prompt goes through the model once per micro-batch (its KV cache
+repeated over the responses), not once per response. Other sequences are
+sorted by length and each micro-batch is cut to its own longest sequence, so
+padding costs little. The device (and bf16 autocast on CUDA) is taken from the model; the
 batch tensors live on CPU and are moved one micro-batch at a time; returned
 log-prob tensors are float32 on CPU.
 
@@ -91,7 +93,9 @@ class GrpoConfig:
     accumulation). ``mini_batch_size``: sequences per optimizer step; ``None``
     means the whole batch (one optimizer step per training step).
     ``max_grad_norm``: the total gradient norm is clipped to it (``None`` or
-    ``<= 0``: measured, not clipped).
+    ``<= 0``: measured, not clipped). ``share_prompt``: run the prompt of a
+    group once for all its responses in a micro-batch (see
+    :func:`token_logprobs`); same result up to float rounding.
     """
 
     clip: float = 0.2
@@ -100,6 +104,7 @@ class GrpoConfig:
     micro_batch_size: int = 4
     mini_batch_size: int | None = None
     max_grad_norm: float = 1.0
+    share_prompt: bool = True
 
     def __post_init__(self) -> None:
         if not self.clip >= 0:
@@ -236,9 +241,14 @@ def _plain_head(model: torch.nn.Module):
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in _PLAIN_HEAD_MODEL_TYPES:
         return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    decoder = getattr(model, "model", None)
-    if not isinstance(head, torch.nn.Linear) or decoder is None:
+    try:
+        head = model.get_output_embeddings()
+        decoder = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return None
+    if not isinstance(head, torch.nn.Linear) or not isinstance(decoder, torch.nn.Module):
+        return None
+    if decoder is model or type(decoder).__name__.endswith("ForCausalLM"):
         return None
     return decoder, head
 
@@ -292,6 +302,7 @@ def _forward_scores(
     *,
     entropy: str = "none",
     chunk_tokens: int | None = None,
+    prefix_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) ``[b, t]`` at the positions where ``score_mask`` > 0, 0 elsewhere.
 
@@ -300,7 +311,11 @@ def _forward_scores(
     the columns ``j`` with ``score_mask[:, j + 1] > 0`` go through the head.
     ``chunk_tokens``: the head's logits are taken (and reduced) this many
     scored positions at a time; meant for scoring without gradients, where
-    it bounds the memory of the full-vocabulary block.
+    it bounds the memory of the full-vocabulary block. ``prefix_len``: all
+    rows share their first ``prefix_len`` tokens (the prompt, unscored); the
+    prefix then goes through the decoder once (see :func:`_shared_prefix_hidden`).
+    Ignored where it cannot apply (generic head, one row, gradient
+    checkpointing, scored tokens inside the prefix).
     """
     b, t = input_ids.shape
     logp_full = torch.zeros((b, t), dtype=torch.float32, device=input_ids.device)
@@ -311,13 +326,25 @@ def _forward_scores(
     if not bool(sel.any()):
         return logp_full, ent_full
     targets = input_ids[:, 1:][sel]
+    plain = _plain_head(model)
+    if prefix_len is not None and not (
+        plain is not None
+        and b > 1
+        and 1 <= prefix_len < t
+        and not bool(sel[:, : prefix_len - 1].any())
+        and not getattr(model, "is_gradient_checkpointing", False)
+    ):
+        prefix_len = None
     with _autocast(input_ids.device):
-        plain = _plain_head(model)
         if plain is not None:
             decoder, head = plain
-            hidden = decoder(
-                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-            ).last_hidden_state[:, :-1][sel]
+            if prefix_len is None:
+                hidden = decoder(
+                    input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+                ).last_hidden_state[:, :-1][sel]
+            else:
+                hidden = _shared_prefix_hidden(decoder, input_ids, attention_mask, prefix_len)
+                hidden = hidden[:, :-1][sel[:, prefix_len - 1 :]]
             step = chunk_tokens or hidden.shape[0]
             parts = [
                 _logprob_entropy(head(h), y, entropy)
@@ -338,14 +365,80 @@ def _forward_scores(
     return logp_full, ent_full
 
 
+def _shared_prefix_hidden(
+    decoder: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prefix_len: int,
+) -> torch.Tensor:
+    """Last hidden states ``[b, t - prefix_len + 1, H]`` at positions ``prefix_len - 1 .. t - 1``.
+
+    The shared prefix (row 0's first ``prefix_len`` tokens) runs once with a
+    KV cache; the cache is repeated over the ``b`` rows and the rest of each
+    row runs on top of it. Autograd flows through the repeat, so the prefix's
+    gradient is the sum over the rows, exactly as in ``b`` separate passes.
+    """
+    b = input_ids.shape[0]
+    head = decoder(input_ids=input_ids[:1, :prefix_len], use_cache=True)
+    cache = head.past_key_values
+    cache.batch_repeat_interleave(b)
+    tail = decoder(
+        input_ids=input_ids[:, prefix_len:],
+        attention_mask=attention_mask,
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    last = head.last_hidden_state[:, -1:]
+    return torch.cat([last.expand(b, 1, last.shape[-1]), tail], dim=1)
+
+
+def _prompt_lengths(batch: PolicyBatch) -> torch.Tensor:
+    """Where each response starts: ``prompt_lengths``, else the first scored token."""
+    if batch.prompt_lengths is not None:
+        return batch.prompt_lengths
+    lengths = batch.attention_mask.sum(dim=1)
+    has = batch.loss_mask > 0
+    first = torch.argmax(has.to(torch.int8), dim=1)
+    return torch.where(has.any(dim=1), first, lengths)
+
+
 def _micro_batches(
-    lengths: torch.Tensor, rows: torch.Tensor, size: int
-) -> Iterator[tuple[torch.Tensor, int]]:
-    """Sort ``rows`` by length (longest first), cut into groups of ``size``: (rows, width)."""
-    order = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
-    for start in range(0, len(order), size):
-        chunk = order[start : start + size]
-        yield chunk, max(int(lengths[chunk].max()), 1)
+    batch: PolicyBatch, rows: torch.Tensor, size: int, share_prompt: bool
+) -> Iterator[tuple[torch.Tensor, int, int | None]]:
+    """Plan the forward passes over ``rows``: ``(rows, width, prefix_len)`` per micro-batch.
+
+    With ``share_prompt``, rows with the same prompt (a GRPO group) go
+    together, up to ``size`` per micro-batch, and ``prefix_len`` is that
+    prompt's length; every other row is batched with the rest by length
+    (longest first, so padding is small) with ``prefix_len`` None.
+    ``width`` is the micro-batch's longest sequence.
+    """
+    lengths = batch.attention_mask.sum(dim=1)
+    rows = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+    singles: list[int] = []
+    if share_prompt:
+        starts = _prompt_lengths(batch)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for r in rows.tolist():
+            p = int(starts[r])
+            groups.setdefault(tuple(batch.input_ids[r, :p].tolist()), []).append(r)
+        for prompt, members in groups.items():
+            if len(prompt) == 0 or len(members) < 2:
+                singles.extend(members)
+                continue
+            for start in range(0, len(members), size):
+                chunk = members[start : start + size]
+                if len(chunk) < 2:
+                    singles.extend(chunk)
+                    continue
+                idx = torch.tensor(chunk)
+                yield idx, max(int(lengths[idx].max()), 1), len(prompt)
+        singles.sort(key=lambda r: -int(lengths[r]))
+    else:
+        singles = rows.tolist()
+    for start in range(0, len(singles), size):
+        idx = torch.tensor(singles[start : start + size])
+        yield idx, max(int(lengths[idx].max()), 1), None
 
 
 def token_logprobs(
@@ -355,6 +448,7 @@ def token_logprobs(
     *,
     with_entropy: bool = False,
     score_mask: torch.Tensor | None = None,
+    share_prompt: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log p(input_ids[:, t] | input_ids[:, :t])`` as ``[N, T]`` float32 on CPU, no gradients.
 
@@ -375,11 +469,11 @@ def token_logprobs(
     n, t = batch.input_ids.shape
     out = torch.zeros((n, t), dtype=torch.float32)
     ent = torch.zeros((n, t), dtype=torch.float32) if with_entropy else None
-    lengths = batch.attention_mask.sum(dim=1)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 50_000
     chunk_tokens = max(1, _NO_GRAD_LOGITS_ELEMENTS // int(vocab))
+    plan = _micro_batches(batch, torch.arange(n), micro_batch_size, share_prompt)
     with torch.no_grad():
-        for rows, width in _micro_batches(lengths, torch.arange(n), micro_batch_size):
+        for rows, width, prefix_len in plan:
             logp, entropy = _forward_scores(
                 model,
                 batch.input_ids[rows, :width].to(device),
@@ -387,6 +481,7 @@ def token_logprobs(
                 mask[rows, :width].to(device),
                 entropy="stats" if with_entropy else "none",
                 chunk_tokens=chunk_tokens,
+                prefix_len=prefix_len,
             )
             out[rows, :width] = logp.float().cpu()
             if with_entropy:
@@ -490,12 +585,7 @@ def grpo_loss(
 def _masked_fraction(batch: PolicyBatch) -> float:
     """Share of the response tokens (after the prompt, before padding) that are env tokens."""
     lengths = batch.attention_mask.sum(dim=1)
-    if batch.prompt_lengths is not None:
-        starts = batch.prompt_lengths
-    else:
-        has = batch.loss_mask > 0
-        first = torch.argmax(has.to(torch.int8), dim=1)
-        starts = torch.where(has.any(dim=1), first, lengths)
+    starts = _prompt_lengths(batch)
     response_tokens = float((lengths - starts).clamp(min=0).sum().item())
     if response_tokens == 0:
         return 0.0
@@ -516,10 +606,11 @@ def update_step(
     The batch is cut, in order, into mini-batches of ``config.mini_batch_size``
     sequences (all of it when None); each gets one optimizer step. A
     mini-batch is run in micro-batches of ``config.micro_batch_size``
-    sequences (sorted by length), whose gradients accumulate; each
-    micro-batch's loss is divided by the token count of the *whole*
-    mini-batch, so the accumulated gradient is the gradient of the token mean
-    over the mini-batch. Then the gradient norm is clipped to
+    sequences (a group's sequences together, sharing one pass over their
+    prompt when ``config.share_prompt``; the others sorted by length), whose
+    gradients accumulate; each micro-batch's loss is divided by the token
+    count of the *whole* mini-batch, so the accumulated gradient is the
+    gradient of the token mean over the mini-batch. Then the gradient norm is clipped to
     ``max_grad_norm``, ``optimizer.step()`` and ``scheduler.step()`` run (a
     non-finite gradient norm skips both and is counted in ``skipped_steps``).
 
@@ -549,14 +640,15 @@ def update_step(
     mini = n if config.mini_batch_size is None else min(config.mini_batch_size, n)
     starts = list(range(0, n, mini))
     device = _model_device(model)
-    lengths = batch.attention_mask.sum(dim=1)
     want_entropy = config.entropy_coef != 0
 
     was_training = model.training
     model.train()
     old_all = None
     if len(starts) > 1:
-        old_all, _ = token_logprobs(model, batch, config.micro_batch_size)
+        old_all, _ = token_logprobs(
+            model, batch, config.micro_batch_size, share_prompt=config.share_prompt
+        )
 
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}
@@ -569,14 +661,20 @@ def update_step(
             rows_all = torch.arange(start, min(start + mini, n))
             mb_tokens = float(batch.loss_mask[rows_all].sum().item())
             optimizer.zero_grad(set_to_none=True)
-            for rows, width in _micro_batches(lengths, rows_all, config.micro_batch_size):
+            plan = _micro_batches(batch, rows_all, config.micro_batch_size, config.share_prompt)
+            for rows, width, prefix_len in plan:
                 ids = batch.input_ids[rows, :width].to(device)
                 att = batch.attention_mask[rows, :width].to(device)
                 lmask = batch.loss_mask[rows, :width].to(device)
                 if not bool((lmask > 0).any()):
                     continue
                 logp, entropy = _forward_scores(
-                    model, ids, att, lmask, entropy="grad" if want_entropy else "stats"
+                    model,
+                    ids,
+                    att,
+                    lmask,
+                    entropy="grad" if want_entropy else "stats",
+                    prefix_len=prefix_len,
                 )
                 if old_all is None:
                     old = logp.detach()
@@ -603,7 +701,7 @@ def update_step(
                 for key in ("pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "approx_kl"):
                     sums[key] = sums.get(key, 0.0) + stats[key] * k
                 sums["loss"] = sums.get("loss", 0.0) + float(loss.item()) * max(mb_tokens, 1.0)
-                sums["ratio_max"] = max(sums.get("ratio_max", 1.0), stats["ratio_max"])
+                sums["ratio_max"] = max(sums.get("ratio_max", -math.inf), stats["ratio_max"])
             lrs.append(float(optimizer.param_groups[0]["lr"]))
             max_norm = (
                 config.max_grad_norm

@@ -58,6 +58,7 @@ full-attention only).
 from __future__ import annotations
 
 import inspect
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -192,14 +193,17 @@ def _generate(
     eos_token_id: int | None = None,
     reuse_cache: bool = True,
     share_prompts: bool = True,
+    shared_kv: bool = True,
     grouped_attention: bool = True,
 ) -> list[Rollout]:
-    """:func:`generate_rollouts` with switches for the benchmark's ablations.
+    """:func:`generate_rollouts` with switches for the tests and the benchmark's ablations.
 
     ``reuse_cache=False`` re-encodes each sequence's whole context after every
     environment turn (as TRL does); ``share_prompts=False`` prefills every
-    prompt row on its own; ``grouped_attention=False`` keeps the model's own
-    attention function.
+    prompt row on its own; ``shared_kv=False`` copies the common prompt
+    prefix into every row instead of attending to one copy;
+    ``grouped_attention=False`` keeps the model's own attention function (and
+    so copies the prefix too).
     """
     if not isinstance(config, RolloutConfig):
         raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
@@ -208,10 +212,26 @@ def _generate(
         raise ValueError("every prompt needs at least one token")
     if not prompts:
         return []
-    with torch.inference_mode(), _grouped_sdpa_enabled(model, grouped_attention):
+    with torch.inference_mode(), _eval_mode(model), _grouped_sdpa_enabled(
+        model, grouped_attention
+    ) as grouped:
         engine = _Engine(model, tokenizer, search, config, generator, eos_token_id,
-                         reuse_cache=reuse_cache, share_prompts=share_prompts)
+                         reuse_cache=reuse_cache, share_prompts=share_prompts,
+                         cascade=grouped and share_prompts and shared_kv)
         return engine.run(prompts)
+
+
+@contextmanager
+def _eval_mode(model):
+    """Eval mode while rolling out (no dropout; gradient checkpointing would drop the cache)."""
+    training = bool(getattr(model, "training", False))
+    if training:
+        model.eval()
+    try:
+        yield
+    finally:
+        if training:
+            model.train()
 
 
 # --------------------------------------------------------------------------
@@ -291,6 +311,24 @@ class _RolloutCache(Cache):
         super().__init__(layers=[])
         self.rows, self.cap, self.length = rows, cap, 0
         self.valid = torch.zeros(rows, cap, dtype=torch.bool, device=device)
+        # A prompt prefix every row shares, outside the per-row buffers (see
+        # _attend_with_shared_prefix): per layer (keys, values) [1, h_kv, P, d].
+        self.shared: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def share_prefix(self, rows: int, cap: int) -> None:
+        """Turn the one row held so far into the shared prefix; start ``rows`` empty rows."""
+        n = self.length
+        self.shared = [
+            (layer.keys[:1, :, :n].clone(), layer.values[:1, :, :n].clone())
+            for layer in self.layers
+        ]
+        cap = _round_up(cap)
+        for layer in self.layers:
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                setattr(layer, name, old.new_zeros(rows, old.shape[1], cap, old.shape[3]))
+        self.valid = self.valid.new_zeros(rows, cap)
+        self.rows, self.cap, self.length = rows, cap, 0
 
     # Transformers calls these.
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
@@ -388,6 +426,10 @@ def _round_up(n: int, step: int = 64) -> int:
 
 _GROUPED_IMPL = "icrl_rollout_grouped_sdpa"
 
+# The shared prompt prefix of the forward in progress: per layer (keys, values), each
+# [1, h_kv, P, d]; None outside the engine's forward calls or when nothing is shared.
+_state = threading.local()
+
 
 def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0,
                             scaling=None, is_causal=None, **kwargs):
@@ -396,8 +438,17 @@ def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0
     The query heads that share a K/V head are folded into the query-length
     dimension: ``[b, h_kv * g, q, d] -> [b, h_kv, g * q, d]``, so SDPA reads
     the cache as it is.  The mask is repeated over the folded rows (a no-op
-    broadcast when decoding, q = 1).
+    broadcast when decoding, q = 1).  While the engine runs a forward over a
+    cache with a shared prompt prefix, the prefix is attended to separately
+    (:func:`_attend_with_shared_prefix`).
     """
+    shared = getattr(_state, "shared", None)
+    if shared is not None:
+        layer = getattr(module, "layer_idx", None)
+        if layer is not None and layer < len(shared):
+            prefix_k, prefix_v = shared[layer]
+            return _attend_with_shared_prefix(query, key, value, attention_mask, prefix_k,
+                                              prefix_v, scaling), None
     b, hq, q, d = query.shape
     hkv = key.shape[1]
     groups = hq // hkv
@@ -420,6 +471,67 @@ def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0
     return out.transpose(1, 2).contiguous(), None
 
 
+def _attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scaling):
+    """Attention over ``[shared prefix] + [each row's own cache]`` (cascade attention).
+
+    Every row attends to the whole prefix (it precedes all of a row's tokens),
+    so the prefix part is one attention of all rows' queries (of a K/V head)
+    against the one prefix: its keys and values are read once per step
+    instead of once per row.  The row part is masked (holes, causality).  The
+    two parts are merged by their log-sum-exp.
+    """
+    b, hq, q, d = query.shape
+    hkv, lr = key.shape[1], key.shape[2]
+    g = hq // hkv
+    scale = scaling if scaling is not None else d**-0.5
+    folded = query.reshape(b, hkv, g * q, d)  # row r, kv head h: its g*q query vectors
+    flat = folded.transpose(0, 1).reshape(1, hkv, b * g * q, d)  # all rows against the prefix
+    if mask is None and q > 1:  # Transformers leaves a plain causal mask to the kernel
+        mask = torch.ones(q, lr, dtype=torch.bool, device=query.device).tril(lr - q)[None, None]
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            mask = mask >= 0
+        if q > 1:
+            mb, mh, _, kv = mask.shape
+            mask = mask[:, :, None].expand(mb, mh, g, q, kv).reshape(mb, mh, g * q, kv)
+    if query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16):
+        o1, lse1 = _cpu_attention(flat, prefix_k, prefix_v, None, scale)
+        o2, lse2 = _cpu_attention(folded, key, value, mask, scale)
+    else:
+        o1, lse1 = _plain_attention(flat, prefix_k, prefix_v, None, scale)
+        o2, lse2 = _plain_attention(folded, key, value, mask, scale)
+    o1 = o1.view(hkv, b, g * q, d).transpose(0, 1)
+    lse1 = lse1.view(hkv, b, g * q).transpose(0, 1)
+    top = torch.maximum(lse1, lse2)
+    w1, w2 = torch.exp(lse1 - top)[..., None], torch.exp(lse2 - top)[..., None]
+    out = (o1.float() * w1 + o2.float() * w2) / (w1 + w2)
+    return out.to(query.dtype).reshape(b, hq, q, d).transpose(1, 2).contiguous()
+
+
+def _cpu_attention(q, k, v, mask, scale):
+    """Output and log-sum-exp of softmax attention (PyTorch's CPU flash kernel)."""
+    additive = None
+    if mask is not None:
+        additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
+        additive.masked_fill_(~mask, float("-inf"))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=additive, scale=scale
+    )
+    if mask is not None:  # the kernel reports 0 for a query that sees nothing
+        lse = lse.masked_fill(~mask.any(-1), float("-inf"))
+    return out, lse
+
+
+def _plain_attention(q, k, v, mask, scale):
+    """Output and log-sum-exp of softmax attention with matrix products (any device)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, -1)
+    probs = torch.exp(scores - lse.masked_fill(torch.isinf(lse), 0.0)[..., None])
+    return torch.matmul(probs.to(v.dtype), v), lse
+
+
 _registered = False
 
 
@@ -437,23 +549,31 @@ def _register_grouped_sdpa() -> None:
 
 @contextmanager
 def _grouped_sdpa_enabled(model, enabled: bool):
-    """Switch a plain-SDPA model with grouped K/V heads to the grouped function, then back."""
+    """Switch a plain-SDPA model to the grouped function (yields True), then back.
+
+    Only for models whose attention layers know their ``layer_idx`` and use
+    Transformers' attention interface; anything else keeps its own attention
+    (yields False), and the engine then copies the shared prompt prefix into
+    every row instead of sharing it.
+    """
     config = getattr(model, "config", None)
+    attention = [m for m in model.modules() if hasattr(m, "num_key_value_groups")]
     if (
         not enabled
         or config is None
         or getattr(config, "_attn_implementation", None) != "sdpa"
         or not hasattr(config, "_attn_implementation_internal")
         or getattr(config, "attn_logit_softcapping", None)
-        or not any(getattr(m, "num_key_value_groups", 1) > 1 for m in model.modules())
+        or not attention
+        or not all(isinstance(getattr(m, "layer_idx", None), int) for m in attention)
     ):
-        yield
+        yield False
         return
     _register_grouped_sdpa()
     before = config._attn_implementation_internal
     config._attn_implementation_internal = _GROUPED_IMPL
     try:
-        yield
+        yield True
     finally:
         config._attn_implementation_internal = before
 
@@ -559,9 +679,9 @@ _COMPACT_HOLES = 0.2
 
 class _Engine:
     def __init__(self, model, tokenizer, search, config: RolloutConfig, generator, eos_token_id,
-                 *, reuse_cache: bool, share_prompts: bool):
+                 *, reuse_cache: bool, share_prompts: bool, cascade: bool):
         self.model, self.tokenizer, self.search, self.cfg = model, tokenizer, search, config
-        self.reuse_cache, self.share_prompts = reuse_cache, share_prompts
+        self.reuse_cache, self.share_prompts, self.cascade = reuse_cache, share_prompts, cascade
         param = next(iter(model.parameters()), None)
         self.device = param.device if param is not None else torch.device("cpu")
         self.eos = _eos_ids(model, tokenizer, eos_token_id)
@@ -573,7 +693,8 @@ class _Engine:
             params = inspect.signature(model.forward).parameters
         except (TypeError, ValueError):
             params = {}
-        self.keep_kw = ("logits_to_keep" if "logits_to_keep" in params
+        passes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        self.keep_kw = ("logits_to_keep" if "logits_to_keep" in params or passes_kwargs
                         else "num_logits_to_keep" if "num_logits_to_keep" in params else None)
         self.tail_tokens = max(len(_ANSWER_STOP), len(_SEARCH_STOP)) + 1
         self.corrective_text = tags.corrective_message(tags.SEARCH_TOOL)
@@ -714,10 +835,11 @@ class _Engine:
             s.end = None
             s.next_input = [s.pending, *ids]
 
-        # Continuing rows go to the front of the cache, in their current order.
+        # Continuing rows go to the front of the cache, longest input first (_prefill_rows).
         keep = [i for i, j in enumerate(rows) if self.seqs[j].stop_reason is None]
         if not keep:
             return 0, None
+        keep.sort(key=lambda i: -len(self.seqs[rows[i]].next_input))
         new_order = [rows[i] for i in keep]
         if not self.reuse_cache:
             self.order = new_order
@@ -726,18 +848,10 @@ class _Engine:
         extra = max(len(self.seqs[j].next_input) for j in new_order)
         valid = cache.valid[torch.tensor(keep, device=self.device), : cache.length]
         holes = 1.0 - float(valid.sum().item()) / max(1, valid.numel())
-        if holes > _COMPACT_HOLES or cache.length + extra > cache.cap:
-            cache.rebuild(torch.tensor(keep), extra + cfg.max_turn_tokens, compact=True)
-            self.order = new_order
-        else:  # move the finished rows behind the continuing ones
-            kept = set(keep)
-            front = [i for i in range(len(keep)) if i not in kept]
-            back = [i for i in keep if i >= len(keep)]
-            cache.swap_rows(front, back)
-            order = self.order
-            for a, b in zip(front, back):
-                order[a], order[b] = order[b], order[a]
-            new_order = order[: len(keep)]
+        compact = holes > _COMPACT_HOLES or cache.length + extra > cache.cap
+        if compact or keep != list(range(len(keep))):
+            cache.rebuild(torch.tensor(keep), extra + cfg.max_turn_tokens, compact=compact)
+        self.order = new_order
         seqs = [self.seqs[j] for j in new_order]
         return len(keep), self._prefill_rows([s.next_input for s in seqs], seqs)
 
@@ -748,14 +862,18 @@ class _Engine:
         cache = self.cache
         q = ids.shape[1]
         kwargs = {self.keep_kw: 1} if self.keep_kw else {}
-        out = self.model(
-            input_ids=ids,
-            attention_mask=cache.valid[:n, : cache.length + q],
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-            **kwargs,
-        )
+        _state.shared = cache.shared
+        try:
+            out = self.model(
+                input_ids=ids,
+                attention_mask=cache.valid[:n, : cache.length + q],
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                **kwargs,
+            )
+        finally:
+            _state.shared = None
         cache.length += q
         return out.logits[:, -1, :]
 
@@ -782,12 +900,21 @@ class _Engine:
         ids, pos, real = ids.to(self.device), pos.to(self.device), real.to(self.device)
         cache = self.cache
         cache.reserve(width)
-        chunk = max(1, self.prefill_tokens // n)
-        logits = None
-        for c in range(0, width, chunk):
-            e = min(width, c + chunk)
-            cache.valid[:n, cache.length : cache.length + e - c] = real[:, c:e]
-            logits = self._forward(ids[:, c:e], pos[:, c:e], n)
+        # Chunks of columns, left to right; a chunk only runs the rows that have tokens
+        # in it: rows with shorter inputs join later (callers sort rows longest first,
+        # so these are the first rows).  Every row has a token in the last column.
+        first = [width - len(x) for x in inputs]  # first real column of each row
+        logits, c0 = None, 0
+        while c0 < width:
+            c1 = min(width, c0 + max(1, self.prefill_tokens // n))
+            while True:
+                rows = 1 + max(r for r in range(n) if first[r] < c1)
+                if c1 - c0 == 1 or (c1 - c0) * rows <= self.prefill_tokens:
+                    break
+                c1 = c0 + max(1, self.prefill_tokens // rows)
+            cache.valid[:rows, cache.length : cache.length + c1 - c0] = real[:rows, c0:c1]
+            logits = self._forward(ids[:rows, c0:c1], pos[:rows, c0:c1], rows)
+            c0 = c1
         return logits
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> torch.Tensor:
@@ -795,11 +922,16 @@ class _Engine:
         cfg = self.cfg
         if self.share_prompts:
             index: dict[tuple[int, ...], int] = {}
-            of_row = [index.setdefault(tuple(p), len(index)) for p in prompts]
+            for p in sorted(prompts, key=len, reverse=True):  # longest first (_prefill_rows)
+                index.setdefault(tuple(p), len(index))
+            of_row = [index[tuple(p)] for p in prompts]
             unique = [list(p) for p in index]
         else:
-            of_row = list(range(len(prompts)))
-            unique = prompts
+            longest_first = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+            unique = [prompts[i] for i in longest_first]
+            of_row = [0] * len(prompts)
+            for u, i in enumerate(longest_first):
+                of_row[i] = u
         room = cfg.max_turn_tokens + 1
         shared = _common_prefix(unique) if self.share_prompts else 0
         shared = min(shared, min(len(p) for p in unique) - 1)
@@ -807,8 +939,11 @@ class _Engine:
             longest = max(len(p) for p in unique)
             self.cache = _RolloutCache(1, _round_up(longest + room), self.device)
             self._prefill_rows([unique[0][:shared]], None, [0])
-            self.cache.rebuild(torch.zeros(len(unique), dtype=torch.long),
-                               longest - shared + room, compact=False)
+            if self.cascade:  # keep one copy that every row attends to
+                self.cache.share_prefix(len(unique), longest - shared + room)
+            else:  # copy it into every row
+                self.cache.rebuild(torch.zeros(len(unique), dtype=torch.long),
+                                   longest - shared + room, compact=False)
             logits = self._prefill_rows([p[shared:] for p in unique], None,
                                         [shared] * len(unique))
         else:
@@ -823,6 +958,7 @@ class _Engine:
 
     def _reprefill(self, order: list[int]) -> torch.Tensor:
         """Without cache reuse: encode each continuing sequence's whole context again."""
+        order.sort(key=lambda j: -(len(self.seqs[j].prompt) + self.seqs[j].resp_len))
         contexts = []
         for j in order:
             s = self.seqs[j]

@@ -1,0 +1,548 @@
+"""The native engine's GRPO loss and update (worker/engines/native/grpo.py).
+
+Hand computations on small tensors for the loss; a tiny random Llama
+(tests/support/tiny_model.py) for log-probs, masking and the update.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native import grpo as G
+
+PAD = 2  # <|im_end|> in the tiny tokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # perf-notes.md: two OpenMP threads make this machine ~50x slower.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-grpo"))
+
+
+@pytest.fixture
+def model(tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    return m.eval()
+
+
+def rollouts(seed: int = 0, n: int = 5):
+    """Prompts and responses of different lengths; responses hold env spans (mask 0)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, masks = [], [], []
+    for i in range(n):
+        p = torch.randint(3, 400, (4 + (i * 3) % 7,), generator=g).tolist()
+        r = torch.randint(3, 400, (6 + (i * 5) % 9,), generator=g).tolist()
+        m = [1] * len(r)
+        if i % 2 == 0:  # an environment span in the middle
+            m[2:4] = [0, 0]
+        prompts.append(p)
+        responses.append(r)
+        masks.append(m)
+    return prompts, responses, masks
+
+
+def batch_of(seed: int = 0, n: int = 5, advantages=None) -> G.PolicyBatch:
+    prompts, responses, masks = rollouts(seed, n)
+    adv = advantages if advantages is not None else [(-1.0) ** i * (1 + i / 2) for i in range(n)]
+    return G.make_batch(prompts, responses, masks, adv, PAD)
+
+
+def grouped_batch(seed: int = 0, groups: int = 3, size: int = 3) -> G.PolicyBatch:
+    """GRPO-shaped: ``groups`` prompts x ``size`` responses of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, masks = [], [], []
+    for q in range(groups):
+        p = torch.randint(3, 400, (5 + 3 * q,), generator=g).tolist()
+        for k in range(size):
+            r = torch.randint(3, 400, (4 + 2 * k + q,), generator=g).tolist()
+            m = [1] * len(r)
+            if k == 1:
+                m[1:3] = [0, 0]
+            prompts.append(p)
+            responses.append(r)
+            masks.append(m)
+    adv = [(-1.0) ** i * 0.7 for i in range(groups * size)]
+    return G.make_batch(prompts, responses, masks, adv, PAD)
+
+
+def full_reference_logprobs(model, batch: G.PolicyBatch) -> torch.Tensor:
+    """The plain way: full log_softmax over every position, gather the next token."""
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logp = torch.log_softmax(logits.float(), dim=-1)
+    out = torch.zeros(batch.input_ids.shape)
+    out[:, 1:] = logp[:, :-1].gather(2, batch.input_ids[:, 1:, None]).squeeze(2)
+    return out
+
+
+def params_of(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+# --------------------------------------------------------------------------
+# grpo_loss against hand computations
+# --------------------------------------------------------------------------
+
+
+def test_grpo_loss_matches_a_hand_computation():
+    clip, kl_coef, ent_coef = 0.2, 0.1, 0.01
+    cfg = G.GrpoConfig(clip=clip, kl_coef=kl_coef, entropy_coef=ent_coef)
+    # ratios chosen to hit each branch: A > 0 with ratio above / below the band,
+    # A < 0 with ratio below / above the band, and ratio inside the band.
+    ratios = [[1.0, 1.5, 0.5, 1.1], [1.0, 0.5, 1.5, 1.0]]
+    old = [[-1.0, -2.0, -0.5, -3.0], [-0.7, -1.2, -2.2, -0.1]]
+    ref = [[-1.1, -1.0, -0.9, -2.0], [-0.7, -1.0, -3.0, -0.4]]
+    ent = [[2.0, 1.5, 1.0, 0.5], [3.0, 2.5, 2.0, 9.0]]
+    # sequence 0 has 3 scored tokens (first is prompt), sequence 1 two (last is padding)
+    mask = [[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0]]
+    adv = [1.0, -2.0]
+    logp = [[old[i][j] + math.log(ratios[i][j]) for j in range(4)] for i in range(2)]
+
+    total, count, clipped_count, pgs, kls = 0.0, 0, 0, [], []
+    for i in range(2):
+        for j in range(4):
+            if not mask[i][j]:
+                continue
+            r, a = ratios[i][j], adv[i]
+            unclipped, clipped = -a * r, -a * min(max(r, 1 - clip), 1 + clip)
+            pg = max(unclipped, clipped)
+            clipped_count += clipped > unclipped
+            d = ref[i][j] - logp[i][j]
+            kl = math.exp(d) - d - 1
+            total += pg + kl_coef * kl - ent_coef * ent[i][j]
+            pgs.append(pg)
+            kls.append(kl)
+            count += 1
+    assert count == 5 and clipped_count == 2  # (A>0, r=1.5) and (A<0, r=0.5)
+
+    t = torch.tensor
+    logp_t = t(logp, requires_grad=True)
+    loss, stats = G.grpo_loss(logp_t, t(old), t(ref), t(adv), t(mask), cfg, entropy=t(ent))
+    assert loss.item() == pytest.approx(total / count, rel=1e-5)
+    assert stats["pg_loss"] == pytest.approx(sum(pgs) / count, rel=1e-5)
+    assert stats["kl"] == pytest.approx(sum(kls) / count, rel=1e-5)
+    assert stats["entropy"] == pytest.approx((1.5 + 1.0 + 0.5 + 2.5 + 2.0) / 5, rel=1e-6)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)
+    assert stats["num_tokens"] == 5
+    mean_ratio = (1.5 + 0.5 + 1.1 + 0.5 + 1.5) / 5
+    assert stats["ratio_mean"] == pytest.approx(mean_ratio, rel=1e-5)
+
+    # No gradient reaches masked positions; a clipped token passes no policy gradient.
+    loss.backward()
+    grad = logp_t.grad
+    assert grad[0, 0] == 0 and grad[1, 0] == 0 and grad[1, 3] == 0
+    d = t(ref)[0, 1] - t(logp)[0, 1]
+    expected = kl_coef * (1 - math.exp(d.item())) / count  # only the KL term for (0, 1)
+    assert grad[0, 1].item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_grpo_loss_without_reference_or_entropy_and_a_given_denominator():
+    cfg = G.GrpoConfig(kl_coef=0.5)
+    logp = torch.tensor([[0.0, -1.0, -2.0]])
+    old = logp.clone()
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    loss, stats = G.grpo_loss(logp, old, None, torch.tensor([3.0]), mask, cfg)
+    # ratio 1: the loss is -A, the token mean of -3 over 2 tokens
+    assert loss.item() == pytest.approx(-3.0)
+    assert stats["kl"] == 0.0 and math.isnan(stats["entropy"]) and stats["clip_frac"] == 0.0
+    # the denominator of the whole mini-batch (gradient accumulation)
+    loss, stats = G.grpo_loss(logp, old, None, torch.tensor([3.0]), mask, cfg, num_tokens=6)
+    assert loss.item() == pytest.approx(-3.0 * 2 / 6)
+    assert stats["pg_loss"] == pytest.approx(-3.0)  # stats stay per-token means
+    # kl_coef 0 ignores the reference
+    cfg0 = G.GrpoConfig(kl_coef=0.0)
+    loss0, stats0 = G.grpo_loss(logp, old, logp - 5, torch.tensor([3.0]), mask, cfg0)
+    assert loss0.item() == pytest.approx(-3.0) and stats0["kl"] == 0.0
+
+
+def test_values_at_masked_positions_reach_neither_loss_nor_gradient():
+    cfg = G.GrpoConfig(kl_coef=0.1, entropy_coef=0.1)
+    mask = torch.tensor([[0.0, 1.0, 1.0, 0.0]])
+    adv = torch.tensor([-1.5])
+
+    def run(junk: float):
+        logp = torch.tensor([[junk, -1.0, -2.0, junk]], requires_grad=True)
+        ent = torch.tensor([[junk, 1.0, 2.0, junk]], requires_grad=True)
+        old = torch.tensor([[junk, -1.1, -1.9, junk]])
+        ref = torch.tensor([[junk, -0.9, -2.5, junk]])
+        loss, stats = G.grpo_loss(logp, old, ref, adv, mask, cfg, entropy=ent)
+        loss.backward()
+        return loss.detach(), logp.grad, ent.grad, stats
+
+    base = run(0.0)
+    for junk in (float("nan"), float("-inf"), 1e30):
+        got = run(junk)
+        assert torch.equal(got[0], base[0])
+        assert torch.equal(got[1], base[1]) and torch.equal(got[2], base[2])
+        assert got[3] == base[3]
+    assert base[1][0, 0] == 0 and base[1][0, 3] == 0 and base[1][0, 1] != 0
+
+
+def test_kl_estimator_is_zero_at_equality_and_guarded_against_overflow():
+    cfg = G.GrpoConfig(kl_coef=1.0)
+    logp = torch.tensor([[0.0, -0.3, -200.0]], requires_grad=True)
+    mask = torch.ones(1, 3)
+    ref = torch.tensor([[0.0, -0.3, -0.1]])
+    loss, stats = G.grpo_loss(logp, logp.detach(), ref, torch.zeros(1), mask, cfg)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    c = G.KL_LOG_RATIO_CLAMP
+    assert stats["kl"] == pytest.approx((math.exp(c) - c - 1) / 3, rel=1e-5)
+
+
+# --------------------------------------------------------------------------
+# make_batch and the mask
+# --------------------------------------------------------------------------
+
+
+def test_make_batch_masks_prompt_env_tokens_and_padding():
+    b = G.make_batch(
+        prompts=[[11, 12, 13], [21]],
+        responses=[[31, 32, 33, 34, 35], [41, 42]],
+        response_masks=[[1, 0, 0, 1, 1], [1, 1]],
+        advantages=[0.5, -0.5],
+        pad_token_id=PAD,
+    )
+    assert b.input_ids.tolist() == [
+        [11, 12, 13, 31, 32, 33, 34, 35],
+        [21, 41, 42, PAD, PAD, PAD, PAD, PAD],
+    ]
+    assert b.attention_mask.tolist() == [[1] * 8, [1, 1, 1, 0, 0, 0, 0, 0]]
+    assert b.loss_mask.tolist() == [[0, 0, 0, 1, 0, 0, 1, 1], [0, 1, 1, 0, 0, 0, 0, 0]]
+    assert b.loss_mask.dtype == torch.float32 and b.input_ids.dtype == torch.long
+    assert b.advantages.tolist() == [0.5, -0.5]
+    assert b.prompt_lengths.tolist() == [3, 1]
+    # 2 env tokens out of 7 response tokens (padding is not a response token)
+    assert G._masked_fraction(b) == pytest.approx(2 / 7)
+    b.prompt_lengths = None  # derived from the first model token
+    assert G._masked_fraction(b) == pytest.approx(2 / 7)
+
+
+def test_make_batch_rejects_inconsistent_input():
+    with pytest.raises(ValueError, match="mask entries"):
+        G.make_batch([[1]], [[2, 3]], [[1]], [0.0], PAD)
+    with pytest.raises(ValueError, match="one of each"):
+        G.make_batch([[1], [2]], [[2]], [[1]], [0.0], PAD)
+    with pytest.raises(ValueError, match="0 or 1"):
+        G.make_batch([[1]], [[2]], [[2]], [0.0], PAD)
+    with pytest.raises(ValueError, match="finite"):
+        G.make_batch([[1]], [[2]], [[1]], [float("nan")], PAD)
+
+
+def test_labels_at_trailing_masked_positions_change_neither_loss_nor_gradient(model):
+    """Env tokens get no loss: a masked token that is context for no scored token is inert.
+
+    (Env tokens in the middle of a response are context for the model's later
+    tokens, so their ids do change later log-probs; what the mask promises is
+    that they are never scored.) Here the responses end with an env span;
+    changing the token ids there must leave loss and gradient bit-identical.
+    """
+    prompts, responses, masks = rollouts(1, 4)
+    for r, m in zip(responses, masks, strict=True):
+        r.extend([100, 101, 102])
+        m.extend([0, 0, 0])
+    adv = [1.0, -1.0, 0.5, -0.5]
+
+    def loss_and_grads(batch):
+        model.zero_grad(set_to_none=True)
+        logp, ent = G._forward_scores(
+            model, batch.input_ids, batch.attention_mask, batch.loss_mask, entropy="grad"
+        )
+        ref = logp.detach() - 0.1 * batch.loss_mask
+        cfg = G.GrpoConfig(kl_coef=0.01, entropy_coef=0.01)
+        old = logp.detach() + 0.05 * batch.loss_mask
+        loss, _ = G.grpo_loss(logp, old, ref, batch.advantages, batch.loss_mask, cfg, entropy=ent)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    loss_a, grads_a = loss_and_grads(G.make_batch(prompts, responses, masks, adv, PAD))
+    for r in responses:
+        r[-3:] = [7, 8, 9]
+    loss_b, grads_b = loss_and_grads(G.make_batch(prompts, responses, masks, adv, PAD))
+    assert torch.equal(loss_a, loss_b)
+    for a, b in zip(grads_a, grads_b, strict=True):
+        assert torch.equal(a, b)
+    assert any(g.abs().sum() > 0 for g in grads_a)
+
+
+# --------------------------------------------------------------------------
+# token_logprobs
+# --------------------------------------------------------------------------
+
+
+def test_token_logprobs_matches_a_full_log_softmax(model):
+    b = batch_of(0, 5)
+    expected = full_reference_logprobs(model, b)
+    got, ent = G.token_logprobs(model, b, micro_batch_size=5, with_entropy=True)
+    assert got.shape == b.input_ids.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected * b.loss_mask, atol=1e-5, rtol=1e-5)
+    assert (got[b.loss_mask == 0] == 0).all()
+    # entropy of the predicted distribution, by hand
+    with torch.no_grad():
+        logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+        p = torch.softmax(logits, -1)
+        h = -(p * torch.log_softmax(logits, -1)).sum(-1)
+    want = torch.zeros_like(got)
+    want[:, 1:] = h[:, :-1]
+    torch.testing.assert_close(ent, want * b.loss_mask, atol=1e-4, rtol=1e-4)
+    # any set of positions can be scored, e.g. every attended one
+    every = b.attention_mask.float()
+    got_all, none = G.token_logprobs(model, b, 2, score_mask=every)
+    assert none is None
+    every[:, 0] = 0
+    torch.testing.assert_close(got_all, expected * every, atol=1e-5, rtol=1e-5)
+
+
+def test_token_logprobs_micro_batching_and_padding_do_not_matter(model):
+    b = batch_of(2, 6)
+    whole, _ = G.token_logprobs(model, b, micro_batch_size=6)
+    for size in (1, 4):
+        part, _ = G.token_logprobs(model, b, micro_batch_size=size)
+        torch.testing.assert_close(part, whole, atol=1e-5, rtol=1e-5)
+    # each sequence alone (no padding at all) gives the same log-probs
+    for i in range(len(b)):
+        one = b.rows([i])
+        n = int(one.attention_mask.sum())
+        alone = G.PolicyBatch(
+            one.input_ids[:, :n], one.attention_mask[:, :n], one.loss_mask[:, :n], one.advantages
+        )
+        got, _ = G.token_logprobs(model, alone, 1)
+        torch.testing.assert_close(got[0], whole[i, :n], atol=1e-5, rtol=1e-5)
+        assert (whole[i, n:] == 0).all()
+
+
+def test_micro_batch_plan_keeps_groups_together():
+    b = grouped_batch(0, groups=3, size=3)
+    plan = list(G._micro_batches(b, torch.arange(9), 2, True))
+    seen = sorted(r for rows, _, _ in plan for r in rows.tolist())
+    assert seen == list(range(9))
+    lengths = b.attention_mask.sum(1)
+    for rows, width, prefix in plan:
+        assert 1 <= len(rows) <= 2 and width == int(lengths[rows].max())
+        if prefix is not None:  # one group, its prompt length
+            assert len(rows) == 2 and len({int(r) // 3 for r in rows}) == 1
+            assert prefix == int(b.prompt_lengths[rows[0]])
+    assert sum(p is not None for _, _, p in plan) == 3  # one pair per group
+    assert all(p is None for _, _, p in G._micro_batches(b, torch.arange(9), 4, False))
+
+
+def test_shared_prompt_gives_the_same_log_probs(model):
+    b = grouped_batch(1)
+    expected = full_reference_logprobs(model, b) * b.loss_mask
+    for size in (2, 3, 9):
+        shared, ent_s = G.token_logprobs(model, b, size, with_entropy=True)
+        plain, ent_p = G.token_logprobs(model, b, size, with_entropy=True, share_prompt=False)
+        torch.testing.assert_close(shared, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ent_s, ent_p, atol=1e-5, rtol=1e-5)
+    # without prompt_lengths the prompt is where the first scored token starts
+    b.prompt_lengths = None
+    torch.testing.assert_close(G.token_logprobs(model, b, 3)[0], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prompt_gives_the_same_update(tiny_dir):
+    b = grouped_batch(2)
+    cfg = dict(micro_batch_size=3, kl_coef=0.5, entropy_coef=0.05, max_grad_norm=None)
+    shared, s_shared = run_sgd(tiny_dir, b, G.GrpoConfig(share_prompt=True, **cfg))
+    plain, s_plain = run_sgd(tiny_dir, b, G.GrpoConfig(share_prompt=False, **cfg))
+    for x, y in zip(shared, plain, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-4)
+    for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "num_tokens"):
+        assert s_shared[key] == pytest.approx(s_plain[key], rel=1e-4, abs=1e-7), key
+
+
+def test_generic_logits_path_matches_the_plain_head(model, monkeypatch):
+    b = batch_of(3, 4)
+    plain, _ = G.token_logprobs(model, b, 3, with_entropy=False)
+    monkeypatch.setattr(G, "_PLAIN_HEAD_MODEL_TYPES", frozenset())
+    assert G._plain_head(model) is None
+    generic, _ = G.token_logprobs(model, b, 3)
+    torch.testing.assert_close(generic, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_small_chunks_give_the_same_log_probs(model, monkeypatch):
+    b = batch_of(4, 3)
+    whole, ent = G.token_logprobs(model, b, 3, with_entropy=True)
+    monkeypatch.setattr(G, "_NO_GRAD_LOGITS_ELEMENTS", model.config.vocab_size * 3)
+    small, ent_small = G.token_logprobs(model, b, 3, with_entropy=True)
+    torch.testing.assert_close(small, whole, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ent_small, ent, atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------
+# update_step
+# --------------------------------------------------------------------------
+
+
+def seq_logprob(model, batch) -> torch.Tensor:
+    logp, _ = G.token_logprobs(model, batch, len(batch))
+    return logp.sum(dim=1)
+
+
+def test_update_moves_probability_towards_positive_advantage(model):
+    prompts, responses, masks = rollouts(5, 2)
+    b = G.make_batch([prompts[0]] * 2, responses, masks, [1.0, -1.0], PAD)
+    before = seq_logprob(model, b)
+    opt, sched = G.make_optimizer(model, lr=1e-2)
+    ref = G.reference_logprobs(G.frozen_copy(model), b, 2)
+    stats = G.update_step(model, opt, sched, b, ref, G.GrpoConfig(micro_batch_size=1))
+    after = seq_logprob(model, b)
+    assert after[0] > before[0] + 0.1
+    assert after[1] < before[1] - 0.1
+    assert stats["optimizer_steps"] == 1 and stats["ratio_mean"] == pytest.approx(1.0)
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-6)  # reference == policy before the step
+
+
+def run_sgd(tiny_dir, batch, config, lr=0.5, ref=True):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    ref_logp = None
+    if ref:  # a reference that differs from the policy, so the KL has a gradient
+        other = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+        with torch.no_grad():
+            for p in other.parameters():
+                p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(1)))
+        ref_logp = G.reference_logprobs(G.frozen_copy(other), batch, 2)
+    start = params_of(m)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    stats = G.update_step(m, opt, None, batch, ref_logp, config)
+    deltas = [p.detach() - s for p, s in zip(m.parameters(), start, strict=True)]
+    return deltas, stats
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_dir):
+    b = batch_of(6, 6)
+    cfg = dict(kl_coef=0.5, entropy_coef=0.05, max_grad_norm=None)
+    big, s_big = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=6, **cfg))
+    for size in (1, 4):
+        small, s_small = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=size, **cfg))
+        for x, y in zip(small, big, strict=True):
+            torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-4)
+        for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "num_tokens"):
+            assert s_small[key] == pytest.approx(s_big[key], rel=1e-4, abs=1e-7), key
+    assert s_big["kl"] > 0 and s_big["num_tokens"] == float(b.loss_mask.sum())
+
+
+def test_mini_batches_take_one_optimizer_step_each(tiny_dir):
+    b = batch_of(7, 6)
+    whole, s_whole = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=2, mini_batch_size=6))
+    none, _ = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=2, mini_batch_size=None))
+    for x, y in zip(whole, none, strict=True):
+        torch.testing.assert_close(x, y)
+    _, s = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=2, mini_batch_size=2))
+    assert s["optimizer_steps"] == 3 and s_whole["optimizer_steps"] == 1
+    # old log-probs come from before the first step: later mini-batches see ratio != 1
+    assert s["ratio_max"] > 1.0 + 1e-4 and s["approx_kl"] != 0.0
+    assert s_whole["ratio_mean"] == pytest.approx(1.0) and s_whole["approx_kl"] == 0.0
+
+
+def test_gradient_clipping_is_honoured(tiny_dir):
+    b = batch_of(8, 4)
+    lr, max_norm = 1.0, 1e-3
+    deltas, stats = run_sgd(tiny_dir, b, G.GrpoConfig(max_grad_norm=max_norm), lr=lr)
+    step_norm = torch.sqrt(sum((d.double() ** 2).sum() for d in deltas)).item()
+    assert stats["grad_norm"] > 100 * max_norm  # reported before clipping
+    assert step_norm == pytest.approx(lr * max_norm, rel=1e-3)
+    # unclipped: the step is the whole gradient
+    deltas, stats = run_sgd(tiny_dir, b, G.GrpoConfig(max_grad_norm=None), lr=lr)
+    step_norm = torch.sqrt(sum((d.double() ** 2).sum() for d in deltas)).item()
+    assert step_norm == pytest.approx(lr * stats["grad_norm"], rel=1e-3)
+
+
+def test_stats_are_present_and_finite(model):
+    b = batch_of(9, 5)
+    opt, sched = G.make_optimizer(model, lr=1e-3, warmup_steps=2)
+    ref = G.reference_logprobs(G.frozen_copy(model), b, 2)
+    stats = G.update_step(model, opt, sched, b, ref, G.GrpoConfig(micro_batch_size=2))
+    keys = {
+        "loss",
+        "pg_loss",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "ratio_mean",
+        "ratio_max",
+        "approx_kl",
+        "grad_norm",
+        "grad_norm_max",
+        "lr",
+        "num_tokens",
+        "num_sequences",
+        "optimizer_steps",
+        "skipped_steps",
+        "masked_fraction",
+        "advantage_mean",
+        "advantage_abs_mean",
+    }
+    assert keys <= stats.keys()
+    assert all(isinstance(v, float) and math.isfinite(v) for v in stats.values()), stats
+    assert stats["lr"] == pytest.approx(0.5e-3)  # first warmup step
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert stats["entropy"] > 0
+    env = sum(2 for i in range(5) if i % 2 == 0)
+    response = int((b.attention_mask.sum(1) - b.prompt_lengths).sum())
+    assert stats["masked_fraction"] == pytest.approx(env / response)
+    assert stats["num_tokens"] == response - env
+    assert model.training is False  # the caller's mode is restored
+
+
+def test_kl_is_zero_against_an_identical_reference_and_positive_after_an_update(model):
+    b = batch_of(10, 4)
+    ref_model = G.frozen_copy(model)
+    assert not any(p.requires_grad for p in ref_model.parameters()) and not ref_model.training
+    ref = G.reference_logprobs(ref_model, b, 4)
+    cfg = G.GrpoConfig(micro_batch_size=2)
+    logp, _ = G.token_logprobs(model, b, 4)
+    _, stats = G.grpo_loss(logp, logp, ref, b.advantages, b.loss_mask, cfg)
+    assert stats["kl"] == pytest.approx(0.0, abs=1e-7)
+    opt, sched = G.make_optimizer(model, lr=1e-2)
+    G.update_step(model, opt, sched, b, ref, cfg)
+    logp, _ = G.token_logprobs(model, b, 4)
+    _, stats = G.grpo_loss(logp, logp, ref, b.advantages, b.loss_mask, cfg)
+    assert stats["kl"] > 1e-4
+    # the reference did not move
+    torch.testing.assert_close(G.reference_logprobs(ref_model, b, 4), ref)
+
+
+def test_non_finite_gradient_skips_the_step(model):
+    b = batch_of(11, 2)
+    opt, sched = G.make_optimizer(model, lr=1e-2)
+    start = params_of(model)
+    b.advantages = torch.tensor([float("inf"), 1.0])
+    stats = G.update_step(model, opt, sched, b, None, G.GrpoConfig())
+    assert stats["skipped_steps"] == 1 and stats["optimizer_steps"] == 0
+    for p, s in zip(model.parameters(), start, strict=True):
+        assert torch.equal(p.detach(), s)
+
+
+def test_make_optimizer_warms_up_linearly_then_stays_constant(model):
+    opt, sched = G.make_optimizer(model, lr=0.3, weight_decay=0.1, warmup_steps=3, total_steps=30)
+    lrs = []
+    for _ in range(5):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3])
+    assert isinstance(opt, torch.optim.AdamW)
+    decays = {g["weight_decay"] for g in opt.param_groups}
+    assert decays == {0.1, 0.0}  # matrices decay, norm weights do not
+    opt, sched = G.make_optimizer(model, lr=0.3)
+    assert opt.param_groups[0]["lr"] == 0.3
+    with pytest.raises(ValueError):
+        G.make_optimizer(model, lr=0.3, warmup_steps=5, total_steps=4)

@@ -1,0 +1,549 @@
+"""Multi-turn tool rollouts of the native engine (worker/engines/native/rollout.py).
+
+Most tests drive the engine with a *scripted* model: it stores each row's
+token ids in the engine's KV cache as its "keys", reads the row's whole
+visible context back from the cache on every call (so the engine's cache
+bookkeeping - parking, swapping, compacting, appending environment tokens -
+is what it sees), checks the position ids, and forces the next token of a
+script chosen by the prompt.  The tiny random Llama checks the real
+attention path (greedy tokens equal the argmax of a plain full-context
+forward); one test runs the real SmolLM2-135M-Instruct with BM25 search.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from studio.method import tags
+from studio.retrieval import Passage, build_index
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native.rollout import (
+    Rollout,
+    RolloutConfig,
+    Segment,
+    _generate,
+    generate_rollouts,
+)
+
+torch.set_num_threads(1)
+
+INFO_END = "</information>\n\n"
+
+CORPUS = [
+    Passage("1", "Moss lamp", "A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."),
+    Passage("2", "Ida Varn", "Ida Varn was a lamp maker from the island of Serrick."),
+    Passage("3", "Serrick", "Serrick is a low, flat island with four towns and grey salt pans."),
+    Passage("4", "Grey salt", "Grey salt from Serrick is the archipelago's chief export."),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    return model, AutoTokenizer.from_pretrained(str(folder))
+
+
+@pytest.fixture(scope="module")
+def scrambled(tiny):
+    """The tiny model with large random weights: its greedy text varies with the context
+    (the freshly initialised one repeats one token), and its logits have no near-ties."""
+    import copy
+
+    model = copy.deepcopy(tiny[0])
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    return model, tiny[1]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    return tiny[1]
+
+
+@pytest.fixture(scope="module")
+def index():
+    return build_index(CORPUS)
+
+
+class RecordingSearch:
+    """A real BM25 search over the in-test corpus that records each call."""
+
+    def __init__(self, index):
+        self.index = index
+        self.calls: list[list[str]] = []
+
+    def __call__(self, queries: list[str]) -> list[list[tuple[str, str]]]:
+        self.calls.append(list(queries))
+        return [
+            [(h.passage.title, h.passage.text) for h in hits]
+            for hits in self.index.search(queries, 5)
+        ]
+
+    def expected(self, query: str, k: int) -> str:
+        hits = self.index.search([query], k)[0]
+        return tags.format_information([(h.passage.title, h.passage.text) for h in hits])
+
+
+EOS = "<EOS>"  # a script turn ending with this emits the eos token after its text
+
+
+class ScriptedLM(torch.nn.Module):
+    """Forces, for each prompt, a list of model turns (strings).
+
+    Turn i is written after the i-th environment block of the response; once a
+    turn's text is out, the model emits the eos token (turn ends with
+    ``EOS``) or the filler token forever (the turn budget must end it).
+    """
+
+    def __init__(self, tokenizer, scripts: dict[tuple[int, ...], list[str]]):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.tok = tokenizer
+        self.vocab = len(tokenizer)
+        self.eos_id = tokenizer.eos_token_id
+        self.filler = tokenizer(" x", add_special_tokens=False)["input_ids"][-1]
+        self.scripts = {
+            prompt: [self._encode_turn(t) for t in turns] for prompt, turns in scripts.items()
+        }
+        self.calls = 0
+        self.config = SimpleNamespace()
+        self.generation_config = None
+
+    def _encode_turn(self, text: str) -> list[int]:
+        if text.endswith(EOS):
+            return self.tok(text[: -len(EOS)], add_special_tokens=False)["input_ids"] + [self.eos_id]
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def _next(self, context: list[int]) -> int:
+        prompt = next((p for p in self.scripts if tuple(context[: len(p)]) == p), None)
+        if prompt is None:  # a prefill chunk inside the prompt: nothing is sampled from it
+            return self.filler
+        response = context[len(prompt) :]
+        turns = self.scripts[prompt]
+        # Where the last environment block ends (each ends with INFO_END).
+        start = next(
+            (k for k in range(len(response), 0, -1)
+             if self.tok.decode(response[:k]).endswith(INFO_END)),
+            0,
+        )
+        done = self.tok.decode(response[:start]).count(INFO_END)
+        progress = len(response) - start
+        turn = turns[done] if done < len(turns) else []
+        return turn[progress] if progress < len(turn) else self.filler
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
+                use_cache=True, logits_to_keep=0):
+        self.calls += 1
+        as_keys = input_ids.to(torch.float32)[:, None, :, None]
+        keys, _ = past_key_values.update(as_keys, as_keys, 0)
+        logits = torch.full((input_ids.shape[0], 1, self.vocab), -1e9)
+        for b in range(input_ids.shape[0]):
+            seen = attention_mask[b, : keys.shape[2]].bool()
+            context = keys[b, 0, seen, 0].long().tolist()
+            # Position ids count real tokens only (holes in the cache do not count).
+            assert int(position_ids[b, -1]) == len(context) - 1, (position_ids[b], len(context))
+            logits[b, 0, self._next(context)] = 0.0
+        return SimpleNamespace(logits=logits)
+
+
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
+                     add_special_tokens=False)["input_ids"]
+
+
+def run_scripted(tokenizer, scripts: dict[str, list[str]], search, config, prompts=None):
+    ids = {text: tuple(prompt_ids(tokenizer, text)) for text in scripts}
+    model = ScriptedLM(tokenizer, {ids[t]: turns for t, turns in scripts.items()})
+    order = prompts if prompts is not None else list(scripts)
+    return generate_rollouts(model, tokenizer, [list(ids[t]) for t in order], search, config)
+
+
+def check_mask(rollout: Rollout, tokenizer) -> None:
+    """Mask = 1 exactly over the model's tokens, 0 over every environment token."""
+    ids, mask = rollout.response_ids, rollout.response_mask
+    assert len(ids) == len(mask)
+    model_segs = [s for s in rollout.segments if s.source == "model"]
+    env_segs = [s for s in rollout.segments if s.source == "env"]
+    assert mask.count(0) == sum(len(s.token_ids) for s in env_segs)
+    assert mask.count(1) == sum(len(s.token_ids) for s in model_segs)
+    model_ids = [t for t, m in zip(ids, mask) if m]
+    assert tokenizer.decode(model_ids) == "".join(s.text for s in model_segs)
+    env_ids = [t for t, m in zip(ids, mask) if not m]
+    assert env_ids == [t for s in env_segs for t in s.token_ids]
+    for s in env_segs:
+        assert s.token_ids == tokenizer(s.text, add_special_tokens=False)["input_ids"]
+    for s in model_segs:
+        assert s.text == tokenizer.decode(s.token_ids)
+    assert rollout.response_text == "".join(s.text for s in rollout.segments)
+
+
+def sources(rollout: Rollout) -> list[str]:
+    return [s.source for s in rollout.segments]
+
+
+# ---------------------------------------------------------------- scripted
+
+
+def test_search_then_answer(tokenizer, index):
+    search = RecordingSearch(index)
+    turns = ["<think>x</think><search> moss lamp Serrick </search>", "<answer> Ida </answer>"]
+    cfg = RolloutConfig(top_k_passages=3)
+    [r] = run_scripted(tokenizer, {"Who made the moss lamp?": turns}, search, cfg)
+    assert r.stop_reason == "answer"
+    assert r.num_tool_calls == 1
+    assert sources(r) == ["model", "env", "model"]
+    assert [r.segments[0].text, r.segments[2].text] == turns
+    assert search.calls == [["moss lamp Serrick"]]
+    info = r.segments[1].text
+    assert info == search.expected("moss lamp Serrick", 3)
+    assert info.startswith("\n\n<information>Doc 1(Title: Moss lamp)") and info.endswith(INFO_END)
+    assert info.count("Doc ") == 3  # 4 passages match; top_k_passages = 3 are shown
+    assert len(search.index.search(["moss lamp Serrick"], 5)[0]) == 4
+    check_mask(r, tokenizer)
+    assert r.response_mask.count(0) == len(tokenizer(info, add_special_tokens=False)["input_ids"])
+    assert tags.final_answer(r.response_text) == "Ida"
+    assert tags.response_stats(r.response_text).search_calls == 1
+
+
+def test_information_block_truncated_to_max_obs_tokens(tokenizer, index):
+    search = RecordingSearch(index)
+    turns = ["<search> moss lamp island salt </search>", "<answer> Serrick </answer>"]
+    full = search.expected("moss lamp island salt", 3)
+    full_len = len(tokenizer(full, add_special_tokens=False)["input_ids"])
+    limit = 40
+    assert full_len > limit + 10
+    cfg = RolloutConfig(max_obs_tokens=limit)
+    [r] = run_scripted(tokenizer, {"Where is Ida from?": turns}, search, cfg)
+    assert sources(r) == ["model", "env", "model"] and r.stop_reason == "answer"
+    env = r.segments[1]
+    assert limit - 5 <= len(env.token_ids) <= limit
+    assert env.text.endswith("</information>\n\n")
+    assert env.text.startswith("\n\n<information>Doc 1(Title: ")
+    body = env.text[: -len("</information>\n\n")]
+    assert full.startswith(body) and len(body) < len(full) - 20  # the passages' text was cut
+    check_mask(r, tokenizer)
+    parsed = [s for s in tags.parse(r.response_text) if s.kind == "information"]
+    assert len(parsed) == 1 and parsed[0].closed
+
+
+def test_corrective_message_after_a_turn_without_call_or_answer(tokenizer, index):
+    search = RecordingSearch(index)
+    scripts = {
+        # EOS ends the turn: corrective message, then the model answers.
+        "Question one?": ["<think> I am not sure </think> maybe Ida" + EOS, "<answer> Ida </answer>"],
+        # The turn budget ends it (the model rambles): corrective message, then an answer.
+        "Question two?": ["<think> hmm" + " hmm" * 40, "<answer> Serrick </answer>"],
+    }
+    cfg = RolloutConfig(max_turn_tokens=40)
+    r1, r2 = run_scripted(tokenizer, scripts, search, cfg)
+    for r in (r1, r2):
+        assert sources(r) == ["model", "env", "model"]
+        assert r.segments[1].text == tags.CORRECTIVE_MESSAGE
+        assert r.stop_reason == "answer" and r.num_tool_calls == 0
+        check_mask(r, tokenizer)
+        assert r.response_mask.count(0) == len(
+            tokenizer(tags.CORRECTIVE_MESSAGE, add_special_tokens=False)["input_ids"]
+        )
+        assert tags.response_stats(r.response_text).invalid_turns == 1
+    assert r1.segments[0].token_ids[-1] == tokenizer.eos_token_id  # the sampled EOS is kept
+    assert len(r2.segments[0].token_ids) == 40
+    assert search.calls == []
+
+
+def test_max_turns_last_search_not_executed(tokenizer, index):
+    search = RecordingSearch(index)
+    turns = [f"<search> query {i} moss </search>" for i in range(5)]
+    cfg = RolloutConfig(max_turns=2)
+    [r] = run_scripted(tokenizer, {"Keep searching?": turns}, search, cfg)
+    assert r.num_tool_calls == 2
+    assert r.stop_reason == "max_turns"
+    assert sources(r) == ["model", "env", "model", "env", "model"]
+    assert r.segments[-1].text == turns[2]  # the third call was written, not run
+    assert search.calls == [["query 0 moss"], ["query 1 moss"]]
+    check_mask(r, tokenizer)
+
+
+def test_corrective_messages_count_as_turns(tokenizer, index):
+    search = RecordingSearch(index)
+    cfg = RolloutConfig(max_turns=2, max_turn_tokens=6)
+    [r] = run_scripted(tokenizer, {"Ramble?": ["x" + EOS, "y" + EOS, "z" + EOS]}, search, cfg)
+    assert sources(r) == ["model", "env", "model", "env", "model"]
+    assert r.stop_reason == "eos"  # the last allowed turn ended with EOS
+    cfg = RolloutConfig(max_turns=1, max_turn_tokens=6)
+    [r] = run_scripted(tokenizer, {"Ramble?": ["<think> a b c d e f g h"]}, search, cfg)
+    assert sources(r) == ["model", "env", "model"] and r.stop_reason == "length"
+    cfg = RolloutConfig(max_turns=0)
+    [r] = run_scripted(tokenizer, {"Search?": ["<search> moss </search>"]}, search, cfg)
+    assert sources(r) == ["model"] and r.stop_reason == "max_turns" and search.calls == []
+
+
+def test_max_response_tokens(tokenizer, index):
+    search = RecordingSearch(index)
+    scripts = {
+        "Ramble forever?": [],  # filler only: every turn hits the turn budget
+        "Search forever?": [f"<search> moss lamp {i} </search>" for i in range(20)],
+    }
+    cfg = RolloutConfig(max_turns=20, max_turn_tokens=30, max_response_tokens=150,
+                        max_obs_tokens=60)
+    rollouts = run_scripted(tokenizer, scripts, search, cfg)
+    for r in rollouts:
+        assert r.stop_reason == "length"
+        assert len(r.response_ids) <= 150
+        check_mask(r, tokenizer)
+        assert r.segments[-1].source == "model"
+    assert rollouts[0].num_tool_calls == 0 and rollouts[1].num_tool_calls >= 1
+    # An answer fits the budget exactly when it must.
+    cfg = RolloutConfig(max_response_tokens=5)
+    [r] = run_scripted(tokenizer, {"Short?": ["<think> a b c d e f g"]}, search, cfg)
+    assert len(r.response_ids) == 5 and r.stop_reason == "length" and sources(r) == ["model"]
+
+
+def test_mixed_batch_keeps_input_order_and_batches_searches(tokenizer, index):
+    search = RecordingSearch(index)
+    scripts = {
+        "Answer now?": ["<answer> now </answer>"],
+        "One search?": ["<search> moss lamp </search>", "<answer> Ida </answer>"],
+        "Two searches?": ["<think>a</think><search> Ida Varn </search>",
+                          "<search> Serrick island </search>", "<answer> Serrick </answer>"],
+        "Ramble then search?": ["<think> long thoughts" * 10, "<search> grey salt </search>",
+                                "<answer> salt </answer>"],
+        "Stop early?": ["done" + EOS, "<answer> done </answer>"],
+    }
+    order = ["Two searches?", "Answer now?", "Ramble then search?", "Stop early?", "One search?",
+             "Answer now?", "Two searches?"]
+    cfg = RolloutConfig(max_turns=4, max_turn_tokens=40)
+    rollouts = run_scripted(tokenizer, scripts, search, cfg, prompts=order)
+    assert len(rollouts) == len(order)
+    expect = {
+        "Answer now?": (["model"], 0, "now"),
+        "One search?": (["model", "env", "model"], 1, "Ida"),
+        "Two searches?": (["model", "env", "model", "env", "model"], 2, "Serrick"),
+        "Ramble then search?": (["model", "env", "model", "env", "model"], 1, "salt"),
+        "Stop early?": (["model", "env", "model"], 0, "done"),
+    }
+    for text, r in zip(order, rollouts):
+        assert r.prompt_ids == prompt_ids(tokenizer, text)
+        segs, calls, answer = expect[text]
+        assert (sources(r), r.num_tool_calls, r.stop_reason) == (segs, calls, "answer"), text
+        assert tags.final_answer(r.response_text) == answer
+        check_mask(r, tokenizer)
+    # One search call per round with every query of that round, in input order.
+    assert search.calls == [
+        ["Ida Varn", "moss lamp", "Ida Varn"],
+        ["Serrick island", "grey salt", "Serrick island"],
+    ]
+    ramble = rollouts[2]
+    assert ramble.segments[1].text == tags.CORRECTIVE_MESSAGE
+    assert ramble.segments[3].text == search.expected("grey salt", 3)
+
+
+def test_search_without_a_query_gets_the_corrective_message(tokenizer, index):
+    search = RecordingSearch(index)
+    scripts = {"Broken call?": ["no opening tag </search>", "<answer> ok </answer>"]}
+    [r] = run_scripted(tokenizer, scripts, search, RolloutConfig())
+    assert sources(r) == ["model", "env", "model"]
+    assert r.segments[1].text == tags.CORRECTIVE_MESSAGE
+    assert search.calls == [] and r.num_tool_calls == 0
+
+
+def test_stop_string_inside_a_token_keeps_the_token_whole(tokenizer, index):
+    # The tiny tokenizer has a token ">." : "</answer>." ends the stop string inside it.
+    ids = tokenizer("</answer>.", add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids[-1:]) == ">."
+    search = RecordingSearch(index)
+    [r] = run_scripted(tokenizer, {"Q?": ["<answer> a </answer>. more words"]}, search,
+                       RolloutConfig())
+    assert r.segments[0].text == "<answer> a </answer>."
+    assert r.segments[0].token_ids[-1] == ids[-1]
+    assert r.stop_reason == "answer"
+
+
+def test_search_function_result_count_is_checked(tokenizer):
+    cfg = RolloutConfig()
+    with pytest.raises(ValueError, match="result lists"):
+        run_scripted(tokenizer, {"Q?": ["<search> a </search>"]}, lambda qs: [], cfg)
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError):
+        RolloutConfig(max_turn_tokens=0)
+    with pytest.raises(ValueError):
+        RolloutConfig(top_p=0)
+    with pytest.raises(ValueError):
+        RolloutConfig(temperature=-1)
+    with pytest.raises(ValueError):
+        RolloutConfig(max_turns=-1)
+    with pytest.raises(TypeError):
+        generate_rollouts(None, None, [[1]], lambda q: [], {"max_turns": 1})
+
+
+def test_segment_and_rollout_properties():
+    r = Rollout([1, 2], [Segment("model", [5, 6], "ab"), Segment("env", [7], "c"),
+                         Segment("model", [8], "d")], "answer", 1)
+    assert r.response_ids == [5, 6, 7, 8]
+    assert r.response_mask == [1, 1, 0, 1]
+    assert r.response_text == "abcd"
+
+
+# ---------------------------------------------------------------- tiny real model
+
+
+def tiny_prompts(tokenizer) -> list[list[int]]:
+    shared = ("<|im_start|>system\nYou are a helpful assistant. Answer the question. "
+              "You can search for facts.<|im_end|>\n")
+    questions = ["who wrote the novel about the white whale?", "what is the capital of France?",
+                 "Which river flows through the city?", "when did the first person walk on the moon?"]
+    texts = [f"{shared}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n" for q in questions]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    return [ids[0], ids[1], ids[0], ids[2], ids[3], ids[1]]  # repeats, like G samples
+
+
+def assert_greedy_consistent(model, rollouts: list[Rollout]) -> None:
+    """Every model token is the argmax of a plain (unpadded, uncached) forward."""
+    for r in rollouts:
+        full = torch.tensor([r.prompt_ids + r.response_ids])
+        with torch.inference_mode():
+            logits = model(full).logits[0]
+        start = len(r.prompt_ids)
+        for i, (t, m) in enumerate(zip(r.response_ids, r.response_mask)):
+            if m:
+                assert logits[start + i - 1].argmax().item() == t, (i, r.segments)
+
+
+def test_greedy_tokens_match_full_context_forward(scrambled, index):
+    model, tokenizer = scrambled
+    prompts = tiny_prompts(tokenizer)
+    cfg = RolloutConfig(max_turns=3, max_turn_tokens=10, max_response_tokens=400, temperature=0)
+    search = RecordingSearch(index)
+    # First run: find a token the model emits often, and make it the EOS so that rows
+    # end their turns at different steps (parking, swapping and compacting rows).
+    first = generate_rollouts(model, tokenizer, prompts, search, cfg, eos_token_id=0)
+    counts: dict[int, int] = {}
+    for r in first:
+        for seg in r.segments:
+            for t in seg.token_ids[1:] if seg.source == "model" else []:
+                counts[t] = counts.get(t, 0) + 1
+    eos = max(counts, key=counts.get)
+    rollouts = generate_rollouts(model, tokenizer, prompts, search, cfg, eos_token_id=eos)
+    lengths = {len(s.token_ids) for r in rollouts for s in r.segments if s.source == "model"}
+    assert len(lengths) > 2  # turns of different lengths
+    assert_greedy_consistent(model, rollouts)
+    for r in rollouts:
+        check_mask(r, tokenizer)
+        assert len(r.response_ids) <= 400
+    # Re-encoding the whole context every turn, unshared prompts (each row its own copy)
+    # and the model's own attention function give the same tokens.
+    for switches in (
+        {"reuse_cache": False, "share_prompts": False, "grouped_attention": False},
+        {"share_prompts": False},
+        {"grouped_attention": False},  # the shared prefix copied into every row
+    ):
+        other = _generate(model, tokenizer, prompts, search, cfg, eos_token_id=eos, **switches)
+        assert [r.response_ids for r in other] == [r.response_ids for r in rollouts], switches
+        assert [r.stop_reason for r in other] == [r.stop_reason for r in rollouts], switches
+    assert model.config._attn_implementation == "sdpa"  # switched back
+
+
+def test_same_generator_seed_same_rollouts(scrambled, index):
+    model, tokenizer = scrambled
+    prompts = tiny_prompts(tokenizer)
+    cfg = RolloutConfig(max_turns=2, max_turn_tokens=16, max_response_tokens=300)
+
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        return generate_rollouts(model, tokenizer, prompts, RecordingSearch(index), cfg,
+                                 generator=g)
+
+    a, b, c = run(7), run(7), run(8)
+    assert [r.response_ids for r in a] == [r.response_ids for r in b]
+    assert [r.segments for r in a] == [r.segments for r in b]
+    assert [r.response_ids for r in a] != [r.response_ids for r in c]
+    # The G samples of one prompt differ from each other.
+    assert a[0].response_ids != a[2].response_ids
+    for r in a:
+        check_mask(r, tokenizer)
+
+
+def test_tiny_top_p_keeps_only_the_most_likely_token(scrambled, index):
+    model, tokenizer = scrambled
+    prompts = tiny_prompts(tokenizer)[:3]
+    greedy = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index),
+                               RolloutConfig(max_turns=1, max_turn_tokens=12, temperature=0))
+    nucleus = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index),
+                                RolloutConfig(max_turns=1, max_turn_tokens=12, top_p=1e-6),
+                                generator=torch.Generator().manual_seed(3))
+    assert [r.response_ids for r in nucleus] == [r.response_ids for r in greedy]
+
+
+# ---------------------------------------------------------------- the real default model
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa-train100"
+DEMO_EXEMPLARS = Path(__file__).resolve().parents[2] / "studio" / "demo" / "exemplars.jsonl"
+
+
+@pytest.fixture(scope="module")
+def smollm(tmp_path_factory):
+    from studio.base_models import load_causal_lm, load_tokenizer
+
+    data_dir = tmp_path_factory.mktemp("studio-data")
+    return (load_causal_lm("smollm2-135m-instruct", data_dir),
+            load_tokenizer("smollm2-135m-instruct", data_dir))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} is not there")
+def test_smollm2_searches_the_corpus(smollm):
+    from studio.method.exemplars import parse_jsonl
+    from studio.method.prompt import build_prompt
+    from studio.services.prompt_preview import render_prompt
+
+    model, tokenizer = smollm
+    rows = [json.loads(line) for line in (DATA / "corpus.jsonl").read_text().splitlines() if line]
+    titles = {r["title"] for r in rows}
+    corpus = build_index([Passage(str(r["id"]), r["title"], r["text"]) for r in rows])
+    question = json.loads((DATA / "qa.jsonl").read_text().splitlines()[0])["question"]
+    exemplars = parse_jsonl(DEMO_EXEMPLARS.read_text())
+    prompt = build_prompt(question, exemplars, 3, layout="chat", assistant_prefix="<think>")
+    text = render_prompt(tokenizer, prompt.messages, prompt.assistant_prefix)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    calls: list[list[str]] = []
+
+    def search(queries):
+        calls.append(list(queries))
+        return [[(h.passage.title, h.passage.text) for h in hits]
+                for hits in corpus.search(queries, 3)]
+
+    cfg = RolloutConfig(max_turns=1, max_turn_tokens=96, max_response_tokens=600,
+                        temperature=1.0)
+    rollouts = generate_rollouts(model, tokenizer, [ids] * 4, search, cfg,
+                                 generator=torch.Generator().manual_seed(0))
+    assert len(rollouts) == 4 and all(r.prompt_ids == ids for r in rollouts)
+    searched = [r for r in rollouts if r.num_tool_calls > 0]
+    assert searched, [r.response_text for r in rollouts]
+    for r in rollouts:
+        check_mask(r, tokenizer)
+        assert r.stop_reason in ("answer", "eos", "length", "max_turns")
+    r = searched[0]
+    blocks = [s for s in r.segments if s.source == "env" and s.text != tags.CORRECTIVE_MESSAGE]
+    assert len(blocks) == r.num_tool_calls
+    block = blocks[0].text
+    assert block.startswith("\n\n<information>Doc 1(Title: ") and block.endswith(INFO_END)
+    for i in range(1, block.count("\nDoc ") + 2):  # every passage shown is from the corpus
+        assert any(f"Doc {i}(Title: {t}) " in block for t in titles), (i, block)
+    query = tags.search_queries(r.segments[r.segments.index(blocks[0]) - 1].text)[-1]
+    top = corpus.search([query], 3)[0]
+    assert block.startswith(f"\n\n<information>Doc 1(Title: {top[0].passage.title}) ")
+    env_tokens = sum(len(s.token_ids) for s in r.segments if s.source == "env")
+    assert r.response_mask.count(0) == env_tokens
+    assert sum(len(c) for c in calls) == sum(x.num_tool_calls for x in rollouts)
