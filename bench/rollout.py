@@ -1,6 +1,6 @@
 """Benchmark of the native engine's multi-turn tool rollouts against plain ``model.generate``.
 
-    .venv/bin/python bench/rollout.py                      # short + exemplar prompts, batch 16 and 64
+    .venv/bin/python bench/rollout.py          # short + exemplar prompts, batch 16 and 64
     .venv/bin/python bench/rollout.py --prompts short --batches 16 --runs 1
 
 * Model: SmolLM2-135M-Instruct (the bundled default, fp32) on CPU with one
@@ -10,7 +10,9 @@
   ``chat`` layout with the assistant turn pre-filled with ``<think>``; each
   question is repeated ``--group`` times (GRPO's G samples, flattened):
   ``short`` = no exemplars (~130 tokens), ``exemplar`` = 1, 2 or 3 demo
-  exemplars by question (~500-1,560 tokens).  Search: BM25 (bm25s) over that
+  exemplars by question (~500-1,570 tokens), ``exemplar3`` = all 3 for every
+  question (~1,530-1,570 tokens; one curriculum stage: only the question
+  differs).  Search: BM25 (bm25s) over that
   folder's corpus.jsonl, top 3.
 * Rollouts: temperature 1.0, top-p 1.0, ``--max-turns`` / ``--max-turn-tokens``
   / ``--max-response-tokens``.  Tokens/s counts the tokens the model sampled
@@ -24,7 +26,9 @@
   turn each continuing sequence's whole context is encoded again (TRL's way).
 * Medians of ``--runs`` runs (run i uses generator seed i for both rollout
   variants); the three measurements of a run are interleaved, so background
-  load hits them alike.
+  load hits them alike.  ``runs`` in the table: rollout / generate /
+  no-reuse runs behind the medians (plain generate over exemplar prompts is
+  slow enough that ``--generate-runs 1`` may be wanted).
 
 Nothing here asserts timings; it prints a markdown table.
 """
@@ -64,7 +68,7 @@ def build_prompts(tokenizer, kind: str, batch: int, group: int, offset: int) -> 
     out: list[list[int]] = []
     for i in range(batch // group):
         q = questions[(offset + i) % len(questions)]
-        k = 0 if kind == "short" else 1 + i % len(exemplars)
+        k = {"short": 0, "exemplar": 1 + i % len(exemplars), "exemplar3": len(exemplars)}[kind]
         p = build_prompt(q, exemplars, k, layout="chat", assistant_prefix="<think>")
         ids = tokenizer(render_prompt(tokenizer, p.messages, p.assistant_prefix),
                         add_special_tokens=False)["input_ids"]
@@ -128,8 +132,10 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-turn-tokens", type=int, default=64)
     parser.add_argument("--max-response-tokens", type=int, default=512)
-    parser.add_argument("--skip-no-reuse", action="store_true",
-                        help="do not time the rollout loop without cache reuse")
+    parser.add_argument("--generate-runs", type=int, default=None,
+                        help="runs of plain generate (default: --runs; it is the slow one)")
+    parser.add_argument("--no-reuse-runs", type=int, default=None,
+                        help="runs of the loop without cache reuse (default: --runs; 0 = skip)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -150,12 +156,15 @@ def main() -> None:
             prompts = build_prompts(tokenizer, kind, batch, args.group, offset=0)
             lens = [len(p) for p in prompts]
             runs: dict[str, list[dict]] = {"rollout": [], "generate": [], "no_reuse": []}
+            generate_runs = args.runs if args.generate_runs is None else args.generate_runs
+            no_reuse_runs = args.runs if args.no_reuse_runs is None else args.no_reuse_runs
             for seed in range(args.runs):
                 ro = time_rollouts(model, tokenizer, prompts, search, cfg, seed)
                 runs["rollout"].append(ro)
                 new = max(1, round(ro["model_tokens"] / batch))
-                runs["generate"].append(time_generate(model, tokenizer, prompts, new, seed))
-                if not args.skip_no_reuse:
+                if seed < generate_runs:
+                    runs["generate"].append(time_generate(model, tokenizer, prompts, new, seed))
+                if seed < no_reuse_runs:
                     runs["no_reuse"].append(time_rollouts(model, tokenizer, prompts, search, cfg,
                                                           seed, reuse_cache=False))
                 print(f"  {kind} B={batch} run {seed}: "
@@ -169,11 +178,13 @@ def main() -> None:
                                                                       "no_reuse"))
             rows.append({
                 "prompts": kind, "batch": batch,
+                "runs": f"{len(runs['rollout'])}/{len(runs['generate'])}/{len(runs['no_reuse'])}",
                 "prompt_tokens": f"{min(lens)}-{max(lens)}",
                 "model_tokens": med("rollout", "model_tokens") / batch,
                 "env_tokens": med("rollout", "env_tokens") / batch,
                 "searches": med("rollout", "searches") / batch,
-                "rollout": rollout, "generate": generate, "ratio": rollout / generate,
+                "rollout": rollout, "generate": generate,
+                "ratio": rollout / generate if generate else None,
                 "no_reuse": no_reuse,
                 "reuse_gain": rollout / no_reuse if no_reuse else None,
                 "seconds": med("rollout", "seconds"),
@@ -182,15 +193,17 @@ def main() -> None:
     print()
     print("| prompts | batch | prompt tokens | model tok/rollout | env tok/rollout | "
           "searches/rollout | rollout tok/s | generate tok/s | ratio | no-reuse tok/s | "
-          "KV reuse gain | rollout s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "KV reuse gain | rollout s | runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         no_reuse = f"{r['no_reuse']:.1f}" if r["no_reuse"] else "-"
+        generate = f"{r['generate']:.1f}" if r["generate"] else "-"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
         gain = f"{r['reuse_gain']:.2f}x" if r["reuse_gain"] else "-"
         print(f"| {r['prompts']} | {r['batch']} | {r['prompt_tokens']} | "
               f"{r['model_tokens']:.0f} | {r['env_tokens']:.0f} | {r['searches']:.2f} | "
-              f"{r['rollout']:.1f} | {r['generate']:.1f} | {r['ratio']:.2f} | {no_reuse} | "
-              f"{gain} | {r['seconds']:.0f} |")
+              f"{r['rollout']:.1f} | {generate} | {ratio} | {no_reuse} | "
+              f"{gain} | {r['seconds']:.0f} | {r['runs']} |")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import worker.engines.native.rollout as rollout_module
 from studio.method import tags
 from studio.retrieval import Passage, build_index
 from tests.support.tiny_model import build_tiny_model
@@ -177,9 +178,9 @@ def check_mask(rollout: Rollout, tokenizer) -> None:
     env_segs = [s for s in rollout.segments if s.source == "env"]
     assert mask.count(0) == sum(len(s.token_ids) for s in env_segs)
     assert mask.count(1) == sum(len(s.token_ids) for s in model_segs)
-    model_ids = [t for t, m in zip(ids, mask) if m]
+    model_ids = [t for t, m in zip(ids, mask, strict=True) if m]
     assert tokenizer.decode(model_ids) == "".join(s.text for s in model_segs)
-    env_ids = [t for t, m in zip(ids, mask) if not m]
+    env_ids = [t for t, m in zip(ids, mask, strict=True) if not m]
     assert env_ids == [t for s in env_segs for t in s.token_ids]
     for s in env_segs:
         assert s.token_ids == tokenizer(s.text, add_special_tokens=False)["input_ids"]
@@ -332,7 +333,7 @@ def test_mixed_batch_keeps_input_order_and_batches_searches(tokenizer, index):
         "Ramble then search?": (["model", "env", "model", "env", "model"], 1, "salt"),
         "Stop early?": (["model", "env", "model"], 0, "done"),
     }
-    for text, r in zip(order, rollouts):
+    for text, r in zip(order, rollouts, strict=True):
         assert r.prompt_ids == prompt_ids(tokenizer, text)
         segs, calls, answer = expect[text]
         assert (sources(r), r.num_tool_calls, r.stop_reason) == (segs, calls, "answer"), text
@@ -416,12 +417,12 @@ def assert_greedy_consistent(model, rollouts: list[Rollout]) -> None:
         with torch.inference_mode():
             logits = model(full).logits[0]
         start = len(r.prompt_ids)
-        for i, (t, m) in enumerate(zip(r.response_ids, r.response_mask)):
+        for i, (t, m) in enumerate(zip(r.response_ids, r.response_mask, strict=True)):
             if m:
                 assert logits[start + i - 1].argmax().item() == t, (i, r.segments)
 
 
-def test_greedy_tokens_match_full_context_forward(scrambled, index):
+def test_greedy_tokens_match_full_context_forward(scrambled, index, monkeypatch):
     model, tokenizer = scrambled
     prompts = tiny_prompts(tokenizer)
     cfg = RolloutConfig(max_turns=3, max_turn_tokens=10, max_response_tokens=400, temperature=0)
@@ -448,11 +449,63 @@ def test_greedy_tokens_match_full_context_forward(scrambled, index):
         {"reuse_cache": False, "share_prompts": False, "grouped_attention": False},
         {"share_prompts": False},
         {"grouped_attention": False},  # the shared prefix copied into every row
+        {"shared_kv": False},
+        {"prefill_tokens": 7},  # prefill in chunks of a few tokens, rows joining late
     ):
-        other = _generate(model, tokenizer, prompts, search, cfg, eos_token_id=eos, **switches)
+        with monkeypatch.context() as patch:
+            if "prefill_tokens" in switches:
+                patch.setitem(rollout_module._PREFILL_TOKENS, "cpu", switches.pop("prefill_tokens"))
+            other = _generate(model, tokenizer, prompts, search, cfg, eos_token_id=eos, **switches)
         assert [r.response_ids for r in other] == [r.response_ids for r in rollouts], switches
         assert [r.stop_reason for r in other] == [r.stop_reason for r in rollouts], switches
     assert model.config._attn_implementation == "sdpa"  # switched back
+
+
+def test_model_in_training_mode_is_rolled_out_in_eval_mode_and_restored(tiny, index):
+    model, tokenizer = tiny
+    prompts = tiny_prompts(tokenizer)[:2]
+    cfg = RolloutConfig(max_turns=1, max_turn_tokens=6, temperature=0)
+    expected = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index), cfg)
+    model.gradient_checkpointing_enable()
+    model.train()
+    try:
+        got = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index), cfg)
+        assert model.training
+    finally:
+        model.gradient_checkpointing_disable()
+        model.eval()
+    assert [r.response_ids for r in got] == [r.response_ids for r in expected]
+
+
+@pytest.mark.parametrize("q", [1, 5])
+def test_shared_prefix_attention_matches_plain_attention(q):
+    """Attention over [prefix] + [row cache with holes] equals SDPA over the concatenation."""
+    gen = torch.Generator().manual_seed(0)
+    b, hkv, g, d, p, lr = 3, 2, 3, 8, 6, 9
+    query = torch.randn(b, hkv * g, q, d, generator=gen)
+    key, value = torch.randn(b, hkv, lr, d, generator=gen), torch.randn(b, hkv, lr, d, generator=gen)
+    pk, pv = torch.randn(1, hkv, p, d, generator=gen), torch.randn(1, hkv, p, d, generator=gen)
+    valid = torch.rand(b, lr, generator=gen) > 0.3
+    valid[:, -q:] = True
+    valid[0, : lr - q] = False  # a row that sees only the prefix and its own new tokens
+    causal = torch.ones(q, lr, dtype=torch.bool).tril(lr - q)
+    mask = (valid[:, None, None, :] & causal)  # [b, 1, q, lr]
+    full_k = torch.cat([pk.expand(b, -1, -1, -1), key], 2).repeat_interleave(g, 1)
+    full_v = torch.cat([pv.expand(b, -1, -1, -1), value], 2).repeat_interleave(g, 1)
+    full_mask = torch.cat([torch.ones(b, 1, q, p, dtype=torch.bool), mask], 3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, full_k, full_v, attn_mask=full_mask).transpose(1, 2)
+    got = rollout_module._attend_with_shared_prefix(query, key, value, mask, pk, pv, None)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    # The kernel-free version (other devices) agrees, including queries that see nothing.
+    folded = query.reshape(b, hkv, g * q, d)
+    m = mask[:, :, None].expand(b, 1, g, q, lr).reshape(b, 1, g * q, lr).clone()
+    m[1] = False
+    o_cpu, lse_cpu = rollout_module._cpu_attention(folded, key, value, m, d**-0.5)
+    o_mm, lse_mm = rollout_module._plain_attention(folded, key, value, m, d**-0.5)
+    torch.testing.assert_close(o_mm, o_cpu, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse_mm, lse_cpu)
+    assert torch.isinf(lse_cpu[1]).all() and (o_cpu[1] == 0).all()
 
 
 def test_same_generator_seed_same_rollouts(scrambled, index):

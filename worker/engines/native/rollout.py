@@ -15,9 +15,9 @@ How it runs (all sequences of a call share one forward pass per step):
   ends its turn is parked (moved behind the active rows of the batch, so
   decoding continues over a contiguous block of rows and parked rows cost
   nothing).  When every sequence has ended its turn, all the searches of the
-  round go to the search function in one call, the environment text is
-  encoded, and one prefill of just ``[last sampled token] + env tokens`` per
-  continuing sequence appends them to the KV cache.
+  round go to the search function in one call (queries in input order), the
+  environment text is encoded, and one prefill of just ``[last sampled
+  token] + env tokens`` per continuing sequence appends them to the KV cache.
 * **KV cache.**  A preallocated cache (:class:`_RolloutCache`) with one write
   pointer for the batch: each forward writes its keys/values at the same
   slots for every row and a per-row validity mask says which slots hold real
@@ -25,20 +25,28 @@ How it runs (all sequences of a call share one forward pass per step):
   per row and count real tokens only.  It grows by reallocation (rarely, not
   per token like ``DynamicCache``) and is compacted (holes removed) at round
   ends when holes make up a sizeable part of it.  Slots are zero-initialised:
-  a masked slot must hold finite numbers, or SDPA's ``0 * NaN`` poisons the
-  output.
+  a masked slot must hold finite numbers, or attention's ``0 * NaN`` poisons
+  the output.
 * **Prompts.**  Identical prompts (the G samples of a question) are prefilled
   once, and the longest common token prefix of all prompts (instruction and
-  exemplars) once for all of them, then copied into the rows.
+  exemplars) once for all of them.  That prefix is then kept in one copy
+  that every row attends to (cascade attention: its keys and values are read
+  once per step, not once per row), or, when the model's attention function
+  cannot be replaced, copied into every row.
+* **Prefill.**  In chunks of columns bounded by a token budget; rows are
+  ordered longest input first, and a chunk only runs the rows that have
+  tokens in it, so padding costs nothing.
 * **Attention.**  Transformers' SDPA path repeats the grouped K/V heads
   (GQA) whenever there is a padding mask, a full copy of the cache per layer
   per step; while rolling out, a model using ``sdpa`` is switched to an
   equivalent function that folds the query heads of a group into the query
-  length instead (no copy), and switched back afterwards.
+  length instead (no copy) and handles the shared prefix, and switched back
+  afterwards (``model.config._attn_implementation``; do not use the same
+  model from another thread meanwhile).
 * **Sampling.**  Temperature and top-p in one batched op on the model's
   device (inverse CDF with one uniform draw per row); temperature 0 is
-  greedy.  Only the last position's logits are
-  computed (``logits_to_keep=1``).
+  greedy.  Only the last position's logits are computed
+  (``logits_to_keep=1``).
 * **Stop strings.**  After each step, a sequence whose new token contains
   ``>`` decodes the last few tokens of its turn and looks for ``</search>`` /
   ``</answer>`` (case-insensitive, like the tag parser); the token that
@@ -48,8 +56,8 @@ Token ids in model segments are exactly the ids sampled (EOS included when it
 ends a turn); their ``text`` is ``tokenizer.decode(ids)`` (special tokens
 kept).  Environment ids are ``tokenizer(text, add_special_tokens=False)``.
 
-Thread counts are the caller's business (on CPU, one thread; see
-docs/perf-notes).  The model is used in eval mode under
+Thread counts are the caller's business (on CPU, one thread; see the perf
+notes).  The model runs in eval mode (restored afterwards) under
 ``torch.inference_mode()``; its device comes from its parameters.
 Sliding-window attention layers are not supported (the cache is
 full-attention only).
@@ -669,8 +677,10 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 # --------------------------------------------------------------------------
 
 # Tokens per prefill forward (rows x chunk length): bounds activation memory.
-_PREFILL_TOKENS = {"cpu": 2048}
+_PREFILL_TOKENS = {"cpu": 8192}
 _PREFILL_TOKENS_DEFAULT = 16384
+# ... and tokens x heads x context length (attention scores or mask, float32) per forward.
+_ATTENTION_ELEMENTS = 2**28
 # Share a common prompt prefix only when it is at least this long.
 _MIN_SHARED_PREFIX = 16
 # Compact the cache at a round end when holes exceed this fraction of it.
@@ -689,6 +699,8 @@ class _Engine:
         self.pad_id = int(pad if pad is not None else (min(self.eos) if self.eos else 0))
         self.gen = self._device_generator(generator)
         self.prefill_tokens = _PREFILL_TOKENS.get(self.device.type, _PREFILL_TOKENS_DEFAULT)
+        heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
+        self.heads = heads if isinstance(heads, int) and heads > 0 else 32
         try:
             params = inspect.signature(model.forward).parameters
         except (TypeError, ValueError):
@@ -705,7 +717,10 @@ class _Engine:
         self.cache: _RolloutCache | None = None
 
     def _device_generator(self, generator):
-        if generator is None or generator.device == self.device:
+        if generator is None or (
+            generator.device.type == self.device.type
+            and (generator.device.index or 0) == (self.device.index or 0)
+        ):
             return generator
         # A generator on another device than the model: derive one seeded from it.
         seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
@@ -744,7 +759,7 @@ class _Engine:
                 front = [i for i in ended if i < keep]
                 back = [i for i in range(keep, n) if i not in ended_set]
                 cache.swap_rows(front, back)
-                for a, b in zip(front, back):
+                for a, b in zip(front, back, strict=True):
                     order[a], order[b] = order[b], order[a]
                     sampled[a], sampled[b] = sampled[b], sampled[a]
                 n = keep
@@ -812,7 +827,7 @@ class _Engine:
                 raise ValueError(
                     f"search returned {len(results)} result lists for {len(searches)} queries"
                 )
-            for (s, _), passages in zip(searches, results):
+            for (s, _), passages in zip(searches, results, strict=True):
                 room = cfg.max_response_tokens - s.resp_len - 1  # keep one token for the model
                 block = _information_block(
                     tok, list(passages)[: cfg.top_k_passages], min(cfg.max_obs_tokens, room)
@@ -904,14 +919,16 @@ class _Engine:
         # in it: rows with shorter inputs join later (callers sort rows longest first,
         # so these are the first rows).  Every row has a token in the last column.
         first = [width - len(x) for x in inputs]  # first real column of each row
+        context = cache.length + width + (cache.shared[0][0].shape[2] if cache.shared else 0)
+        budget = max(1, min(self.prefill_tokens, _ATTENTION_ELEMENTS // (self.heads * context)))
         logits, c0 = None, 0
         while c0 < width:
-            c1 = min(width, c0 + max(1, self.prefill_tokens // n))
+            c1 = min(width, c0 + max(1, budget // n))
             while True:
                 rows = 1 + max(r for r in range(n) if first[r] < c1)
-                if c1 - c0 == 1 or (c1 - c0) * rows <= self.prefill_tokens:
+                if c1 - c0 == 1 or (c1 - c0) * rows <= budget:
                     break
-                c1 = c0 + max(1, self.prefill_tokens // rows)
+                c1 = c0 + max(1, budget // rows)
             cache.valid[:rows, cache.length : cache.length + c1 - c0] = real[:rows, c0:c1]
             logits = self._forward(ids[:rows, c0:c1], pos[:rows, c0:c1], rows)
             c0 = c1
