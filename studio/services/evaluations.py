@@ -10,7 +10,7 @@ from studio.services import corpora, qa_sets
 from studio.services.errors import InvalidInput
 from studio.services.records import get_or_404
 from studio.settings import Settings
-from studio.tables import Evaluation, Run, RunState, utcnow
+from studio.tables import Evaluation, QASet, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
@@ -98,3 +98,46 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
         if error is not None:
             evaluation.error = error
         session.add(evaluation)
+
+
+def evaluate_base_and_trained(settings: Settings, run_id: int, qa_set_names: list[str], *,
+                              base_model: str | None = None, corpus: str | None = None,
+                              limit: int | None = None, protocol: dict | None = None,
+                              queue: str = "cpu", start: bool = True) -> list[dict]:
+    """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
+    checkpoint under the same protocol. Every name is checked before anything is queued."""
+    if not qa_set_names:
+        raise InvalidInput("qa_sets: choose at least one QA set to evaluate on")
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        if not run.checkpoint_dir:
+            raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet; evaluate it after "
+                               "its first checkpoint")
+        base_model = base_model or run.config["model"]
+        corpus = corpus or run.config["data"]["corpus"]
+    for name in qa_set_names:
+        qa_sets.find_qa_set(settings, name)
+    shared = {"corpus": corpus, "limit": limit, "protocol": protocol, "queue": queue,
+              "start": start}
+    created = []
+    for name in qa_set_names:
+        created.append(create_evaluation(settings, qa_set=name, model=base_model, **shared))
+        created.append(create_evaluation(settings, qa_set=name, run_id=run_id, **shared))
+    return created
+
+
+def base_vs_trained(settings: Settings, run_id: int, base_model: str | None = None) -> list[dict]:
+    """Per QA set, the newest evaluation of the run's checkpoint beside the newest of its base
+    model (the run's `model` unless named): `{qa_set, base, trained}`, either may be None."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        base_model = base_model or run.config["model"]
+        newest_first = select(Evaluation).order_by(Evaluation.id.desc())
+        trained = [_view(e) for e in session.exec(newest_first.where(Evaluation.run_id == run_id))]
+        base = [_view(e) for e in session.exec(newest_first.where(
+            Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
+        names = {q.id: q.name for q in session.exec(select(QASet))}
+    return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
+             "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
+             "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}
+            for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]

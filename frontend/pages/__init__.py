@@ -1,0 +1,1 @@
+"""One module per page of the studio, each exposing `build(settings)`."""

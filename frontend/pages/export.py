@@ -1,0 +1,6 @@
+"""placeholder"""
+TITLE = "Export"
+
+
+def build(settings) -> None:
+    pass

@@ -1,0 +1,217 @@
+"""Live run: the curves of a run as it trains and the stream of its rollouts, updated in place.
+
+Each browser session keeps its own state (the rows it already has): a timer
+asks the services only for metric rows after the last step it holds, and
+redraws nothing when nothing is new.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from frontend.components.charts import live_figure
+from frontend.components.common import run_choices, run_label, shows_user_errors
+from frontend.components.rollout_view import (
+    COLOR_MAP,
+    TOKEN_HEADERS,
+    header_markdown,
+    highlighted,
+    token_rows,
+    token_summary,
+)
+from studio.services import runs
+from studio.services.runs import FINAL_STATES
+from studio.settings import Settings
+
+TITLE = "Live run"
+TICK_SECONDS = 2.0
+ROLLOUT_SCAN = 400  # newest rollouts the filters look through
+NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
+          "**Data**); its curves and rollouts appear here as it trains.")
+CSS = """
+.rollout-fullscreen { position: fixed !important; inset: 0; z-index: 1000; overflow: auto;
+  background: var(--background-fill-primary); padding: 24px 32px !important;
+  flex-wrap: nowrap !important; }
+.rollout-fullscreen > * { flex-shrink: 0 !important; }
+.rollout-card { max-height: 420px; overflow: auto; }
+#live-legend span { padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
+  color: white; }
+"""
+
+
+def legend_html() -> str:
+    chips = "".join(f'<span style="background:{colour}">{label}</span>'
+                    for label, colour in COLOR_MAP.items())
+    return f'<div id="live-legend">{chips}</div>'
+
+
+def default_run(settings: Settings) -> int | None:
+    """The newest running run, else the newest run."""
+    all_runs = runs.list_runs(settings)
+    running = [r for r in all_runs if r["state"] == "running"]
+    chosen = (running or all_runs or [None])[0]
+    return chosen["id"] if chosen else None
+
+
+def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
+    last = rows[-1] if rows else None
+    parts = [f"**{run_label(run)}**",
+             f"step {run['current_step']} / {run['total_steps']}"]
+    if last:
+        parts.append(f"stage {last['stage'] + 1} ({last['exemplars']} exemplars)")
+        parts.append(f"reward {last.get('reward_mean', 0):.2f}")
+    text = " · ".join(parts)
+    if run["state"] == "queued":
+        text += "  \nWaiting for a worker to take it."
+    if run["error"]:
+        text += f"  \n**Error:** {run['error'].strip().splitlines()[-1]}"
+    warnings = [e for e in events if e["kind"] == "warning"]
+    for event in warnings:
+        text += f"  \n⚠️ step {event['step']}: {event['message']}"
+    return text
+
+
+def parse_step(text: str | None) -> int | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise gr.Error(f"Step: '{text}' is not a step number; type a whole number such as 12, "
+                       "or leave it empty for all steps.")
+    return int(text)
+
+
+def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: float,
+                    reward_max: float, count: int) -> list[dict]:
+    """The newest rollouts matching the filters (step exact, stage, reward range)."""
+    found = runs.run_rollouts(settings, run_id, parse_step(step), ROLLOUT_SCAN)
+    keep = [r for r in found
+            if (stage in (None, "all") or r["stage"] + 1 == int(stage))
+            and reward_min <= r["reward"] <= reward_max]
+    return keep[:int(count)]
+
+
+def build(settings: Settings) -> None:
+    state = gr.State(None)  # {"run_id", "rows", "events", "final"} of this browser session
+    with gr.Row(equal_height=True):
+        chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
+        refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
+    status = gr.Markdown(NO_RUN, elem_id="live-status")
+    with gr.Row():
+        with gr.Column(scale=3):
+            plot = gr.Plot(label="Training curves", elem_id="live-plot", show_label=False)
+        with gr.Column(scale=2, elem_id="live-rollouts") as stream:
+            gr.Markdown("#### Rollouts")
+            gr.HTML(legend_html())
+            with gr.Row():
+                step = gr.Textbox(label="Step", placeholder="all steps",
+                                  elem_id="live-filter-step")
+                stage = gr.Dropdown(label="Stage", choices=["all"], value="all",
+                                    elem_id="live-filter-stage")
+                count = gr.Number(label="Show", value=4, precision=0, minimum=1, maximum=50)
+            with gr.Row():
+                reward_min = gr.Slider(0, 1, value=0, step=0.05, label="Reward at least")
+                reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
+            shown = gr.State([])
+
+    with gr.Column(visible=False, elem_classes=["rollout-fullscreen"],
+                   elem_id="rollout-full") as overlay:
+        close = gr.Button("✕ Close", size="sm", elem_id="rollout-close")
+        full_header = gr.Markdown()
+        full_tokens = gr.Markdown(elem_id="rollout-full-tokens")
+        full_text = gr.HighlightedText(color_map=COLOR_MAP, show_legend=True, show_label=False,
+                                       elem_id="rollout-full-text")
+        full_table = gr.Dataframe(headers=TOKEN_HEADERS, interactive=False, wrap=True,
+                                  elem_id="rollout-full-table")
+    full_outputs = [overlay, full_header, full_tokens, full_text, full_table]
+
+    def open_full(rollout):
+        return (gr.Column(visible=True), header_markdown(rollout), token_summary(rollout),
+                highlighted(rollout), token_rows(rollout))
+
+    close.click(lambda: gr.Column(visible=False), outputs=overlay)
+
+    with stream:
+        @gr.render(inputs=shown)
+        def cards(rollouts):
+            if not rollouts:
+                gr.Markdown("No rollout matches yet: they appear after each step "
+                            "(or widen the filters).", elem_id="live-no-rollouts")
+            for rollout in rollouts:
+                with gr.Group(elem_classes=["rollout-card"]):
+                    gr.Markdown(header_markdown(rollout))
+                    gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP,
+                                       show_legend=False, show_label=False,
+                                       elem_classes=["rollout-text"])
+                    opener = gr.Button("Open full screen", size="sm",
+                                       elem_classes=["rollout-open"])
+                    opener.click(lambda r=rollout: open_full(r), outputs=full_outputs)
+
+    timer = gr.Timer(TICK_SECONDS, active=False)
+    filters = [step, stage, reward_min, reward_max, count]
+
+    def choices(current):
+        return gr.update(choices=run_choices(settings),
+                         value=current if current is not None else default_run(settings))
+
+    gr.on(triggers=None, fn=lambda: choices(None), outputs=chosen, show_progress="hidden")
+    refresh.click(choices, inputs=chosen, outputs=chosen)
+
+    def stage_choices(rows):
+        stages = sorted({r["stage"] + 1 for r in rows})
+        return ["all"] + [str(s) for s in stages]
+
+    @shows_user_errors
+    def open_run(run_id, *filter_values):
+        if run_id is None:
+            return (None, NO_RUN, gr.update(value=None), [], gr.update(choices=["all"]),
+                    gr.Timer(active=False))
+        run = runs.get_run(settings, int(run_id))
+        rows = runs.run_metrics(settings, run["id"])
+        events = runs.run_events(settings, run["id"])
+        final = run["state"] in FINAL_STATES
+        new_state = {"run_id": run["id"], "rows": rows, "events": events, "final": final}
+        return (new_state, status_markdown(run, rows, events), live_figure(rows, events),
+                filter_rollouts(settings, run["id"], *filter_values),
+                gr.update(choices=stage_choices(rows)), gr.Timer(active=not final))
+
+    opened = [state, status, plot, shown, stage, timer]
+    chosen.change(open_run, inputs=[chosen, *filters], outputs=opened)
+
+    def tick(current, *filter_values):
+        """Only the steps after the last one held are fetched; nothing new redraws nothing."""
+        if not current:
+            return [gr.skip()] * 5 + [gr.Timer(active=False)]
+        run = runs.get_run(settings, current["run_id"])
+        next_step = current["rows"][-1]["step"] + 1 if current["rows"] else 0
+        new_rows = runs.run_metrics(settings, run["id"], since_step=next_step)
+        events = runs.run_events(settings, run["id"])
+        final = run["state"] in FINAL_STATES
+        keep_going = gr.Timer(active=not final)
+        if not new_rows and len(events) == len(current["events"]):
+            if final == current["final"]:
+                return [gr.skip()] * 5 + [keep_going]
+            current = {**current, "final": final}
+            return current, status_markdown(run, current["rows"], events), gr.skip(), \
+                gr.skip(), gr.skip(), keep_going
+        rows = current["rows"] + new_rows
+        current = {**current, "rows": rows, "events": events, "final": final}
+        try:
+            rollouts = filter_rollouts(settings, run["id"], *filter_values)
+        except gr.Error:  # a bad filter was already reported when it was typed
+            rollouts = gr.skip()
+        return (current, status_markdown(run, rows, events), live_figure(rows, events), rollouts,
+                gr.update(choices=stage_choices(rows)), keep_going)
+
+    timer.tick(tick, inputs=[state, *filters], outputs=[state, status, plot, shown, stage, timer],
+               show_progress="hidden")
+
+    @shows_user_errors
+    def refilter(current, *filter_values):
+        if not current:
+            return []
+        return filter_rollouts(settings, current["run_id"], *filter_values)
+
+    gr.on([step.submit, step.blur, stage.input, reward_min.release, reward_max.release,
+           count.submit, count.blur], refilter, inputs=[state, *filters], outputs=shown)
+
