@@ -14,25 +14,47 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend.home import build_home, status_markdown  # noqa: E402
-from frontend.pages import compare, evaluate, export, live_run, runs  # noqa: E402
+from frontend import shared  # noqa: E402
+from frontend.pages import (  # noqa: E402
+    compare,
+    curriculum,
+    data,
+    evaluate,
+    exemplars,
+    export,
+    home,
+    launch,
+    live_run,
+    runs,
+)
 from studio.api.app import create_api  # noqa: E402
 from studio.db import session_scope  # noqa: E402
 from studio.services.auth import authenticate  # noqa: E402
 from studio.settings import Settings, get_settings  # noqa: E402
 
-PAGES = [runs, live_run, compare, evaluate, export]
+# The tabs, in order: each module has TITLE and build(settings) (see frontend/pages).
+PAGES = [
+    home,
+    data,
+    exemplars,
+    curriculum,
+    launch,
+    runs,
+    live_run,
+    compare,
+    evaluate,
+    export,
+]
+# Page modules may add CSS of their own (Gradio 6 takes it at the mount, not per Blocks).
 CSS = "\n".join(getattr(page, "CSS", "") for page in PAGES)
 
 
 def build_ui(settings: Settings) -> gr.Blocks:
-    with gr.Blocks(title="ICRL Studio") as ui:
-        with gr.Tab("Home"):
-            status = build_home(settings)
-        for page in PAGES:
-            with gr.Tab(page.TITLE, id=page.__name__.rsplit(".", 1)[1]):
-                page.build(settings)
-        ui.load(lambda: status_markdown(settings), outputs=status)
+    with gr.Blocks(title="ICRL Studio") as ui, gr.Tabs() as tabs:
+        with shared.building(shared.Shared.create(tabs)):
+            for page in PAGES:
+                with gr.Tab(page.TITLE, id=shared.page_id(page)):
+                    page.build(settings)
     return ui
 
 
