@@ -6,8 +6,8 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from frontend.components.charts import compare_figure
-from frontend.components.common import run_dropdown_update, run_label, shows_user_errors
+from frontend.charts import compare_figure
+from frontend.run_picker import run_dropdown_update, run_label, shows_user_errors
 from studio.services import runs
 from studio.settings import Settings
 

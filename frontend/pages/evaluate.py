@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from frontend.components.common import run_dropdown_update, shows_user_errors
+from frontend.run_picker import plain, run_dropdown_update, shows_user_errors
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.settings import Settings
 
@@ -36,7 +36,7 @@ def _status(evaluation: dict | None) -> str:
         return f"running {params.get('done', 0)}/{params.get('total', '?')}"
     if evaluation["state"] == "failed":
         return f"failed: {(evaluation['error'] or '').strip().splitlines()[-1:]}"
-    return evaluation["state"]
+    return plain(evaluation["state"])
 
 
 def table_rows(pairs: list[dict]) -> list[list]:

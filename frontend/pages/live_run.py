@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from frontend.components.charts import live_figure
-from frontend.components.common import run_choices, run_label, shows_user_errors
-from frontend.components.rollout_view import (
+from frontend import shared
+from frontend.charts import live_figure
+from frontend.rollout_view import (
     COLOR_MAP,
     TOKEN_HEADERS,
     header_markdown,
@@ -19,6 +19,7 @@ from frontend.components.rollout_view import (
     token_rows,
     token_summary,
 )
+from frontend.run_picker import run_choices, run_label, shows_user_errors
 from studio.services import runs
 from studio.services.runs import FINAL_STATES
 from studio.settings import Settings
@@ -156,6 +157,9 @@ def build(settings: Settings) -> None:
 
     gr.on(triggers=None, fn=lambda: choices(None), outputs=chosen, show_progress="hidden")
     refresh.click(choices, inputs=chosen, outputs=chosen)
+    # the run launched or opened on another page
+    shared.current().focus_run.change(choices, inputs=shared.current().focus_run,
+                                      outputs=chosen, show_progress="hidden")
 
     def stage_choices(rows):
         stages = sorted({r["stage"] + 1 for r in rows})

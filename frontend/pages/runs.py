@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from frontend.components.common import run_dropdown_update, shows_user_errors, utc_minute
+from frontend import shared
+from frontend.run_picker import plain, run_dropdown_update, shows_user_errors, utc_minute
 from studio.services import runs
 from studio.settings import Settings
 
@@ -31,7 +32,7 @@ def table_rows(all_runs: list[dict]) -> list[list]:
     rows = []
     for run in all_runs:
         error = (run["error"] or "").strip().splitlines()
-        rows.append([run["id"], run["name"], run["state"], progress_text(run), run["queue"],
+        rows.append([run["id"], run["name"], plain(run["state"]), progress_text(run), run["queue"],
                      run["backend"], utc_minute(run["created_at"]),
                      utc_minute(run["finished_at"]), error[-1][:120] if error else ""])
     return rows
@@ -46,8 +47,10 @@ def build(settings: Settings) -> None:
                                         "11%"])
     shown = gr.State(None)  # the rows last sent, so an unchanged table is not re-sent
     with gr.Row(equal_height=True):
-        chosen = gr.Dropdown(label="Run", choices=[], elem_id="runs-chosen", scale=3)
-        cancel = gr.Button("Cancel run", variant="stop", elem_id="runs-cancel", scale=1)
+        chosen = gr.Dropdown(label="Run", choices=[], elem_id="runs-chosen", scale=1)
+        open_live = gr.Button("Open live view", elem_id="runs-open", scale=0, min_width=150)
+        cancel = gr.Button("Cancel run", variant="stop", elem_id="runs-cancel", scale=0,
+                           min_width=150)
     message = gr.Markdown(elem_id="runs-message")
     timer = gr.Timer(REFRESH_SECONDS)
 
@@ -67,6 +70,14 @@ def build(settings: Settings) -> None:
         return event.row_value[0]
 
     table.select(pick, outputs=chosen)
+
+    def show_live(run_id):
+        if run_id is None:
+            raise gr.Error("Choose a run first (select its row in the table).")
+        return int(run_id), gr.Tabs(selected="live_run")
+
+    common = shared.current()
+    open_live.click(show_live, inputs=chosen, outputs=[common.focus_run, common.tabs])
 
     @shows_user_errors
     def do_cancel(run_id):

@@ -1,4 +1,4 @@
-"""Helpers every run page uses: run choices for a dropdown, user errors shown in plain words."""
+"""What every run page needs: runs as dropdown choices, user errors shown in plain words."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from studio.services.errors import UserError
 from studio.settings import Settings
 
 
+def plain(value) -> str:
+    """A state enum member as its value (a str enum formats as `RunState.x` otherwise)."""
+    return str(getattr(value, "value", value))
+
+
 def run_label(run: dict) -> str:
-    return f"#{run['id']} {run['name']} · {run['state']}"
+    return f"#{run['id']} {run['name']} · {plain(run['state'])}"
 
 
 def run_choices(settings: Settings, only=None) -> list[tuple[str, int]]:

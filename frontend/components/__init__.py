@@ -1,1 +1,0 @@
-"""Small pieces shared by several pages: run pickers, charts, the rollout view, error text."""
