@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from frontend.charts import compare_figure
+from frontend.charts import compare_figure, plot_value
 from frontend.run_picker import run_dropdown_update, run_label, shows_user_errors
 from studio.services import runs
 from studio.settings import Settings
@@ -86,7 +86,7 @@ def build(settings: Settings) -> None:
         empty = [label for label, rows in series.items() if not rows]
         note = f"No steps recorded yet for: {', '.join(empty)}." if empty else ""
         figure = compare_figure(series, [(k, METRICS[k]) for k in keys])
-        return note, gr.Plot(figure, visible=True), \
+        return note, gr.Plot(plot_value(figure), visible=True), \
             gr.Dataframe(config_table(chosen_runs, differences_only), visible=True)
 
     gr.on([chosen.change, metrics.change, only_differences.change], compare,

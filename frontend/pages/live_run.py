@@ -10,7 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
-from frontend.charts import live_figure
+from frontend.charts import live_figure, plot_value
 from frontend.rollout_view import (
     COLOR_MAP,
     TOKEN_HEADERS,
@@ -25,6 +25,7 @@ from studio.services.runs import FINAL_STATES
 from studio.settings import Settings
 
 TITLE = "Live run"
+PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
 TICK_SECONDS = 2.0
 ROLLOUT_SCAN = 400  # newest rollouts the filters look through
 NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
@@ -92,7 +93,12 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     return keep[:int(count)]
 
 
+def stage_choices(rows: list[dict]) -> list[str]:
+    return ["all"] + [str(s) for s in sorted({r["stage"] + 1 for r in rows})]
+
+
 def build(settings: Settings) -> None:
+    common = shared.current()
     state = gr.State(None)  # {"run_id", "rows", "events", "final"} of this browser session
     with gr.Row(equal_height=True):
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
@@ -150,37 +156,44 @@ def build(settings: Settings) -> None:
 
     timer = gr.Timer(TICK_SECONDS, active=False)
     filters = [step, stage, reward_min, reward_max, count]
+    opened = [state, status, plot, shown, stage, timer]
 
-    def choices(current):
-        return gr.update(choices=run_choices(settings),
-                         value=current if current is not None else default_run(settings))
-
-    gr.on(triggers=None, fn=lambda: choices(None), outputs=chosen, show_progress="hidden")
-    refresh.click(choices, inputs=chosen, outputs=chosen)
-    # the run launched or opened on another page
-    shared.current().focus_run.change(choices, inputs=shared.current().focus_run,
-                                      outputs=chosen, show_progress="hidden")
-
-    def stage_choices(rows):
-        stages = sorted({r["stage"] + 1 for r in rows})
-        return ["all"] + [str(s) for s in stages]
-
-    @shows_user_errors
     def open_run(run_id, *filter_values):
+        """Everything the page shows of a run, read once; the timer then adds what is new."""
         if run_id is None:
-            return (None, NO_RUN, gr.update(value=None), [], gr.update(choices=["all"]),
-                    gr.Timer(active=False))
+            return None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False)
         run = runs.get_run(settings, int(run_id))
         rows = runs.run_metrics(settings, run["id"])
         events = runs.run_events(settings, run["id"])
         final = run["state"] in FINAL_STATES
-        new_state = {"run_id": run["id"], "rows": rows, "events": events, "final": final}
-        return (new_state, status_markdown(run, rows, events), live_figure(rows, events),
+        return ({"run_id": run["id"], "rows": rows, "events": events, "final": final},
+                status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
                 filter_rollouts(settings, run["id"], *filter_values),
                 gr.update(choices=stage_choices(rows)), gr.Timer(active=not final))
 
-    opened = [state, status, plot, shown, stage, timer]
-    chosen.change(open_run, inputs=[chosen, *filters], outputs=opened)
+    @shows_user_errors
+    def choose(run_id, *filter_values):
+        """Fresh run choices with `run_id` (default: the newest running run) opened."""
+        run_id = run_id if run_id is not None else default_run(settings)
+        return gr.update(choices=run_choices(settings), value=run_id), \
+            *open_run(run_id, *filter_values)
+
+    def on_load(step_value, stage_value, low, high, how_many, request: gr.Request):
+        """`/?run=ID` opens this page on that run (a link to share or bookmark)."""
+        filter_values = step_value, stage_value, low, high, how_many
+        linked = request.query_params.get("run", "")
+        if linked.isdigit():
+            return *choose(int(linked), *filter_values), gr.Tabs(selected=PAGE_ID)
+        return *choose(None, *filter_values), gr.skip()
+
+    gr.on(triggers=None, fn=on_load, inputs=filters, outputs=[chosen, *opened, common.tabs],
+          show_progress="hidden")
+    # the run launched or opened on another page
+    common.focus_run.change(choose, inputs=[common.focus_run, *filters],
+                            outputs=[chosen, *opened], show_progress="hidden")
+    chosen.input(shows_user_errors(open_run), inputs=[chosen, *filters], outputs=opened)
+    refresh.click(lambda current: gr.update(choices=run_choices(settings), value=current),
+                  inputs=chosen, outputs=chosen)
 
     def tick(current, *filter_values):
         """Only the steps after the last one held are fetched; nothing new redraws nothing."""
@@ -196,19 +209,18 @@ def build(settings: Settings) -> None:
             if final == current["final"]:
                 return [gr.skip()] * 5 + [keep_going]
             current = {**current, "final": final}
-            return current, status_markdown(run, current["rows"], events), gr.skip(), \
-                gr.skip(), gr.skip(), keep_going
+            return (current, status_markdown(run, current["rows"], events), gr.skip(),
+                    gr.skip(), gr.skip(), keep_going)
         rows = current["rows"] + new_rows
         current = {**current, "rows": rows, "events": events, "final": final}
         try:
             rollouts = filter_rollouts(settings, run["id"], *filter_values)
         except gr.Error:  # a bad filter was already reported when it was typed
             rollouts = gr.skip()
-        return (current, status_markdown(run, rows, events), live_figure(rows, events), rollouts,
-                gr.update(choices=stage_choices(rows)), keep_going)
+        return (current, status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
+                rollouts, gr.update(choices=stage_choices(rows)), keep_going)
 
-    timer.tick(tick, inputs=[state, *filters], outputs=[state, status, plot, shown, stage, timer],
-               show_progress="hidden")
+    timer.tick(tick, inputs=[state, *filters], outputs=opened, show_progress="hidden")
 
     @shows_user_errors
     def refilter(current, *filter_values):
@@ -218,4 +230,3 @@ def build(settings: Settings) -> None:
 
     gr.on([step.submit, step.blur, stage.input, reward_min.release, reward_max.release,
            count.submit, count.blur], refilter, inputs=[state, *filters], outputs=shown)
-

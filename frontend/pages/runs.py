@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
+from frontend.pages import live_run
 from frontend.run_picker import plain, run_dropdown_update, shows_user_errors, utc_minute
 from studio.services import runs
 from studio.settings import Settings
@@ -74,7 +75,7 @@ def build(settings: Settings) -> None:
     def show_live(run_id):
         if run_id is None:
             raise gr.Error("Choose a run first (select its row in the table).")
-        return int(run_id), gr.Tabs(selected="live_run")
+        return int(run_id), gr.Tabs(selected=live_run.PAGE_ID)
 
     common = shared.current()
     open_live.click(show_live, inputs=chosen, outputs=[common.focus_run, common.tabs])
