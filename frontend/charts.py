@@ -96,11 +96,14 @@ def live_figure(rows: list[dict], events: list[dict]) -> dict:
         for n, (key, label) in enumerate(lines):
             data.append(_line(rows, key, label, index, PALETTE[n % len(PALETTE)],
                               legend=legend, showlegend=len(lines) > 1))
-        if len(lines) > 1:  # a small legend in the panel's top-left corner
-            layout[legend] = {"x": layout[f"xaxis{_suffix(index)}"]["domain"][0] + 0.005,
+        if len(lines) > 1:  # a small legend in the panel: a row, or a column at its right
+            x0, x1 = layout[f"xaxis{_suffix(index)}"]["domain"]
+            row = len(lines) <= 3
+            layout[legend] = {"x": x0 + 0.005 if row else x1, "xanchor": "left" if row
+                              else "right", "orientation": "h" if row else "v",
                               "y": layout[f"yaxis{_suffix(index)}"]["domain"][1] - 0.005,
-                              "xanchor": "left", "yanchor": "top", "orientation": "h",
-                              "bgcolor": "rgba(255,255,255,0.7)", "font": {"size": 10}}
+                              "yanchor": "top", "bgcolor": "rgba(255,255,255,0.7)",
+                              "font": {"size": 10 if row else 9}}
     _mark_events(layout, data, events, len(panels))
     layout["uirevision"] = "live"  # keep the user's zoom while new steps arrive
     return {"data": data, "layout": layout}

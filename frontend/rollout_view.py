@@ -68,10 +68,7 @@ def token_rows(rollout: dict) -> list[list]:
     """Per segment: its number, who wrote it, the tag kinds in it, tokens, trained on or not."""
     rows = []
     for n, segment in enumerate(rollout["segments"], start=1):
-        kinds = []
-        for part in segment.get("parts") or []:
-            if part["kind"] not in kinds:
-                kinds.append(part["kind"])
+        kinds = list(dict.fromkeys(part["kind"] for part in segment.get("parts") or []))
         trained = {"model": "yes", "env": "no (masked)", "prompt": "no (prompt)"}[segment["source"]]
         preview = " ".join(segment["text"].split())
         rows.append([n, SOURCE_NAMES[segment["source"]], ", ".join(kinds), segment["tokens"],
@@ -80,6 +77,17 @@ def token_rows(rollout: dict) -> list[list]:
 
 
 TOKEN_HEADERS = ["#", "written by", "tags", "tokens", "trained on", "text"]
+
+
+def token_table(rollout: dict) -> str:
+    """`token_rows` as a Markdown table (light enough to sit, hidden, in every rollout card)."""
+    def cell(value) -> str:
+        text = str(value).replace("`", "'").replace("|", "\\|")
+        return f"`{text}`" if "<" in text else text
+
+    lines = ["| " + " | ".join(TOKEN_HEADERS) + " |", "|" + "---|" * len(TOKEN_HEADERS)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in token_rows(rollout)]
+    return "\n".join(lines)
 
 
 def token_summary(rollout: dict) -> str:

@@ -46,6 +46,7 @@ def config_table(chosen: list[dict], only_differences: bool):
         differs = len(set(values)) > 1
         if differs or not only_differences:
             rows.append([DIFFERS if differs else "", key, *values])
+    rows.sort(key=lambda row: row[0] != DIFFERS)  # the differences first, each part sorted
     frame = pd.DataFrame(rows, columns=["", "setting", *flat.keys()])
 
     def tint(row):
@@ -67,7 +68,7 @@ def build(settings: Settings) -> None:
     plot = gr.Plot(show_label=False, elem_id="compare-plot", visible=False)
     only_differences = gr.Checkbox(label="Show only the settings that differ", value=False)
     table = gr.Dataframe(interactive=False, wrap=True, elem_id="compare-config", visible=False,
-                         label="Configs (≠ marks a setting that differs)")
+                         label="Configs (≠ marks a setting that differs; those come first)")
 
     def refresh_choices(current):
         return run_dropdown_update(settings, current, multiselect=True)

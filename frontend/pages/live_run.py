@@ -13,11 +13,10 @@ from frontend import shared
 from frontend.charts import live_figure, plot_value
 from frontend.rollout_view import (
     COLOR_MAP,
-    TOKEN_HEADERS,
     header_markdown,
     highlighted,
-    token_rows,
     token_summary,
+    token_table,
 )
 from frontend.run_picker import run_choices, run_label, shows_user_errors
 from studio.services import runs
@@ -31,12 +30,14 @@ ROLLOUT_SCAN = 400  # newest rollouts the filters look through
 NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
           "**Data**); its curves and rollouts appear here as it trains.")
 CSS = """
-.rollout-fullscreen { position: fixed !important; inset: 0; z-index: 1000; overflow: auto;
-  background: var(--background-fill-primary); padding: 24px 32px !important;
-  flex-wrap: nowrap !important; }
-.rollout-fullscreen > * { flex-shrink: 0 !important; }
 .rollout-card { max-height: 420px; overflow: auto; }
-#live-legend span { padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
+.rollout-card.full-screen { position: fixed !important; inset: 0; z-index: 1000;
+  max-height: none; background: var(--background-fill-primary); padding: 16px 32px; }
+.rollout-card.full-screen .rollout-card { max-height: none; overflow: visible; }
+.rollout-card .full-only { display: none !important; }
+.rollout-card.full-screen .full-only { display: block !important; }
+.rollout-card.full-screen .card-only { display: none !important; }
+.live-legend span { padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
   color: white; }
 """
 
@@ -44,7 +45,7 @@ CSS = """
 def legend_html() -> str:
     chips = "".join(f'<span style="background:{colour}">{label}</span>'
                     for label, colour in COLOR_MAP.items())
-    return f'<div id="live-legend">{chips}</div>'
+    return f'<div class="live-legend">{chips}</div>'
 
 
 def default_run(settings: Settings) -> int | None:
@@ -93,6 +94,29 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     return keep[:int(count)]
 
 
+def _toggle_full_screen(card_id: str, on: bool) -> str:
+    """Client-side: the card already holds the whole rollout, so no request is needed."""
+    return (f"() => document.getElementById('{card_id}').classList"
+            f".{'add' if on else 'remove'}('full-screen')")
+
+
+def rollout_card(rollout: dict) -> None:
+    """One rollout: header, highlighted text, and (shown full screen) its token table."""
+    card_id = f"rollout-{rollout['id']}"
+    with gr.Group(elem_classes=["rollout-card"], elem_id=card_id):
+        closer = gr.Button("✕ Close", size="sm", elem_classes=["full-only", "rollout-close"])
+        gr.Markdown(header_markdown(rollout))
+        gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
+        gr.HTML(legend_html(), elem_classes=["full-only"])
+        gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
+                           show_label=False, elem_classes=["rollout-text"])
+        gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
+        opener = gr.Button("Open full screen", size="sm", elem_classes=["card-only",
+                                                                         "rollout-open"])
+    opener.click(None, js=_toggle_full_screen(card_id, True))
+    closer.click(None, js=_toggle_full_screen(card_id, False))
+
+
 def stage_choices(rows: list[dict]) -> list[str]:
     return ["all"] + [str(s) for s in sorted({r["stage"] + 1 for r in rows})]
 
@@ -121,23 +145,6 @@ def build(settings: Settings) -> None:
                 reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
             shown = gr.State([])
 
-    with gr.Column(visible=False, elem_classes=["rollout-fullscreen"],
-                   elem_id="rollout-full") as overlay:
-        close = gr.Button("✕ Close", size="sm", elem_id="rollout-close")
-        full_header = gr.Markdown()
-        full_tokens = gr.Markdown(elem_id="rollout-full-tokens")
-        full_text = gr.HighlightedText(color_map=COLOR_MAP, show_legend=True, show_label=False,
-                                       elem_id="rollout-full-text")
-        full_table = gr.Dataframe(headers=TOKEN_HEADERS, interactive=False, wrap=True,
-                                  elem_id="rollout-full-table")
-    full_outputs = [overlay, full_header, full_tokens, full_text, full_table]
-
-    def open_full(rollout):
-        return (gr.Column(visible=True), header_markdown(rollout), token_summary(rollout),
-                highlighted(rollout), token_rows(rollout))
-
-    close.click(lambda: gr.Column(visible=False), outputs=overlay)
-
     with stream:
         @gr.render(inputs=shown)
         def cards(rollouts):
@@ -145,14 +152,7 @@ def build(settings: Settings) -> None:
                 gr.Markdown("No rollout matches yet: they appear after each step "
                             "(or widen the filters).", elem_id="live-no-rollouts")
             for rollout in rollouts:
-                with gr.Group(elem_classes=["rollout-card"]):
-                    gr.Markdown(header_markdown(rollout))
-                    gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP,
-                                       show_legend=False, show_label=False,
-                                       elem_classes=["rollout-text"])
-                    opener = gr.Button("Open full screen", size="sm",
-                                       elem_classes=["rollout-open"])
-                    opener.click(lambda r=rollout: open_full(r), outputs=full_outputs)
+                rollout_card(rollout)
 
     timer = gr.Timer(TICK_SECONDS, active=False)
     filters = [step, stage, reward_min, reward_max, count]

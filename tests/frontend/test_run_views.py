@@ -10,7 +10,14 @@ import plotly.graph_objects as go
 
 from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
 from frontend.pages.compare import DIFFERS, config_table
-from frontend.rollout_view import NOT_TRAINED, PREFIX, highlighted, token_rows, token_summary
+from frontend.rollout_view import (
+    NOT_TRAINED,
+    PREFIX,
+    highlighted,
+    token_rows,
+    token_summary,
+    token_table,
+)
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
          "acc": s / 20, "format": 0.5, "kl": 0.001 * s, "response_length": 100 + s,
@@ -82,6 +89,7 @@ def test_config_table_marks_the_settings_that_differ():
     marked = dict(zip(frame["setting"], frame[""], strict=True))
     assert marked == {"grpo.clip": "", "grpo.lr": DIFFERS, "queue": DIFFERS, "seed": ""}
     assert list(frame.columns) == ["", "setting", "#1 a · succeeded", "#2 b · running"]
+    assert list(frame["setting"]) == ["grpo.lr", "queue", "grpo.clip", "seed"]
     assert frame.set_index("setting").loc["queue"].tolist()[1:] == ["–", "gpu"]
     only = config_table(runs, only_differences=True).data
     assert list(only["setting"]) == ["grpo.lr", "queue"]
@@ -125,3 +133,14 @@ def test_token_table_counts_each_segment_and_what_is_trained():
     summary = token_summary(ROLLOUT)
     assert "28 response tokens" in summary and "14 written by the model" in summary
     assert "14 inserted by the environment" in summary and "50%" in summary
+
+
+def test_token_table_renders_tags_as_code_and_escapes_pipes():
+    rollout = {**ROLLOUT, "segments": ROLLOUT["segments"] + [
+        {"source": "model", "text": "a | b", "tokens": 3, "parts": [{"kind": "text",
+                                                                    "text": "a | b"}]}]}
+    lines = token_table(rollout).splitlines()
+    assert lines[0] == "| # | written by | tags | tokens | trained on | text |"
+    assert len(lines) == 2 + len(rollout["segments"])
+    assert lines[3] == "| 2 | model | think, text, search | 9 | yes | `hm</think> <search>Ondrell</search>` |"
+    assert lines[-1].endswith("| a \\| b |")

@@ -54,10 +54,13 @@ def long_rollout_segments(min_tokens: int = 2000) -> list[dict]:
     tokenizer = build_tokenizer()
 
     def segment(source: str, text: str) -> dict:
-        parts = [{"kind": p.kind, "text": p.text} for p in parse(text)] if source == "model" \
-            else [{"kind": "information", "text": text}]
+        """The environment's text is one information part; the prompt's prefix counts no
+        response token (as the trainer stores them)."""
+        parts = [{"kind": "information", "text": text}] if source == "env" \
+            else [{"kind": p.kind, "text": p.text} for p in parse(text)]
+        tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         return {"source": source, "text": text, "parts": parts,
-                "tokens": len(tokenizer(text, add_special_tokens=False)["input_ids"])}
+                "tokens": 0 if source == "prompt" else tokens}
 
     segments, total, turn = [segment("prompt", "<think>")], 0, 0
     while total < min_tokens:
