@@ -100,16 +100,16 @@ def _push_once(api, folder: Path, repo_id: str, private: bool, message: str,
 
 
 def push_folder(folder: Path, repo_id: str, *, token: str, private: bool, message: str,
-                on_progress: Progress, endpoint: str | None = None,
-                attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S) -> Pushed:
+                on_progress: Progress) -> Pushed:
     """Create `repo_id` if needed and commit every file of `folder` to it, retrying what may
-    pass on a second try. `endpoint` defaults to huggingface_hub's (HF_ENDPOINT)."""
+    pass on a second try (ATTEMPTS in all, waits doubling from BACKOFF_S). The Hub is
+    huggingface_hub's endpoint (HF_ENDPOINT)."""
     from huggingface_hub import HfApi
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # worker logs get the stage messages instead
-    api = HfApi(endpoint=endpoint, token=token, library_name="icrl-studio")
-    attempt = 1
+    api = HfApi(token=token, library_name="icrl-studio")
+    attempt, attempts = 1, ATTEMPTS
     while True:
         try:
             return _push_once(api, folder, repo_id, private, message, on_progress)
@@ -121,7 +121,7 @@ def push_folder(folder: Path, repo_id: str, *, token: str, private: bool, messag
             if attempt == attempts:
                 raise PushError(f"{reason}; gave up after {attempts} attempts: retry the "
                                 "export later") from None
-            wait = backoff_s * 2 ** (attempt - 1)
+            wait = BACKOFF_S * 2 ** (attempt - 1)
             on_progress(0.0, f"attempt {attempt} of {attempts} failed: {reason}; "
                              f"retrying in {wait:.0f} s")
             time.sleep(wait)

@@ -56,6 +56,12 @@ def _front_matter_of(folder: Path) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def base_model_label(ref: str) -> str:
+    """How the card names a base model: a local folder by its name only (no local paths)."""
+    hub_id, _ = base_model_facts(ref)
+    return hub_id or f"local model {Path(ref).name}"
+
+
 def base_model_facts(ref: str) -> tuple[str | None, str | None]:
     """(Hub id, licence) of a base model reference, each None when unknown."""
     if ref in KNOWN_BASES:
@@ -165,7 +171,7 @@ def _evaluation_section(settings: Settings, run_id: int, config: RunConfig) -> s
             model = f"this model (after {folder[5:]} steps)" if folder.startswith("step-") \
                 else "this model"
         elif evaluation["run_id"] is None and evaluation["model"] == config.model:
-            model = f"base ({config.model})"
+            model = f"base ({base_model_label(config.model)})"
         else:
             continue
         qa_name = names.get(evaluation["qa_set_id"], f"QA set {evaluation['qa_set_id']}")
@@ -193,6 +199,7 @@ def reward_curves_png(metrics: list[dict]) -> bytes | None:
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     steps = [m["step"] for m in metrics]
     figure = Figure(figsize=(10, 4), dpi=100, layout="constrained")
@@ -201,8 +208,9 @@ def reward_curves_png(metrics: list[dict]) -> bytes | None:
                        ("format", "format score")):
         left.plot(steps, [m.get(key, float("nan")) for m in metrics], label=label,
                   marker="." if len(steps) < 30 else None)
-    right.plot(steps, [m.get("search_calls", float("nan")) for m in metrics],
-               color="tab:purple", marker="." if len(steps) < 30 else None)
+    calls = [m.get("search_calls", float("nan")) for m in metrics]
+    right.plot(steps, calls, color="tab:purple", marker="." if len(steps) < 30 else None)
+    right.set_ylim(0, max([1.0] + [c * 1.1 for c in calls if c == c]))
     changes = [(m["step"], m["exemplars"]) for n, m in enumerate(metrics)
                if n == 0 or metrics[n - 1]["exemplars"] != m["exemplars"]]
     for axes in (left, right):
@@ -211,6 +219,7 @@ def reward_curves_png(metrics: list[dict]) -> bytes | None:
             axes.annotate(f"{exemplars} ex.", (step, 1.0), xycoords=("data", "axes fraction"),
                           xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
         axes.set_xlabel("training step")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(alpha=0.3)
     left.set_title("training reward")
     left.set_ylim(-0.02, 1.02)
@@ -238,7 +247,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
     metrics = [m for m in runs.run_metrics(settings, run_id) if m["step"] < step]
     png = reward_curves_png(metrics)
     curriculum = " -> ".join(str(s.exemplars) for s in config.curriculum.build().stages)
-    base = f"`{hub_id or config.model}`"
+    base = f"`{base_model_label(config.model)}`"
     if png:
         first, last = metrics[: max(1, len(metrics) // 10)], metrics[-max(1, len(metrics) // 10):]
         mean = [sum(m.get("reward_mean", 0.0) for m in part) / len(part) for part in (first, last)]
