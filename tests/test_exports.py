@@ -25,6 +25,7 @@ from studio.services.errors import Conflict, InvalidInput
 from studio.settings import Settings
 from studio.tables import RunState
 from tests.support.hub_server import LocalHub
+from tests.support.processes import run_studio, studio_env
 from tests.support.tiny_model import build_tiny_model
 from worker import export as export_job
 from worker import hub as hub_push
@@ -285,3 +286,15 @@ def test_a_failure_mid_way_leaves_no_half_written_export(studio, monkeypatch):
     assert again["state"] == RunState.succeeded
     with zipfile.ZipFile(exports.export_zip(settings, done["id"])) as archive:
         assert archive.testzip() is None
+
+
+def test_the_cli_refuses_a_push_without_a_token_and_a_bad_target(studio):
+    settings, run_id, _ = studio
+    env = studio_env(settings.resolved_data_dir)
+    env.pop("HF_TOKEN", None)
+    no_token = run_studio(["export", str(run_id), "--to", "hub", "--repo-id", "alice/x",
+                           "--token-env", "NO_SUCH_VARIABLE"], env)
+    assert no_token.returncode == 2
+    assert "--token-env: set NO_SUCH_VARIABLE" in no_token.stderr
+    bad = run_studio(["export", str(run_id), "--to", "tarball"], env)
+    assert bad.returncode == 2 and "target: 'tarball' is not one of" in bad.stderr
