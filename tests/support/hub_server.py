@@ -102,13 +102,13 @@ class LocalHub:
 
             def _body(self) -> bytes:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    data = b""
+                    chunks = []
                     while True:
                         size = int(self.rfile.readline().split(b";")[0].strip(), 16)
                         if size == 0:
                             self.rfile.readline()
-                            return data
-                        data += self.rfile.read(size)
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
                         self.rfile.readline()
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
