@@ -192,14 +192,18 @@ def test_bad_requests_answer_4xx_naming_the_field(studio):
     cases = [({"target": "hub", "repo_id": "alice/model"}, 422, "token:"),
              ({"target": "hub", "repo_id": "not a repo", "token": TOKEN}, 422, "repo_id:"),
              ({"target": "folder", "step": 7}, 422, "after steps 1, 2"),
-             ({"target": "tarball"}, 422, "target")]
+             ({"target": "tarball"}, 422, "target"),
+             ({"target": "hub", "repo_id": "alice/m", "token": [TOKEN]}, 422, "token: give")]
     for body, status, words in cases:
         response = client.post(f"/api/v1/runs/{run_id}/exports", json=body, headers=headers)
         assert response.status_code == status and words in response.text, (body, response.text)
+        assert TOKEN not in response.text
     assert client.post("/api/v1/runs/999/exports", json={}, headers=headers).status_code == 404
     folder = exports.create_export(settings, run_id, target="folder", start=False)
     response = client.get(f"/api/v1/exports/{folder['id']}/download", headers=headers)
     assert response.status_code == 409 and "target zip" in response.json()["detail"]
+    response = client.post(f"/api/v1/exports/{folder['id']}/retry", headers=headers)
+    assert response.status_code == 409 and "only a failed export" in response.json()["detail"]
 
 
 def test_a_push_creates_the_repo_and_uploads_every_file_intact(studio, local_hub):
@@ -239,8 +243,11 @@ def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(st
     assert exports.export_folder(settings, done["id"]).is_dir()  # built once, kept for retry
     with pytest.raises(InvalidInput, match="token"):
         exports.retry_export(settings, done["id"], start=False)
-    exports.retry_export(settings, done["id"], token=TOKEN, start=False)
-    again = export_job.run_export(settings, done["id"])
+    retried = TestClient(api(settings)).post(f"/api/v1/exports/{done['id']}/retry",
+                                             json={"token": TOKEN}, headers=auth(settings))
+    assert retried.status_code == 200 and retried.json()["state"] == "queued"
+    assert TOKEN not in retried.text
+    again = export_job.run_export(settings, done["id"])  # the worker's part, run here
     assert again["state"] == RunState.succeeded and again["error"] is None
     assert "alice/later" in local_hub.repos
     with pytest.raises(Conflict):

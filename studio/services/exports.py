@@ -131,7 +131,9 @@ def _view(export: Export) -> dict:
             "finished_at": export.finished_at.isoformat() if export.finished_at else None}
 
 
-def _check_hub_request(target: str, repo_id: str | None, token: str | None) -> str | None:
+def _check_hub_request(target: str, repo_id: str | None, token: object) -> str | None:
+    if token is not None and not isinstance(token, str):
+        raise InvalidInput("token: give the Hub token as a string")
     if target != "hub":
         return None
     repo_id = (repo_id or "").strip()

@@ -293,6 +293,14 @@ def _limits(config: RunConfig) -> str:
   questions before relying on it."""
 
 
+def reward_curves_image(settings: Settings, run_id: int, step: int | None = None) -> bytes:
+    """The card's PNG, or a 404 while the run has no metric rows."""
+    png = build_model_card(settings, run_id, step).reward_curves_png
+    if png is None:
+        raise NotFound(f"run {run_id} has written no metric rows yet: no reward curves")
+    return png
+
+
 def preview_model_card(settings: Settings, run_id: int, step: int | None = None,
                        repo_id: str | None = None) -> dict:
     """What the UI shows before an export: the README text and whether curves exist."""

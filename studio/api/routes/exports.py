@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import FileResponse, Response
@@ -21,12 +21,16 @@ class ExportRequest(BaseModel):
                                                        "default: the latest")
     repo_id: str | None = Field(default=None, description="Hub repo (target hub)")
     private: bool = True
-    token: str | None = Field(default=None, description="Hub access token (target hub); used "
-                                                        "for this job only, never stored")
+    # Any: a wrongly typed token must not be echoed back in a validation error; the service
+    # checks it is a string
+    token: Any = Field(default=None, json_schema_extra={"type": "string"},
+                       description="Hub access token (target hub); used for this job only, "
+                                   "never stored")
 
 
 class RetryRequest(BaseModel):
-    token: str | None = Field(default=None, description="The Hub token again (target hub)")
+    token: Any = Field(default=None, json_schema_extra={"type": "string"},
+                       description="The Hub token again (target hub)")
 
 
 @router.post("/runs/{run_id}/exports", status_code=201)
@@ -43,14 +47,12 @@ def preview_card(run_id: int, step: int | None = Query(None), repo_id: str | Non
 
 
 @router.get("/runs/{run_id}/model-card/reward-curves.png", response_class=Response,
-            responses={200: {"content": {"image/png": {}}}, 404: {}})
+            responses={200: {"content": {"image/png": {}}}})
 def reward_curves(run_id: int, step: int | None = Query(None),
                   settings: Settings = Depends(get_settings)) -> Response:
-    png = model_card.build_model_card(settings, run_id, step).reward_curves_png
-    if png is None:
-        return Response(status_code=404, content=b'{"detail": "the run has no metrics yet"}',
-                        media_type="application/json")
-    return Response(png, media_type="image/png")
+    """The card's image: training reward, accuracy, format and search calls per step."""
+    return Response(model_card.reward_curves_image(settings, run_id, step),
+                    media_type="image/png")
 
 
 @router.get("/exports")
