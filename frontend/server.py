@@ -66,5 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with session_scope(settings.sqlalchemy_url) as session:
             return authenticate(session, username, password) is not None
 
+    # files a page links to (a finished export's zip), served to logged-in users only
+    allowed = [path for page in PAGES if hasattr(page, "allowed_paths")
+               for path in page.allowed_paths(settings)]
     return gr.mount_gradio_app(app, build_ui(settings), path="/", auth=login,
-                               footer_links=[], show_error=True, css=CSS)
+                               footer_links=[], show_error=True, css=CSS, allowed_paths=allowed)

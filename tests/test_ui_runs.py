@@ -12,6 +12,7 @@ import json
 import re
 import statistics
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class Studio:
     trained: int = 0  # a tiny run the worker trains
     queued: int = 0  # a second one, queued behind it
     long: int = 0  # 1,000 stored steps and a 2,000-token rollout
+    long_rollout: int = 0
 
     def run(self, run_id: int) -> dict:
         return self.api.get(f"/runs/{run_id}").json()
@@ -95,7 +97,8 @@ def studio(tmp_path_factory):
             assert all(r.status_code == 201 for r in launched), [r.text for r in launched]
             studio.trained, studio.queued = (r.json()["id"] for r in launched)
             studio.long = finished_run(studio.settings, tiny_run(model, "ui-long", 1000), 1000)
-            add_rollout(studio.settings, studio.long, 999, long_rollout_segments(2000))
+            studio.long_rollout = add_rollout(studio.settings, studio.long, 999,
+                                              long_rollout_segments(2000))
             yield studio
     finally:
         stop(up)
@@ -197,7 +200,7 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
     load_page()  # the browser caches the app's scripts once
     page_load = _median_seconds(load_page)
 
-    card = page.locator(".rollout-card", has_text="Step 999")
+    card = page.locator(f"#rollout-{studio.long_rollout}")  # its card's element id
     card.locator(".rollout-open").wait_for(timeout=30_000)
     total = sum(s["tokens"] for s in long_rollout_segments(2000) if s["source"] != "prompt")
 
@@ -207,17 +210,17 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
                                "'.rollout-card.full-screen'); return card && card"
                                ".getBoundingClientRect().height >= window.innerHeight - 1; }",
                                timeout=30_000)
-        card.locator(".rollout-tokens").get_by_text(f"{total} response tokens").wait_for()
+        card.locator(".prose.rollout-tokens").get_by_text(f"{total} response tokens").wait_for()
         card.locator(".rollout-token-table table").wait_for()
 
     def close_rollout():
         card.locator(".rollout-close").click()
-        card.locator(".rollout-token-table").wait_for(state="hidden")
+        card.locator(".rollout-token-table table").wait_for(state="hidden")
 
     open_rollout()
     labels = card.locator(".rollout-text span.label", has_text="not trained on")
     assert labels.count() > 0
-    table = card.locator(".rollout-token-table tbody tr")
+    table = card.locator(".rollout-token-table table tbody tr")
     assert table.count() == len(long_rollout_segments(2000))
     shoot(page, "rollout-full-screen")
     close_rollout()
@@ -274,3 +277,37 @@ def test_evaluate_the_trained_run_against_its_base_model(studio, page):
     assert cells[0] == "demo" and cells[1] == "2"
     assert all(re.fullmatch(r"\d+\.\d", c) for c in cells[2:4] + cells[5:9]), cells
     shoot(page, "evaluate")
+
+
+def test_export_a_zip_with_its_model_card_and_download_it(studio, page, tmp_path):
+    wait_for(lambda: studio.run(studio.trained)["state"] == "succeeded", 600,
+             "the trained run to finish")
+    open_tab(page, studio.base, "Export")
+    page.locator("#export-run input").click()
+    page.get_by_role("option", name=re.compile("ui-trained")).click()
+    card = page.locator("#export-card")
+    card.get_by_text("Intended use and limits").wait_for(timeout=60_000)
+    assert "ui-trained" in card.inner_text() and "Curriculum" in card.inner_text()
+
+    page.locator("#export-target").get_by_text("The Hugging Face Hub").click()
+    assert page.locator("#export-token input").get_attribute("type") == "password"
+    page.locator("#export-start").click()  # no repo id, no token: told what to give
+    page.get_by_text("repo_id: give the Hub repository").wait_for(timeout=15_000)
+
+    page.locator("#export-target").get_by_text("A zip to download").click()
+    page.locator("#export-start").click()
+    page.locator("#export-message").get_by_text("queued").wait_for(timeout=30_000)
+    link = page.locator("#export-downloads a")
+    link.wait_for(timeout=300_000)
+    page.wait_for_function(f"() => ({TABLE_ROWS})('#export-table').some(c => "
+                           "c[3] === 'succeeded' && c[4] === '100%')", timeout=30_000)
+    shoot(page, "export")
+    with page.expect_download() as download:
+        link.click()
+    saved = tmp_path / download.value.suggested_filename
+    download.value.save_as(saved)
+    assert saved.name.startswith("ui-trained-step-") and saved.suffix == ".zip"
+    with zipfile.ZipFile(saved) as archive:
+        names = archive.namelist()
+    assert any(n.endswith("README.md") for n in names)
+    assert any(n.endswith("model.safetensors") for n in names)
