@@ -44,7 +44,7 @@ def shows_user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            raise gr.Error(str(exc), title="That did not work") from None
+            raise gr.Error(str(exc), title="That did not work", print_exception=False) from None
 
     return wrapper
 

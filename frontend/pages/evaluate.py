@@ -7,6 +7,7 @@ import gradio as gr
 
 from frontend.run_picker import plain, run_dropdown_update, shows_user_errors
 from studio.services import corpora, evaluations, qa_sets, runs
+from studio.services.errors import InvalidInput
 from studio.settings import Settings
 
 TITLE = "Evaluate"
@@ -114,7 +115,7 @@ def build(settings: Settings) -> None:
     @shows_user_errors
     def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns):
         if run_id is None:
-            raise gr.Error("Choose a run first: its latest checkpoint is what gets evaluated.")
+            raise InvalidInput("Choose a run first: its latest checkpoint is what gets evaluated.")
         created = evaluations.evaluate_base_and_trained(
             settings, int(run_id), set_names or [], base_model=(model or "").strip() or None,
             corpus=corpus_name, limit=int(questions) if questions else None,

@@ -10,6 +10,7 @@ from PIL import Image
 
 from frontend.run_picker import plain, run_dropdown_update, shows_user_errors
 from studio.services import exports, model_card
+from studio.services.errors import InvalidInput
 from studio.settings import Settings
 
 TITLE = "Export"
@@ -141,7 +142,7 @@ def build(settings: Settings) -> None:
     @shows_user_errors
     def launch(run_id, at_step, to, repo, secret, is_private):
         if run_id is None:
-            raise gr.Error("Choose a run first: its checkpoint is what gets exported.")
+            raise InvalidInput("Choose a run first: its checkpoint is what gets exported.")
         made = exports.create_export(settings, int(run_id), target=to,
                                      step=int(at_step) if at_step else None, repo_id=repo,
                                      private=bool(is_private), token=secret)
@@ -155,7 +156,7 @@ def build(settings: Settings) -> None:
     @shows_user_errors
     def do_retry(run_id, export_id, secret):
         if export_id is None:
-            raise gr.Error("Choose the failed export to retry (a Hub push needs the token "
+            raise InvalidInput("Choose the failed export to retry (a Hub push needs the token "
                            "again).")
         again = exports.retry_export(settings, int(export_id), token=secret or None)
         return f"Export #{again['id']} queued again.", *progress(run_id), ""

@@ -20,6 +20,7 @@ from frontend.rollout_view import (
 )
 from frontend.run_picker import run_choices, run_label, shows_user_errors
 from studio.services import runs
+from studio.services.errors import InvalidInput
 from studio.services.runs import FINAL_STATES
 from studio.settings import Settings
 
@@ -79,7 +80,7 @@ def parse_step(text: str | None) -> int | None:
     if not text:
         return None
     if not text.isdigit():
-        raise gr.Error(f"Step: '{text}' is not a step number; type a whole number such as 12, "
+        raise InvalidInput(f"Step: '{text}' is not a step number; type a whole number such as 12, "
                        "or leave it empty for all steps.")
     return int(text)
 
@@ -215,7 +216,7 @@ def build(settings: Settings) -> None:
         current = {**current, "rows": rows, "events": events, "final": final}
         try:
             rollouts = filter_rollouts(settings, run["id"], *filter_values)
-        except gr.Error:  # a bad filter was already reported when it was typed
+        except InvalidInput:  # a bad filter was already reported when it was typed
             rollouts = gr.skip()
         return (current, status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
                 rollouts, gr.update(choices=stage_choices(rows)), keep_going)

@@ -8,6 +8,7 @@ from frontend import shared
 from frontend.pages import live_run
 from frontend.run_picker import plain, run_dropdown_update, shows_user_errors, utc_minute
 from studio.services import runs
+from studio.services.errors import InvalidInput
 from studio.settings import Settings
 
 TITLE = "Runs"
@@ -72,9 +73,10 @@ def build(settings: Settings) -> None:
 
     table.select(pick, outputs=chosen)
 
+    @shows_user_errors
     def show_live(run_id):
         if run_id is None:
-            raise gr.Error("Choose a run first (select its row in the table).")
+            raise InvalidInput("Choose a run first (select its row in the table).")
         return int(run_id), gr.Tabs(selected=live_run.PAGE_ID)
 
     common = shared.current()
@@ -83,7 +85,7 @@ def build(settings: Settings) -> None:
     @shows_user_errors
     def do_cancel(run_id):
         if run_id is None:
-            raise gr.Error("Choose a run first (select its row in the table).")
+            raise InvalidInput("Choose a run first (select its row in the table).")
         run = runs.cancel_run(settings, int(run_id))
         return f"Run #{run['id']} **{run['name']}** is cancelled; its checkpoints and " \
                "metrics are kept.", None
