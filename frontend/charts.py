@@ -147,8 +147,8 @@ def compare_figure(series: dict[str, list[dict]], metrics: list[tuple[str, str]]
     `series` maps a run's label to its metric rows; `metrics` lists (key, title).
     """
     layout = _grid([title for _, title in metrics], top=70)
-    layout["legend"] = {"orientation": "h", "x": 0, "y": 1, "yanchor": "bottom",
-                        "yref": "container"}
+    layout["legend"] = {"orientation": "h", "x": 0, "y": 1, "yanchor": "top",
+                        "yref": "container"}  # in the top margin, above the panel titles
     data = []
     for n, (label, rows) in enumerate(series.items()):
         for index, (key, _) in enumerate(metrics):

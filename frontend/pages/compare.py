@@ -3,6 +3,8 @@ differences marked."""
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 import pandas as pd
 
@@ -25,14 +27,17 @@ DIFFERS = "≠"
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, str]:
-    """Dotted keys to printable values: `grpo.lr` -> `1e-06`; lists of stages stay one value."""
+    """Dotted keys to printable values: `grpo.lr` -> `1e-06`; a list (of stages) is one JSON
+    value."""
     flat = {}
     for key, value in config.items():
         path = f"{prefix}{key}"
         if isinstance(value, dict) and value:
             flat.update(flatten(value, f"{path}."))
+        elif value is None:
+            flat[path] = "–"
         else:
-            flat[path] = "–" if value is None else str(value)
+            flat[path] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return flat
 
 
