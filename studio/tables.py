@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -179,9 +179,11 @@ class RunMetric(SQLModel, table=True):
     """One row per training step; `values` holds every named metric of that step."""
 
     __tablename__ = "run_metrics"
-    __table_args__ = (UniqueConstraint("run_id", "step"),)
+    # (run_id, id): the live stream reads a run's rows after a cursor, on PostgreSQL too
+    __table_args__ = (UniqueConstraint("run_id", "step"),
+                      Index("ix_run_metrics_run_id_id", "run_id", "id"))
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
+    run_id: int = Field(foreign_key="runs.id")
     step: int
     stage: int = 0
     exemplars: int = 0
@@ -193,8 +195,9 @@ class RunEvent(SQLModel, table=True):
     """Stage changes, warnings (e.g. premature termination) and notes, drawn on the curves."""
 
     __tablename__ = "run_events"
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
+    run_id: int = Field(foreign_key="runs.id")
     step: int = 0
     kind: str = Field(max_length=32)  # stage_change | warning | info
     message: str = Field(sa_column=Column(Text, nullable=False))
@@ -210,9 +213,14 @@ class Rollout(SQLModel, table=True):
     """
 
     __tablename__ = "rollouts"
+    # the stream's cursor (run_id, id), pages newest first and step ranges (run_id, step, id),
+    # reward ranges (run_id, reward)
+    __table_args__ = (Index("ix_rollouts_run_id_id", "run_id", "id"),
+                      Index("ix_rollouts_run_id_step_id", "run_id", "step", "id"),
+                      Index("ix_rollouts_run_id_reward", "run_id", "reward"))
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
-    step: int = Field(index=True)
+    run_id: int = Field(foreign_key="runs.id")
+    step: int
     group_index: int = 0
     sample_index: int = 0
     stage: int = 0

@@ -1,0 +1,45 @@
+"""Indexes for a run's live stream and its pages: (run_id, id) on metrics, events and rollouts,
+(run_id, step, id) and (run_id, reward) on rollouts; they replace the single-column ones.
+
+Revision ID: 0002_run_history_indexes
+Revises: 0001
+"""
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0002_run_history_indexes"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+# table -> (indexes dropped, indexes created as name -> columns)
+CHANGES = {
+    "run_metrics": (["ix_run_metrics_run_id"], {"ix_run_metrics_run_id_id": ["run_id", "id"]}),
+    "run_events": (["ix_run_events_run_id"], {"ix_run_events_run_id_id": ["run_id", "id"]}),
+    "rollouts": (["ix_rollouts_run_id", "ix_rollouts_step"], {
+        "ix_rollouts_run_id_id": ["run_id", "id"],
+        "ix_rollouts_run_id_step_id": ["run_id", "step", "id"],
+        "ix_rollouts_run_id_reward": ["run_id", "reward"],
+    }),
+}
+OLD_COLUMNS = {"ix_run_metrics_run_id": ["run_id"], "ix_run_events_run_id": ["run_id"],
+               "ix_rollouts_run_id": ["run_id"], "ix_rollouts_step": ["step"]}
+
+
+def upgrade() -> None:
+    for table, (old, new) in CHANGES.items():
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            for name, columns in new.items():
+                batch_op.create_index(name, columns, unique=False)
+            for name in old:
+                batch_op.drop_index(name)
+
+
+def downgrade() -> None:
+    for table, (old, new) in CHANGES.items():
+        with op.batch_alter_table(table, schema=None) as batch_op:
+            for name in old:
+                batch_op.create_index(name, OLD_COLUMNS[name], unique=False)
+            for name in new:
+                batch_op.drop_index(name)
