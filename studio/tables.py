@@ -213,11 +213,14 @@ class Rollout(SQLModel, table=True):
     """
 
     __tablename__ = "rollouts"
-    # the stream's cursor (run_id, id), pages newest first and step ranges (run_id, step, id),
-    # reward ranges (run_id, reward)
+    # the stream reads after a cursor (run_id, id); pages go newest first (step, id) within
+    # a step range, a stage, an exemplar count or a reward range
     __table_args__ = (Index("ix_rollouts_run_id_id", "run_id", "id"),
                       Index("ix_rollouts_run_id_step_id", "run_id", "step", "id"),
-                      Index("ix_rollouts_run_id_reward", "run_id", "reward"))
+                      Index("ix_rollouts_run_id_stage_step_id", "run_id", "stage", "step", "id"),
+                      Index("ix_rollouts_run_id_exemplars_step_id", "run_id", "exemplars", "step",
+                            "id"),
+                      Index("ix_rollouts_run_id_reward_step_id", "run_id", "reward", "step", "id"))
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int

@@ -25,3 +25,22 @@ def test_gpu_throughput_runs_on_cpu_with_a_small_shape(models_dir, capsys):
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[7]) > 0
+
+
+def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
+    """4 clients for 3 s (half reconnect), 2,000 stored rollouts, on SQLite and PostgreSQL."""
+    bench = _load("streams")
+    assert bench.main(["--smoke"]) == 0
+    table = capsys.readouterr().out
+    live = [line for line in table.splitlines()
+            if line.startswith(("| sqlite | ", "| postgresql | ")) and line.count("|") == 10]
+    assert len(live) == 2, table
+    for line in live:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert int(cells[1].replace(",", "")) >= 25, "about 10 rows a second were written"
+        assert int(cells[2].replace(",", "")) >= 4 * int(cells[1].replace(",", "")), \
+            "each client received every row"
+        assert cells[7:] == ["0", "0"], "no row lost, none twice"
+    pages = [line for line in table.splitlines() if line.count("|") == 5
+             and line.startswith(("| sqlite | ", "| postgresql | "))]
+    assert len(pages) == 16 and all(float(line.split("|")[4]) > 0 for line in pages)

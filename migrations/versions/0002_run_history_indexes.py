@@ -1,5 +1,6 @@
-"""Indexes for a run's live stream and its pages: (run_id, id) on metrics, events and rollouts,
-(run_id, step, id) and (run_id, reward) on rollouts; they replace the single-column ones.
+"""Indexes for a run's live stream and its pages: (run_id, id) on metrics, events and rollouts;
+(run_id, [stage | exemplars | reward,] step, id) on rollouts, so a filtered page newest first
+and its total read one index range. They replace the single-column indexes.
 
 Revision ID: 0002_run_history_indexes
 Revises: 0001
@@ -20,7 +21,9 @@ CHANGES = {
     "rollouts": (["ix_rollouts_run_id", "ix_rollouts_step"], {
         "ix_rollouts_run_id_id": ["run_id", "id"],
         "ix_rollouts_run_id_step_id": ["run_id", "step", "id"],
-        "ix_rollouts_run_id_reward": ["run_id", "reward"],
+        "ix_rollouts_run_id_stage_step_id": ["run_id", "stage", "step", "id"],
+        "ix_rollouts_run_id_exemplars_step_id": ["run_id", "exemplars", "step", "id"],
+        "ix_rollouts_run_id_reward_step_id": ["run_id", "reward", "step", "id"],
     }),
 }
 OLD_COLUMNS = {"ix_run_metrics_run_id": ["run_id"], "ix_run_events_run_id": ["run_id"],

@@ -174,20 +174,22 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
     with session_scope(settings.sqlalchemy_url) as session:
         _check_run(session, run_id)
         where = filters.apply(select(Rollout.id).where(Rollout.run_id == run_id))
-        total = session.exec(select(func.count()).select_from(where.subquery())).one()
-        query = filters.apply(select(*columns).where(Rollout.run_id == run_id))
+        total = session.execute(select(func.count()).select_from(where.subquery())).scalar_one()
+        # the page's ids first (the indexes cover it), then only those rows
         if after is not None:
-            query = query.where(tuple_(Rollout.step, Rollout.id) < after)
+            where = where.where(tuple_(Rollout.step, Rollout.id) < after)
         elif offset:
-            query = query.offset(offset)
-        rows = session.execute(query.order_by(Rollout.step.desc(), Rollout.id.desc())
-                               .limit(limit + 1)).all()
-    page = rows[:limit]
+            where = where.offset(offset)
+        ids = session.execute(where.order_by(Rollout.step.desc(), Rollout.id.desc())
+                              .limit(limit + 1)).scalars().all()
+        found = {r.id: r for r in session.execute(
+            select(*columns).where(Rollout.id.in_(ids[:limit])))} if ids else {}
+    page = [found[i] for i in ids[:limit] if i in found]
     items = [_with_segments(rollout_summary(r), r.segments) if segments else rollout_summary(r)
              for r in page]
-    more = len(rows) > limit
+    more = len(ids) > limit
     return {"items": items, "total": total,
-            "next_cursor": f"{page[-1].step}.{page[-1].id}" if more else None}
+            "next_cursor": f"{page[-1].step}.{page[-1].id}" if more and page else None}
 
 
 def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
