@@ -14,7 +14,9 @@
   disconnect); lost = rows written that a client never received; duplicates = rows a
   client received twice (every client).
 * Pages: R rollouts (about 1 KB of segments each) stored in one run; p50/p95 of one GET
-  of each kind of page (50 rows and the filtered total) over a keep-alive connection. On
+  of each kind of page (50 rows and the filtered total) over a keep-alive connection, and
+  of the same service call in this process (the database's share: no HTTP, no token
+  check); the baseline is GET /runs/{id}, one row behind the same token check. On
   PostgreSQL the bulk insert is followed by VACUUM ANALYZE, as autovacuum would do within
   a minute (before it, without statistics, the planner picks bitmap scans of the heap).
 
@@ -47,7 +49,9 @@ import psycopg  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
 from studio import db  # noqa: E402
-from studio.services import auth  # noqa: E402
+from studio.services import auth, run_history, runs  # noqa: E402
+from studio.services.run_history import RolloutFilter  # noqa: E402
+from studio.settings import Settings  # noqa: E402
 from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
 from tests.support.sse import parse_events  # noqa: E402
 
@@ -295,7 +299,8 @@ def store_rollouts(url: str, count: int) -> tuple[int, float]:
     return run_id, time.time() - start
 
 
-def measure_pages(url: str, base: str, headers: dict, count: int, repeats: int) -> list[dict]:
+def measure_pages(url: str, data_dir: Path, base: str, headers: dict, count: int,
+                  repeats: int) -> list[dict]:
     run_id, took = store_rollouts(url, count)
     if url.startswith("postgresql"):  # what autovacuum does within a minute of a bulk insert
         with db.engine_for(url).connect().execution_options(
@@ -306,7 +311,14 @@ def measure_pages(url: str, base: str, headers: dict, count: int, repeats: int) 
         middle = session.execute(select(Rollout.id, Rollout.step).where(Rollout.run_id == run_id)
                                  .order_by(Rollout.id).offset(count // 2).limit(1)).one()
     cursor, detail = f"{middle.step}.{middle.id}", middle.id
+    settings = Settings(data_dir=data_dir, database_url=url)
     path = f"/api/v1/runs/{run_id}/rollouts"
+
+    def page(**kw):
+        filters = RolloutFilter(**{k: v for k, v in kw.items() if k not in ("cursor", "offset")})
+        return lambda: run_history.rollout_page(settings, run_id, filters, cursor=kw.get(
+            "cursor"), offset=kw.get("offset", 0))
+
     kinds = [
         ("newest 50", path, {}),
         ("50 after a cursor half-way", path, {"cursor": cursor}),
@@ -315,21 +327,32 @@ def measure_pages(url: str, base: str, headers: dict, count: int, repeats: int) 
         ("stage = 0 (the oldest)", path, {"stage": 0}),
         ("exemplars = 2", path, {"exemplars": 2}),
         ("reward 0.9-1.0", path, {"reward_min": 0.9, "reward_max": 1.0}),
-        ("one rollout's segments", f"{path}/{detail}", {}),
     ]
+    calls = [(name, where, params, page(**params)) for name, where, params in kinds]
+    calls += [("one rollout's segments", f"{path}/{detail}", {},
+               lambda: run_history.rollout_detail(settings, run_id, detail)),
+              ("baseline: the run itself", f"/api/v1/runs/{run_id}", {},
+               lambda: runs.get_run(settings, run_id))]
     rows = []
     with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-        for name, where, params in kinds:
+        for name, where, params, call in calls:
             http.get(where, params=params).raise_for_status()  # warm
-            times = []
+            over_http, in_process = [], []
             for _ in range(repeats):
                 t0 = time.perf_counter()
                 http.get(where, params=params).raise_for_status()
-                times.append((time.perf_counter() - t0) * 1000)
-            times.sort()
-            rows.append({"page": name, "p50": statistics.median(times),
-                         "p95": _pct(times, 95), "stored": count, "insert_s": took})
+                t1 = time.perf_counter()
+                call()
+                over_http.append((t1 - t0) * 1000)
+                in_process.append((time.perf_counter() - t1) * 1000)
+            rows.append({"page": name, "http": _summary(over_http),
+                         "service": _summary(in_process), "insert_s": took})
     return rows
+
+
+def _summary(times: list[float]) -> tuple[float, float]:
+    times = sorted(times)
+    return statistics.median(times), _pct(times, 95)
 
 
 # --- the tables --------------------------------------------------------------------------------
@@ -357,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             live.append({"database": kind, **measure_live(url, base, headers, args.clients,
                                                           args.seconds)})
             pages += [{"database": kind, **row} for row in
-                      measure_pages(url, base, headers, args.stored, args.repeats)]
+                      measure_pages(url, Path(tmp), base, headers, args.stored, args.repeats)]
     print(f"\n## Live stream: {args.clients} SSE clients, 10 metric rows + 2 rollouts a second "
           f"for {args.seconds:g} s (half reconnect once)\n")
     print("| database | rows written | events received | latency p50 ms | p95 ms | p99 ms | "
@@ -369,10 +392,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['lost']} | {r['duplicates']} |")
     print(f"\n## Rollout pages: {args.stored:,} stored, 50 per page with the filtered total, "
           f"{args.repeats} requests each\n")
-    print("| database | page | p50 ms | p95 ms |")
-    print("|---|---|---|---|")
+    print("| database | page | HTTP p50 ms | HTTP p95 ms | service p50 ms | service p95 ms |")
+    print("|---|---|---|---|---|---|")
     for r in pages:
-        print(f"| {r['database']} | {r['page']} | {r['p50']:.1f} | {r['p95']:.1f} |")
+        print(f"| {r['database']} | {r['page']} | {r['http'][0]:.1f} | {r['http'][1]:.1f} | "
+              f"{r['service'][0]:.1f} | {r['service'][1]:.1f} |")
     for kind in dict.fromkeys(r["database"] for r in pages):
         took = next(r["insert_s"] for r in pages if r["database"] == kind)
         print(f"\n({kind}: storing {args.stored:,} rollouts took {took:.1f} s)")

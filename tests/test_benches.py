@@ -41,6 +41,6 @@ def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
         assert int(cells[2].replace(",", "")) >= 4 * int(cells[1].replace(",", "")), \
             "each client received every row"
         assert cells[7:] == ["0", "0"], "no row lost, none twice"
-    pages = [line for line in table.splitlines() if line.count("|") == 5
+    pages = [line for line in table.splitlines() if line.count("|") == 7
              and line.startswith(("| sqlite | ", "| postgresql | "))]
-    assert len(pages) == 16 and all(float(line.split("|")[4]) > 0 for line in pages)
+    assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)
