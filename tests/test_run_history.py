@@ -186,3 +186,16 @@ def test_event_history_is_a_json_list_in_step_order(api):
     assert [(e["step"], e["kind"]) for e in events] == [(0, "stage_change"), (5, "warning")]
     warnings = client.get(f"/runs/{run_id}/events/history", params={"kind": "warning"}).json()
     assert [e["message"] for e in warnings] == ["w"]
+
+
+def test_a_missing_run_is_a_404_on_every_route_and_an_empty_one_is_not(api):
+    settings, client = api
+    empty = add_run(settings.sqlalchemy_url, "empty", [])
+    for path in ("/runs/{}/metrics", "/runs/{}/rollouts", "/runs/{}/rollouts/1",
+                 "/runs/{}/events/history", "/runs/{}/config.yaml"):
+        missing = client.get(path.format(999))
+        assert missing.status_code == 404 and "run 999" in missing.json()["detail"], path
+        if "rollouts/1" not in path:
+            assert client.get(path.format(empty)).status_code == 200, path
+    assert client.get(f"/runs/{empty}/rollouts").json() == {"items": [], "total": 0,
+                                                            "next_cursor": None}

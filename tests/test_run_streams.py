@@ -4,6 +4,7 @@ with Last-Event-ID; together they receive everything written, exactly once, in o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -218,3 +219,33 @@ def test_cursor_text_round_trips_and_rejects_what_is_not_one():
                 "running.-1.2.3"):
         with pytest.raises(InvalidInput):
             StreamCursor.decode(bad)
+
+
+def test_a_client_that_falls_out_of_the_log_catches_up_from_the_database(any_db_url, tmp_path):
+    """The feed keeps few items (retain=8); a client that stops reading while 30 steps are
+    written resumes from the database and still gets each row once."""
+    db.upgrade(any_db_url)
+    run_id = new_run(any_db_url)
+    set_state(any_db_url, run_id, RunState.running)
+    options = StreamOptions(poll_seconds=0.02, settle_seconds=0.5, keepalive_seconds=0.2,
+                            batch=5, retain=8)
+
+    async def scenario() -> list:
+        streams = RunStreams(any_db_url, options)
+        stream = streams.events(run_id, StreamCursor())
+        frames = [await anext(stream), await anext(stream)]  # retry:, then the state
+        feed = streams.feeds[run_id]
+        for step in range(30):
+            await asyncio.to_thread(write_step, any_db_url, run_id, step)
+        while feed.base == 0:  # the feed dropped items this client never read
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(set_state, any_db_url, run_id, RunState.failed)
+        async for text_ in stream:
+            frames.append(text_)
+        assert run_id not in streams.feeds, "the feed stops with its last client"
+        return frames
+
+    received = [(e["event"], json.loads(e["data"])) for e in parse_events(
+        "".join(asyncio.run(scenario())).split("\n"))]
+    assert ids_by_table(received) == written(any_db_url, run_id)
+    assert [k for k, _ in received[-2:]] == ["state", "end"]

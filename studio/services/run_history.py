@@ -60,6 +60,12 @@ def _check_run(session: Session, run_id: int) -> Run:
     return get_or_404(session, Run, run_id, "run")
 
 
+def _found_or_404(session: Session, run_id: int, found: int) -> None:
+    """Nothing found: is there no such run (404) or nothing yet? One query saved otherwise."""
+    if not found:
+        _check_run(session, run_id)
+
+
 # --- metrics ------------------------------------------------------------------------------
 
 
@@ -76,10 +82,10 @@ def run_metrics(settings: Settings, run_id: int, since_step: int = 0,
                 until_step: int | None = None) -> list[dict]:
     """The whole series from `since_step` (to `until_step`), in step order: what a chart draws."""
     with session_scope(settings.sqlalchemy_url) as session:
-        _check_run(session, run_id)
-        rows = session.exec(_metric_query(run_id, since_step, until_step)
-                            .order_by(RunMetric.step))
-        return [metric_view(r) for r in rows]
+        rows = [metric_view(r) for r in session.exec(
+            _metric_query(run_id, since_step, until_step).order_by(RunMetric.step))]
+        _found_or_404(session, run_id, len(rows))
+        return rows
 
 
 def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None,
@@ -89,9 +95,9 @@ def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None
     _check_limit(limit, MAX_METRIC_PAGE)
     start = _int_cursor(cursor)
     with session_scope(settings.sqlalchemy_url) as session:
-        _check_run(session, run_id)
         query = _metric_query(run_id, from_step, to_step)
         total = session.exec(select(func.count()).select_from(query.subquery())).one()
+        _found_or_404(session, run_id, total)
         if start is not None:
             query = query.where(RunMetric.step >= start)
         rows = list(session.exec(query.order_by(RunMetric.step).limit(limit + 1)))
@@ -116,11 +122,12 @@ def _int_cursor(cursor: str | None) -> int | None:
 def run_events(settings: Settings, run_id: int, kind: str | None = None) -> list[dict]:
     """The event log (stage changes, warnings, notes) in step order: what the curves mark."""
     with session_scope(settings.sqlalchemy_url) as session:
-        _check_run(session, run_id)
         query = select(RunEvent).where(RunEvent.run_id == run_id)
         if kind:
             query = query.where(RunEvent.kind == kind)
-        return [event_view(e) for e in session.exec(query.order_by(RunEvent.step, RunEvent.id))]
+        events = [event_view(e) for e in session.exec(query.order_by(RunEvent.step, RunEvent.id))]
+        _found_or_404(session, run_id, len(events))
+        return events
 
 
 # --- rollouts -----------------------------------------------------------------------------
@@ -172,9 +179,9 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
     columns = (*ROLLOUT_SUMMARY_COLUMNS, Rollout.segments) if segments \
         else ROLLOUT_SUMMARY_COLUMNS
     with session_scope(settings.sqlalchemy_url) as session:
-        _check_run(session, run_id)
         where = filters.apply(select(Rollout.id).where(Rollout.run_id == run_id))
         total = session.execute(select(func.count()).select_from(where.subquery())).scalar_one()
+        _found_or_404(session, run_id, total)
         # the page's ids first (the indexes cover it), then only those rows
         if after is not None:
             where = where.where(tuple_(Rollout.step, Rollout.id) < after)
@@ -215,9 +222,9 @@ def _with_segments(summary: dict, segments: list | None) -> dict:
 
 def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        _check_run(session, run_id)
         row = session.get(Rollout, rollout_id)
         if row is None or row.run_id != run_id:
+            _check_run(session, run_id)
             raise NotFound(f"rollout {rollout_id} of run {run_id} does not exist")
         return _with_segments(rollout_summary(row), row.segments)
 

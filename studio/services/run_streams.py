@@ -27,11 +27,9 @@ import heapq
 import json
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from itertools import islice
 
 from sqlalchemy import select
 
@@ -274,7 +272,7 @@ class StreamOptions:
     settle_seconds: float = 5.0  # a transaction commits within this time of its insert
     keepalive_seconds: float = 10.0  # a comment line when nothing happened
     batch: int = 500  # rows per table per read when a client catches up
-    retain: int = 20_000  # log items kept for clients that fall behind
+    retain: int = 20_000  # at most this many log items kept for clients that fall behind
 
 
 class RunFeed:
@@ -283,7 +281,7 @@ class RunFeed:
 
     def __init__(self, url: str, run_id: int, options: StreamOptions):
         self.url, self.run_id, self.options = url, run_id, options
-        self.log: deque[LogItem] = deque()
+        self.log: list[LogItem] = []
         self.base = 0  # position of log[0] since the feed started
         self.cursor = StreamCursor()
         self.started = asyncio.Event()
@@ -303,7 +301,7 @@ class RunFeed:
         """The items from `position` on; None when they were dropped (catch up again)."""
         if position < self.base:
             return None
-        return list(islice(self.log, position - self.base, None))
+        return self.log[position - self.base:]
 
     async def wait(self, position: int, timeout: float) -> bool:
         """True once the log holds items from `position` on, False after `timeout`."""
@@ -398,9 +396,10 @@ class RunFeed:
         if not items:
             return
         self.log.extend(items)
-        while len(self.log) > self.options.retain:
-            self.log.popleft()
-            self.base += 1
+        if len(self.log) > self.options.retain:  # drop the older half at once
+            dropped = len(self.log) - self.options.retain // 2
+            del self.log[:dropped]
+            self.base += dropped
         self._notify()
 
     def _notify(self) -> None:
