@@ -10,6 +10,7 @@ from studio.api.routes import (
     corpora,
     demo,
     exemplar_sets,
+    exports,
     qa_sets,
     run_history,
     run_streams,
@@ -31,7 +32,8 @@ def create_api(settings: Settings) -> FastAPI:
     app.include_router(system.public)
     protected = [Depends(current_user)]
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
-    for module in (system, corpora, qa_sets, exemplar_sets, demo, run_history, run_streams, runs):
+    for module in (system, corpora, qa_sets, exemplar_sets, demo, run_history, run_streams, runs,
+                   exports):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

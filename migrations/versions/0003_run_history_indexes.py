@@ -2,15 +2,15 @@
 (run_id, [stage | exemplars | reward,] step, id) on rollouts, so a filtered page newest first
 and its total read one index range. They replace the single-column indexes.
 
-Revision ID: 0002_run_history_indexes
-Revises: 0001
+Revision ID: 0003_run_history_indexes
+Revises: 0002_export_step_and_message
 """
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0002_run_history_indexes"
-down_revision = "0001"
+revision = "0003_run_history_indexes"
+down_revision = "0002_export_step_and_message"
 branch_labels = None
 depends_on = None
 
