@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlmodel import select
 
 from studio.db import session_scope
@@ -15,6 +17,11 @@ from studio.tables import Evaluation, Run, RunState, utcnow
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
                  "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "seed")
+
+
+def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
+    """One JSON line per question of an evaluation (prediction, scores, tool use)."""
+    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
 
 
 def _view(evaluation: Evaluation) -> dict:
