@@ -380,8 +380,8 @@ class Trainer:
             raise RunStopped(f"run {self.run_id} was cancelled or deleted")
         if self.attempt is not None and (run.attempt != self.attempt
                                          or run.state != RunState.running):
-            raise RunStopped(f"run {self.run_id} is {run.state} at attempt {run.attempt}, "
-                             f"not running as attempt {self.attempt}")
+            raise RunStopped(f"run {self.run_id} is {RunState(run.state).value} at attempt "
+                             f"{run.attempt}, not running as attempt {self.attempt}")
         return run
 
     def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
