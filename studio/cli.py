@@ -285,12 +285,12 @@ def _follow(settings: Settings, run_id: int, since_step: int = 0) -> dict:
     shown_state = None
     while True:
         run = get_run(settings, run_id)
+        for row in run_metrics(settings, run_id, since_step):  # all of them once it stopped
+            typer.echo(_step_line(run, row))
+            since_step = row["step"] + 1
         if run["state"] != shown_state:
             typer.echo(_state_line(run))
             shown_state = run["state"]
-        for row in run_metrics(settings, run_id, since_step):
-            typer.echo(_step_line(run, row))
-            since_step = row["step"] + 1
         if run["state"] not in ACTIVE_STATES:
             return run
         time.sleep(POLL_SECONDS)

@@ -94,7 +94,7 @@ def _still_ours(settings: Settings, run_id: int, attempt: int, pid: int) -> bool
 
 def _final_state(settings: Settings, run_id: int) -> str:
     try:
-        return str(runs.run_state(settings, run_id))
+        return runs.run_state(settings, run_id).value
     except NotFound:
         return "deleted"
 
@@ -108,7 +108,7 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
     if run["backend"] not in ENGINES:
         runs.finish_run(settings, run_id, RunState.failed,
                         f"backend '{run['backend']}' cannot run on this worker", attempt=attempt)
-        return RunState.failed
+        return RunState.failed.value
     folder = runs.run_dir(settings, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "train.log"

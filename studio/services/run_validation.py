@@ -50,17 +50,22 @@ def check_references(settings: Settings, config: RunConfig) -> list[Exemplar]:
     for i, name in enumerate(config.data.eval):
         lookup(qa_sets.find_qa_set, name, f"data.eval[{i}]")
     exemplars: list[Exemplar] = []
-    if config.data.exemplars:
+    curriculum = config.curriculum.build()
+    if not config.data.exemplars and curriculum.max_exemplars:
+        problems.append(f"data.exemplars: the curriculum shows up to {curriculum.max_exemplars} "
+                        "exemplars per prompt; name an exemplar set (or use stages of 0)")
+    elif config.data.exemplars:
         found = lookup(exemplar_sets.find_exemplar_set, config.data.exemplars, "data.exemplars")
         if found:
             exemplars = exemplar_sets.load_exemplars(settings, found["id"])
             if found["errors"]:
                 problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
                                 "errors; fix them on the exemplars page first")
-    try:
-        config.curriculum.build().check(available_exemplars=len(exemplars))
-    except CurriculumError as exc:
-        problems += [f"curriculum.{e}" for e in exc.errors]
+    if exemplars:
+        try:
+            curriculum.check(available_exemplars=len(exemplars))
+        except CurriculumError as exc:
+            problems += [f"curriculum.{e}" for e in exc.errors]
     if problems:
         raise InvalidInput("; ".join(problems))
     return exemplars

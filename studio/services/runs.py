@@ -81,7 +81,8 @@ def _iso(moment) -> str | None:
 
 def _view(run: Run, positions: dict[int, int]) -> dict:
     return {
-        "id": run.id, "name": run.name, "state": run.state, "backend": run.backend,
+        "id": run.id, "name": run.name, "state": RunState(run.state).value,
+        "backend": run.backend,
         "queue": run.queue, "queue_position": positions.get(run.id),
         "attempt": run.attempt, "current_step": run.current_step,
         "total_steps": run.total_steps, "error": run.error,
@@ -146,7 +147,7 @@ def cancel_run(settings: Settings, run_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         if run.state in FINAL_STATES:
-            raise Conflict(f"run {run_id} is already {run.state}")
+            raise Conflict(f"run {run_id} is already {RunState(run.state).value}")
         run.state, run.finished_at = RunState.cancelled, utcnow()
         session.add(run)
     return get_run(settings, run_id)
@@ -158,8 +159,9 @@ def resume_run(settings: Settings, run_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         if run.state not in RESUMABLE_STATES:
-            what = "finished all its steps" if run.state == RunState.succeeded else run.state
-            raise Conflict(f"run {run_id} is {what}; only an interrupted, failed or cancelled "
+            what = ("has finished all its steps" if run.state == RunState.succeeded
+                    else f"is {RunState(run.state).value}")
+            raise Conflict(f"run {run_id} {what}; only an interrupted, failed or cancelled "
                            "run can be resumed")
         run.attempt += 1
         run.state, run.queued_at, run.error = RunState.queued, utcnow(), None
@@ -187,13 +189,15 @@ def delete_run(settings: Settings, run_id: int) -> None:
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         if run.state in ACTIVE_STATES:
-            raise Conflict(f"run {run_id} is {run.state}; cancel it first, then delete it")
+            raise Conflict(f"run {run_id} is {RunState(run.state).value}; cancel it first, "
+                           "then delete it")
         for table, kind in ((Evaluation, "evaluation"), (Export, "export")):
             busy = session.exec(select(table).where(table.run_id == run_id,
                                                     table.state.in_(ACTIVE_STATES))).first()
             if busy:
-                raise Conflict(f"{kind} {busy.id} of run {run_id} is {busy.state}; wait until "
-                               "it ends, then delete the run")
+                raise Conflict(f"{kind} {busy.id} of run {run_id} is "
+                               f"{RunState(busy.state).value}; wait until it ends, then "
+                               "delete the run")
         files = [evaluation_records_path(settings, e) for e in session.exec(
             select(Evaluation.id).where(Evaluation.run_id == run_id))]
         files += [Path(location) for location in session.exec(
