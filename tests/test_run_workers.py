@@ -145,6 +145,12 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
     assert "cannot read it" in _error_line(cli("run", "launch", str(tmp_path / "none.yaml")))
     assert runs.list_runs(settings) == []
 
+    assert _error_line(cli("eval", "--model", str(model), "--qa-set", "nope")) == (
+        "studio: error: --qa-set: QA set 'nope' does not exist")
+    assert _error_line(cli("eval", "--model", str(model), "--qa-set", "demo", "--corpus", "demo",
+                           "--queue", "tpu")) == (
+        "studio: error: queue: 'tpu' is not one of cpu, gpu")
+
     checked = cli("run", "validate", str(good))
     assert checked.returncode == 0
     assert checked.stdout.startswith("stage 1: 2 exemplars, 1 steps, longest prompt ")

@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.queue import enqueue
+from studio.queue import QUEUES, enqueue
 from studio.services import corpora, qa_sets
 from studio.services.errors import InvalidInput
 from studio.services.records import get_or_404
@@ -42,6 +42,8 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
     (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
+    if queue not in QUEUES:
+        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
     if limit is not None and limit < 1:
         raise InvalidInput("limit: must be at least 1 question")
     unknown = sorted(set(protocol or {}) - set(PROTOCOL_KEYS))
