@@ -14,17 +14,29 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend.home import build_home, status_markdown  # noqa: E402
+from frontend import shared  # noqa: E402
+from frontend.pages import curriculum, data, exemplars, home, launch  # noqa: E402
 from studio.api.app import create_api  # noqa: E402
 from studio.db import session_scope  # noqa: E402
 from studio.services.auth import authenticate  # noqa: E402
 from studio.settings import Settings, get_settings  # noqa: E402
 
+# The tabs, in order: each module has TITLE and build(settings) (see frontend/pages).
+PAGES = [
+    home,
+    data,
+    exemplars,
+    curriculum,
+    launch,
+]
+
 
 def build_ui(settings: Settings) -> gr.Blocks:
-    with gr.Blocks(title="ICRL Studio") as ui:
-        status = build_home(settings)
-        ui.load(lambda: status_markdown(settings), outputs=status)
+    with gr.Blocks(title="ICRL Studio") as ui, gr.Tabs() as tabs:
+        with shared.building(shared.Shared.create(tabs)):
+            for page in PAGES:
+                with gr.Tab(page.TITLE, id=shared.page_id(page)):
+                    page.build(settings)
     return ui
 
 

@@ -251,10 +251,12 @@ class Export(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True)
     target: str = Field(max_length=16)  # folder | zip | hub
+    step: int | None = None  # the checkpoint exported (steps done); None until chosen
     repo_id: str | None = Field(default=None, max_length=255)
     private: bool = True
     state: RunState = Field(default=RunState.queued, sa_type=String(16))
     progress: float = 0.0
+    message: str | None = Field(default=None, max_length=512)  # what it is doing now, for the UI
     location: str | None = Field(default=None, max_length=1024)
     error: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)

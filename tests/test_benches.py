@@ -25,3 +25,17 @@ def test_gpu_throughput_runs_on_cpu_with_a_small_shape(models_dir, capsys):
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[7]) > 0
+
+
+def test_the_export_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+    from tests.support.tiny_model import build_tiny_model
+
+    bench = _load("export")
+    model = build_tiny_model(tmp_path / "tiny")
+    assert bench.main(["--model", str(model), "--repeats", "1",
+                       "--data-dir", str(tmp_path / "data")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == [
+        "folder, hard links", "folder, copies", "zip (weights stored, text deflated)",
+        "hub push (local Hub, LFS)"]
+    assert all(float(r.split("|")[2]) > 0 for r in rows[1:])

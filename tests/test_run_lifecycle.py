@@ -14,15 +14,25 @@ from sqlmodel import select
 
 from frontend.server import create_app
 from studio import db
-from studio.services import auth, evaluations, run_validation, runs
+from studio.services import auth, evaluations, exports, run_validation, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.settings import Settings
-from studio.tables import Evaluation, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import (
+    Evaluation,
+    Export,
+    Rollout,
+    Run,
+    RunEvent,
+    RunMetric,
+    RunState,
+    utcnow,
+)
 from tests.engines.test_trainer import CrashingTrainer, _Crash, tiny_config
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.trainer import Trainer, build_step_prompts, load_training_data
 from worker.evaluation import run_evaluation
+from worker.export import run_export
 from worker.training_process import DeviceSlots
 
 
@@ -194,15 +204,19 @@ def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(st
                                                start=False)
     run_evaluation(settings, evaluation["id"])
     records = evaluations.evaluation_records_path(settings, evaluation["id"])
+    export = exports.create_export(settings, run["id"], target="zip", start=False)
+    run_export(settings, export["id"])
+    exported = exports.export_zip(settings, export["id"])
     folder = runs.run_dir(settings, run["id"])
-    assert records.exists() and (folder / "checkpoints" / "step-1").is_dir()
+    assert records.exists() and exported.exists()
+    assert (folder / "checkpoints" / "step-1").is_dir()
 
     runs.delete_run(settings, run["id"])
     with pytest.raises(NotFound):
         runs.get_run(settings, run["id"])
-    assert not folder.exists() and not records.exists()
+    assert not folder.exists() and not records.exists() and not exported.exists()
     with db.session_scope(settings.sqlalchemy_url) as session:
-        for table in (RunMetric, RunEvent, Rollout, Evaluation):
+        for table in (RunMetric, RunEvent, Rollout, Evaluation, Export):
             assert session.exec(select(table).where(table.run_id == run["id"])).all() == []
 
 

@@ -6,7 +6,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from studio.api.deps import current_user
-from studio.api.routes import corpora, demo, exemplar_sets, qa_sets, runs, system
+from studio.api.routes import corpora, demo, exemplar_sets, exports, qa_sets, runs, system
 from studio.services.errors import UserError
 from studio.settings import Settings
 
@@ -19,7 +19,7 @@ def create_api(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.include_router(system.public)
     protected = [Depends(current_user)]
-    for module in (system, corpora, qa_sets, exemplar_sets, demo, runs):
+    for module in (system, corpora, qa_sets, exemplar_sets, demo, runs, exports):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

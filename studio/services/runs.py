@@ -23,6 +23,7 @@ from studio.db import session_scope
 from studio.queue import enqueue
 from studio.services.errors import Conflict
 from studio.services.evaluations import evaluation_records_path
+from studio.services.exports import export_folder, export_zip
 from studio.services.health import MISSED_BEATS, alive_since
 from studio.services.records import get_or_404
 from studio.services.run_validation import checked_config
@@ -172,20 +173,16 @@ def resume_run(settings: Settings, run_id: int) -> dict:
     return get_run(settings, run_id)
 
 
-def _remove_inside(root: Path, path: Path) -> None:
-    """Delete a file or folder, only when it lies inside the data directory."""
-    target = (root / path).resolve()
-    if target.is_relative_to(root) and target != root:
-        if target.is_dir():
-            shutil.rmtree(target, ignore_errors=True)
-        else:
-            target.unlink(missing_ok=True)
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def delete_run(settings: Settings, run_id: int) -> None:
     """Delete a run that is not queued or running: its rows (metrics, events, rollouts,
     evaluations, exports) and its files (checkpoints, log, evaluation records, exports)."""
-    root = settings.resolved_data_dir
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         if run.state in ACTIVE_STATES:
@@ -200,14 +197,13 @@ def delete_run(settings: Settings, run_id: int) -> None:
                                "delete the run")
         files = [evaluation_records_path(settings, e) for e in session.exec(
             select(Evaluation.id).where(Evaluation.run_id == run_id))]
-        files += [Path(location) for location in session.exec(
-            select(Export.location).where(Export.run_id == run_id, Export.location.is_not(None)))
-            if "://" not in location]
+        for export_id in session.exec(select(Export.id).where(Export.run_id == run_id)):
+            files += [export_folder(settings, export_id), export_zip(settings, export_id)]
         for table in (RunMetric, RunEvent, Rollout, Evaluation, Export):
             session.exec(delete(table).where(table.run_id == run_id))
         session.delete(run)
     for path in [run_dir(settings, run_id), *files]:
-        _remove_inside(root, path)
+        _remove(path)
 
 
 # --- heartbeats: a run whose worker died is interrupted -------------------------------------

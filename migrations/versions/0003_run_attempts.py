@@ -1,7 +1,7 @@
 """Runs: an attempt counter (resume and redelivered tasks) and when the run was queued.
 
-Revision ID: 0002_run_attempts
-Revises: 0001
+Revision ID: 0003_run_attempts
+Revises: 0002_export_step_and_message
 Create Date: 2026-11-30 10:00:00
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = '0002_run_attempts'
-down_revision = '0001'
+revision = '0003_run_attempts'
+down_revision = '0002_export_step_and_message'
 branch_labels = None
 depends_on = None
 

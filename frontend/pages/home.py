@@ -7,6 +7,8 @@ import gradio as gr
 from studio.services.health import health
 from studio.settings import Settings
 
+TITLE = "Home"
+
 INTRO = """
 # ICRL Studio
 Teach a language model to use a search tool over your own documents with
@@ -33,9 +35,8 @@ def status_markdown(settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def build_home(settings: Settings) -> gr.Markdown:
+def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
-    status = gr.Markdown(elem_id="studio-status")
+    status = gr.Markdown(lambda: status_markdown(settings), elem_id="studio-status")
     refresh = gr.Button("Refresh status", size="sm")
     refresh.click(lambda: status_markdown(settings), outputs=status)
-    return status
