@@ -162,6 +162,9 @@ class Run(SQLModel, table=True):
     queue: str = Field(default="cpu", max_length=16)
     state: RunState = Field(default=RunState.queued, sa_type=String(16), index=True)
     task_id: str | None = Field(default=None, max_length=64)
+    # how many times the run was queued (1, then +1 per resume); a worker and its training
+    # process act on the run only while it is still their attempt
+    attempt: int = 1
     worker_hostname: str | None = Field(default=None, max_length=255)
     pid: int | None = None
     current_step: int = 0
@@ -170,6 +173,7 @@ class Run(SQLModel, table=True):
     error: str | None = _text()
     created_by: int | None = Field(default=None, foreign_key="users.id")
     created_at: datetime = Field(default_factory=utcnow)
+    queued_at: datetime | None = Field(default_factory=utcnow)  # the queue's order
     started_at: datetime | None = None
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
