@@ -39,3 +39,22 @@ def test_the_export_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
         "folder, hard links", "folder, copies", "zip (weights stored, text deflated)",
         "hub push (local Hub, LFS)"]
     assert all(float(r.split("|")[2]) > 0 for r in rows[1:])
+
+
+def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
+    """4 clients for 3 s (half reconnect), 2,000 stored rollouts, on SQLite and PostgreSQL."""
+    bench = _load("streams")
+    assert bench.main(["--smoke"]) == 0
+    table = capsys.readouterr().out
+    live = [line for line in table.splitlines()
+            if line.startswith(("| sqlite | ", "| postgresql | ")) and line.count("|") == 10]
+    assert len(live) == 2, table
+    for line in live:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert int(cells[1].replace(",", "")) >= 25, "about 10 rows a second were written"
+        assert int(cells[2].replace(",", "")) >= 4 * int(cells[1].replace(",", "")), \
+            "each client received every row"
+        assert cells[7:] == ["0", "0"], "no row lost, none twice"
+    pages = [line for line in table.splitlines() if line.count("|") == 7
+             and line.startswith(("| sqlite | ", "| postgresql | "))]
+    assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.queue import enqueue
+from studio.queue import QUEUES, enqueue
 from studio.services import corpora, qa_sets
 from studio.services.errors import InvalidInput
 from studio.services.records import get_or_404
@@ -15,6 +17,11 @@ from studio.tables import Evaluation, QASet, Run, RunState, utcnow
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
                  "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "seed")
+
+
+def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
+    """One JSON line per question of an evaluation (prediction, scores, tool use)."""
+    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
 
 
 def _view(evaluation: Evaluation) -> dict:
@@ -35,6 +42,8 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
     (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
+    if queue not in QUEUES:
+        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
     if limit is not None and limit < 1:
         raise InvalidInput("limit: must be at least 1 question")
     unknown = sorted(set(protocol or {}) - set(PROTOCOL_KEYS))

@@ -7,7 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from studio.base_models import ModelNotAvailable, load_tokenizer
-from studio.method.prompt import LAYOUTS, build_prompt
+from studio.method.exemplars import Exemplar
+from studio.method.prompt import LAYOUTS, PromptTemplate, build_prompt
+from studio.run_config import PromptSpec
 from studio.services.errors import InvalidInput, UserError
 from studio.services.exemplar_sets import load_exemplars
 from studio.settings import Settings
@@ -38,6 +40,20 @@ def render_prompt(tokenizer, messages: list[dict], assistant_prefix: str | None 
 
 def count_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def run_prompt_ids(tokenizer, spec: PromptSpec, question: str, exemplars: list[Exemplar],
+                   k: int, sample_seed: int | None = None) -> list[int]:
+    """The token ids a training rollout starts from, as a run's `prompt` section builds them.
+
+    The trainer and the launch-time length estimate both call this, so the
+    estimate counts exactly what the rollouts will read.
+    """
+    template = PromptTemplate(instruction=spec.instruction) if spec.instruction else None
+    prompt = build_prompt(question, exemplars, k, template, spec.layout,
+                          sample_seed=sample_seed, assistant_prefix=spec.assistant_prefix)
+    text = render_prompt(tokenizer, prompt.messages, spec.assistant_prefix)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def preview_prompts(settings: Settings, set_id: int, question: str, *,
