@@ -141,17 +141,20 @@ def _mark_events(layout: dict, data: list, events: list[dict], panels: int) -> N
     layout["shapes"] = shapes
 
 
-def compare_figure(series: dict[str, list[dict]], metrics: list[tuple[str, str]]) -> dict:
+def compare_figure(labels: list[str], steps: list[int], series: dict[str, list[list]],
+                   metrics: list[tuple[str, str]]) -> dict:
     """One panel per metric, one line per run (the same colour for a run in every panel).
 
-    `series` maps a run's label to its metric rows; `metrics` lists (key, title).
+    `series[key][i]` is run `labels[i]`'s value at each of `steps` (None where it has none),
+    as `run_history.compare_runs` aligns them; `metrics` lists (key, panel title).
     """
     layout = _grid([title for _, title in metrics], top=70)
     layout["legend"] = {"orientation": "h", "x": 0, "y": 1, "yanchor": "top",
                         "yref": "container"}  # in the top margin, above the panel titles
     data = []
-    for n, (label, rows) in enumerate(series.items()):
+    for n, label in enumerate(labels):
         for index, (key, _) in enumerate(metrics):
+            rows = [{"step": s, key: v} for s, v in zip(steps, series[key][n], strict=True)]
             data.append(_line(rows, key, label, index, PALETTE[n % len(PALETTE)],
                               legendgroup=label, showlegend=index == 0))
     return {"data": data, "layout": layout}

@@ -11,15 +11,20 @@ from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
 from studio.tables import Run, RunState
 from tests.support.synthetic_runs import finished_run
-
-CONFIG = {"name": "r", "model": "some/base-model",
-          "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
+from tests.support.tiny_model import build_tiny_model
 
 
 @pytest.fixture
-def run_id(settings):
+def base_model(tmp_path):
+    return str(build_tiny_model(tmp_path / "tiny"))
+
+
+@pytest.fixture
+def run_id(settings, base_model):
     load_demo_pack(settings, index_now=True)
-    return finished_run(settings, CONFIG, steps=4)
+    config = {"name": "r", "model": base_model,
+              "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
+    return finished_run(settings, config, steps=4)
 
 
 def _give_checkpoint(settings, run_id):
@@ -29,7 +34,7 @@ def _give_checkpoint(settings, run_id):
         session.add(run)
 
 
-def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id):
+def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id, base_model):
     with pytest.raises(InvalidInput, match="no checkpoint yet"):
         evaluations.evaluate_base_and_trained(settings, run_id, ["demo"], start=False)
     _give_checkpoint(settings, run_id)
@@ -42,7 +47,7 @@ def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id)
     created = evaluations.evaluate_base_and_trained(
         settings, run_id, ["demo"], limit=3, protocol={"max_turns": 2}, start=False)
     base, trained = created
-    assert base["model"] == "some/base-model" and base["run_id"] is None
+    assert base["model"] == base_model and base["run_id"] is None
     assert trained["run_id"] == run_id and trained["model"].endswith("step-4")
     for e in created:
         assert e["params"]["protocol"] == {"max_turns": 2} and e["params"]["total"] == 3

@@ -137,25 +137,45 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_runs_page_lists_runs_and_cancels_the_queued_one(studio, page):
+def _row_of(page, name: str) -> str:
+    return f"() => ({TABLE_ROWS})('#runs-table').find(cells => cells[1] === '{name}')"
+
+
+def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
     wait_for(lambda: studio.run(studio.trained)["state"] == "running", 120, "the first run")
     open_tab(page, studio.base, "Runs")
     table = page.locator("#runs-table")
     table.get_by_text("ui-queued").wait_for(timeout=30_000)
     assert "ui-trained" in table.inner_text() and "ui-long" in table.inner_text()
+    queued = page.evaluate(_row_of(page, "ui-queued"))
+    assert queued[2] == "queued" and queued[4] == "cpu: #1 in line", queued
     shoot(page, "runs")
+
+    def act(button: str, says: str) -> None:
+        page.locator(button).click()
+        page.locator("#runs-message").get_by_text(says).wait_for(timeout=15_000)
 
     table.get_by_text("ui-queued").click()  # selecting its row chooses the run
     page.wait_for_function("() => document.querySelector('#runs-chosen input').value"
                            ".includes('ui-queued')", timeout=10_000)
-    page.locator("#runs-cancel").click()
-    page.locator("#runs-message").get_by_text("is cancelled").wait_for(timeout=15_000)
+    act("#runs-cancel", "is cancelled")
     assert studio.run(studio.queued)["state"] == "cancelled"
     assert studio.run(studio.trained)["state"] == "running", "only the chosen run stops"
-    page.wait_for_function(f"() => ({TABLE_ROWS})('#runs-table').some(cells => "
-                           "cells[1] === 'ui-queued' && cells[2] === 'cancelled')",
+    page.wait_for_function(f"() => ({_row_of(page, 'ui-queued')})()[2] === 'cancelled'",
                            timeout=15_000)
     shoot(page, "runs-cancelled")
+
+    act("#runs-resume", "is queued again (attempt 2)")
+    assert studio.run(studio.queued)["state"] == "queued"
+    act("#runs-cancel", "is cancelled")
+
+    page.locator("#runs-delete").click()
+    page.locator("#runs-confirm").get_by_text("This cannot be undone").wait_for()
+    page.locator("#runs-delete-yes").click()
+    page.locator("#runs-message").get_by_text("is deleted").wait_for(timeout=15_000)
+    assert studio.api.get(f"/runs/{studio.queued}").status_code == 404
+    page.wait_for_function(f"() => ({_row_of(page, 'ui-queued')})() === undefined",
+                           timeout=15_000)
 
 
 def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page):

@@ -1,5 +1,5 @@
-"""Compare: the curves of several runs overlaid, and their configs side by side with the
-differences marked."""
+"""Compare: the curves of several runs overlaid on one step axis, and their configs side by
+side with the settings that differ marked (and listed first)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 
 from frontend.charts import compare_figure, plot_value
 from frontend.run_picker import run_dropdown_update, run_label, shows_user_errors
-from studio.services import runs
+from studio.services import run_history
 from studio.settings import Settings
 
 TITLE = "Compare"
@@ -41,22 +41,20 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def config_table(chosen: list[dict], only_differences: bool):
-    """One row per config key, one column per run, the rows that differ marked and tinted."""
-    flat = {run_label(r): flatten(r["config"]) for r in chosen}
-    keys = sorted(set().union(*(f.keys() for f in flat.values())))
-    rows = []
-    for key in keys:
-        values = [f.get(key, "–") for f in flat.values()]
-        differs = len(set(values)) > 1
-        if differs or not only_differences:
-            rows.append([DIFFERS if differs else "", key, *values])
-    rows.sort(key=lambda row: row[0] != DIFFERS)  # the differences first, each part sorted
-    frame = pd.DataFrame(rows, columns=["", "setting", *flat.keys()])
+def config_table(labels: list[str], configs: list[dict], differences: list[str],
+                 only_differences: bool):
+    """One row per setting, one column per run; the settings that differ marked, tinted and
+    listed first."""
+    flat = [flatten(c or {}) for c in configs]
+    keys = sorted(set().union(*flat))
+    differ = set(differences)
+    rows = [[DIFFERS if key in differ else "", key, *(f.get(key, "–") for f in flat)]
+            for key in keys if key in differ or not only_differences]
+    rows.sort(key=lambda row: row[0] != DIFFERS)
+    frame = pd.DataFrame(rows, columns=["", "setting", *labels])
 
     def tint(row):
-        colour = "background-color: #fef3c7" if row.iloc[0] == DIFFERS else ""
-        return [colour] * len(row)
+        return ["background-color: #fef3c7" if row.iloc[0] == DIFFERS else ""] * len(row)
 
     return frame.style.apply(tint, axis=1)
 
@@ -78,22 +76,24 @@ def build(settings: Settings) -> None:
     def refresh_choices(current):
         return run_dropdown_update(settings, current, multiselect=True)
 
-    gr.on([chosen.focus], refresh_choices, inputs=chosen, outputs=chosen,
-          show_progress="hidden")
+    chosen.focus(refresh_choices, inputs=chosen, outputs=chosen, show_progress="hidden")
     gr.on(triggers=None, fn=lambda: refresh_choices([]), outputs=chosen, show_progress="hidden")
 
     @shows_user_errors
     def compare(run_ids, metric_keys, differences_only):
         if not run_ids or len(run_ids) < 2:
             return EMPTY, gr.Plot(visible=False), gr.Dataframe(visible=False)
-        chosen_runs = [runs.get_run(settings, int(i)) for i in run_ids]
-        series = {run_label(r): runs.run_metrics(settings, r["id"]) for r in chosen_runs}
-        keys = metric_keys or DEFAULT_METRICS
-        empty = [label for label, rows in series.items() if not rows]
-        note = f"No steps recorded yet for: {', '.join(empty)}." if empty else ""
-        figure = compare_figure(series, [(k, METRICS[k]) for k in keys])
-        return note, gr.Plot(plot_value(figure), visible=True), \
-            gr.Dataframe(config_table(chosen_runs, differences_only), visible=True)
+        found = run_history.compare_runs(settings, [int(i) for i in run_ids])
+        labels = [run_label(r) for r in found["runs"]]
+        keys = [k for k in metric_keys or DEFAULT_METRICS if k in found["series"]]
+        missing = [METRICS[k] for k in metric_keys or [] if k not in found["series"]]
+        note = f"Not recorded by these runs yet: {', '.join(missing)}." if missing else ""
+        figure = compare_figure(labels, found["steps"], found["series"],
+                                [(k, METRICS[k]) for k in keys])
+        table_value = config_table(labels, found["configs"], found["differences"],
+                                   differences_only)
+        return note, gr.Plot(plot_value(figure), visible=bool(keys)), \
+            gr.Dataframe(table_value, visible=True)
 
     gr.on([chosen.change, metrics.change, only_differences.change], compare,
           inputs=[chosen, metrics, only_differences], outputs=[message, plot, table])

@@ -7,6 +7,9 @@ redraws nothing when nothing is new.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import gradio as gr
 
 from frontend import shared
@@ -18,8 +21,8 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
-from frontend.run_picker import run_choices, run_label, shows_user_errors
-from studio.services import runs
+from frontend.run_picker import plain, run_choices, run_label, shows_user_errors
+from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
 from studio.services.runs import FINAL_STATES
 from studio.settings import Settings
@@ -27,7 +30,6 @@ from studio.settings import Settings
 TITLE = "Live run"
 PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
 TICK_SECONDS = 2.0
-ROLLOUT_SCAN = 400  # newest rollouts the filters look through
 NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
           "**Data**); its curves and rollouts appear here as it trains.")
 CSS = """
@@ -57,22 +59,31 @@ def default_run(settings: Settings) -> int | None:
     return chosen["id"] if chosen else None
 
 
+STATE_HELP = {
+    "queued": "waiting for a worker",
+    "interrupted": "its worker stopped: *Resume* on **Runs** continues from its last checkpoint",
+    "failed": "*Resume* on **Runs** continues from its last checkpoint",
+    "cancelled": "*Resume* on **Runs** continues from its last checkpoint",
+}
+
+
 def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
+    """State, step, stage and reward in one line; then what to do, errors and warnings."""
     last = rows[-1] if rows else None
-    parts = [f"**{run_label(run)}**",
-             f"step {run['current_step']} / {run['total_steps']}"]
+    parts = [f"**{run_label(run)}**", f"step {run['current_step']} / {run['total_steps']}"]
     if last:
         parts.append(f"stage {last['stage'] + 1} ({last['exemplars']} exemplars)")
-        parts.append(f"reward {last.get('reward_mean', 0):.2f}")
-    text = " · ".join(parts)
-    if run["state"] == "queued":
-        text += "  \nWaiting for a worker to take it."
+        parts.append(f"reward {last.get('reward_mean') or 0:.2f}")
+    lines = [" · ".join(parts)]
+    state = plain(run["state"])
+    if state in STATE_HELP:
+        position = run.get("queue_position")
+        where = f" (#{position} in the {run['queue']} queue)" if position else ""
+        lines.append(f"{state}{where}: {STATE_HELP[state]}.")
     if run["error"]:
-        text += f"  \n**Error:** {run['error'].strip().splitlines()[-1]}"
-    warnings = [e for e in events if e["kind"] == "warning"]
-    for event in warnings:
-        text += f"  \n⚠️ step {event['step']}: {event['message']}"
-    return text
+        lines.append(f"**Error:** {run['error'].strip().splitlines()[-1]}")
+    lines += [f"⚠️ step {e['step']}: {e['message']}" for e in events if e["kind"] == "warning"]
+    return "  \n".join(lines)
 
 
 def parse_step(text: str | None) -> int | None:
@@ -80,19 +91,19 @@ def parse_step(text: str | None) -> int | None:
     if not text:
         return None
     if not text.isdigit():
-        raise InvalidInput(f"Step: '{text}' is not a step number; type a whole number such as 12, "
-                       "or leave it empty for all steps.")
+        raise InvalidInput(f"Step: '{text}' is not a step number; type a whole number such as "
+                           "12, or leave it empty for all steps.")
     return int(text)
 
 
 def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: float,
                     reward_max: float, count: int) -> list[dict]:
-    """The newest rollouts matching the filters (step exact, stage, reward range)."""
-    found = runs.run_rollouts(settings, run_id, parse_step(step), ROLLOUT_SCAN)
-    keep = [r for r in found
-            if (stage in (None, "all") or r["stage"] + 1 == int(stage))
-            and reward_min <= r["reward"] <= reward_max]
-    return keep[:int(count)]
+    """The newest rollouts (with their segments) matching the filters."""
+    at = parse_step(step)
+    found = run_history.rollout_page(settings, run_id, run_history.RolloutFilter(
+        step_min=at, step_max=at, stage=None if stage in (None, "all") else int(stage) - 1,
+        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True)
+    return found["items"]
 
 
 def _toggle_full_screen(card_id: str, on: bool) -> str:
@@ -118,6 +129,15 @@ def rollout_card(rollout: dict) -> None:
     closer.click(None, js=_toggle_full_screen(card_id, False))
 
 
+def config_path(settings: Settings, run_id: int) -> str:
+    """The run's YAML as a file to download (`studio run launch` takes it as it is)."""
+    name, text = run_history.run_config_yaml(settings, run_id)
+    folder = Path(tempfile.gettempdir()) / "icrl-studio-run-yaml" / str(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return str(folder / name)
+
+
 def stage_choices(rows: list[dict]) -> list[str]:
     return ["all"] + [str(s) for s in sorted({r["stage"] + 1 for r in rows})]
 
@@ -128,6 +148,8 @@ def build(settings: Settings) -> None:
     with gr.Row(equal_height=True):
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
         refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
+        config_file = gr.DownloadButton("Run YAML", size="sm", scale=0, min_width=120,
+                                        visible=False, elem_id="live-yaml")
     status = gr.Markdown(NO_RUN, elem_id="live-status")
     with gr.Row():
         with gr.Column(scale=3):
@@ -162,7 +184,8 @@ def build(settings: Settings) -> None:
     def open_run(run_id, *filter_values):
         """Everything the page shows of a run, read once; the timer then adds what is new."""
         if run_id is None:
-            return None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False)
+            return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False),
+                    gr.DownloadButton(visible=False))
         run = runs.get_run(settings, int(run_id))
         rows = runs.run_metrics(settings, run["id"])
         events = runs.run_events(settings, run["id"])
@@ -170,7 +193,8 @@ def build(settings: Settings) -> None:
         return ({"run_id": run["id"], "rows": rows, "events": events, "final": final},
                 status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
                 filter_rollouts(settings, run["id"], *filter_values),
-                gr.update(choices=stage_choices(rows)), gr.Timer(active=not final))
+                gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
+                gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
     @shows_user_errors
     def choose(run_id, *filter_values):
@@ -187,12 +211,13 @@ def build(settings: Settings) -> None:
             return *choose(int(linked), *filter_values), gr.Tabs(selected=PAGE_ID)
         return *choose(None, *filter_values), gr.skip()
 
-    gr.on(triggers=None, fn=on_load, inputs=filters, outputs=[chosen, *opened, common.tabs],
-          show_progress="hidden")
+    gr.on(triggers=None, fn=on_load, inputs=filters,
+          outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
     # the run launched or opened on another page
     common.focus_run.change(choose, inputs=[common.focus_run, *filters],
-                            outputs=[chosen, *opened], show_progress="hidden")
-    chosen.input(shows_user_errors(open_run), inputs=[chosen, *filters], outputs=opened)
+                            outputs=[chosen, *opened, config_file], show_progress="hidden")
+    chosen.input(shows_user_errors(open_run), inputs=[chosen, *filters],
+                 outputs=[*opened, config_file])
     refresh.click(lambda current: gr.update(choices=run_choices(settings), value=current),
                   inputs=chosen, outputs=chosen)
 

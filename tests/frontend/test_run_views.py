@@ -18,6 +18,7 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
+from studio.services.run_history import config_differences
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
          "acc": s / 20, "format": 0.5, "kl": 0.001 * s, "response_length": 100 + s,
@@ -71,27 +72,34 @@ def test_plot_value_is_the_figure_as_plotly_json():
 
 
 def test_compare_overlays_one_line_per_run_in_each_panel():
-    figure = compare_figure({"#1 a": ROWS, "#2 b": ROWS[:5]},
-                            [("reward_mean", "Reward"), ("kl", "KL")])
+    steps = [0, 1, 2]
+    series = {"reward_mean": [[0.1, 0.2, 0.3], [0.5, None, None]], "kl": [[0, 0, 0], [1, 1, None]]}
+    figure = compare_figure(["#1 a", "#2 b"], steps, series, [("reward_mean", "Reward"),
+                                                               ("kl", "KL")])
     go.Figure(figure)
     assert [(t["name"], t["xaxis"], t["showlegend"]) for t in figure["data"]] == [
         ("#1 a", "x", True), ("#1 a", "x2", False), ("#2 b", "x", True), ("#2 b", "x2", False)]
     assert figure["data"][0]["line"]["color"] == figure["data"][1]["line"]["color"]
-    assert figure["data"][2]["x"] == list(range(5))
+    assert figure["data"][2]["x"] == [0] and figure["data"][3]["y"] == [1, 1]
 
 
 def test_config_table_marks_the_settings_that_differ():
-    runs = [{"id": 1, "name": "a", "state": "succeeded",
-             "config": {"grpo": {"lr": 1e-6, "clip": 0.2}, "seed": 0}},
-            {"id": 2, "name": "b", "state": "running",
-             "config": {"grpo": {"lr": 1e-5, "clip": 0.2}, "seed": 0, "queue": "gpu"}}]
-    frame = config_table(runs, only_differences=False).data
+    configs = [{"grpo": {"lr": 1e-6, "clip": 0.2}, "seed": 0,
+                "curriculum": {"stages": [{"exemplars": 3, "steps": 2}]}},
+               {"grpo": {"lr": 1e-5, "clip": 0.2}, "seed": 0, "queue": "gpu",
+                "curriculum": {"stages": [{"exemplars": 3, "steps": 2}]}}]
+    labels = ["#1 a · succeeded", "#2 b · running"]
+    differences = config_differences(configs)
+    frame = config_table(labels, configs, differences, only_differences=False).data
     marked = dict(zip(frame["setting"], frame[""], strict=True))
-    assert marked == {"grpo.clip": "", "grpo.lr": DIFFERS, "queue": DIFFERS, "seed": ""}
-    assert list(frame.columns) == ["", "setting", "#1 a · succeeded", "#2 b · running"]
-    assert list(frame["setting"]) == ["grpo.lr", "queue", "grpo.clip", "seed"]
-    assert frame.set_index("setting").loc["queue"].tolist()[1:] == ["–", "gpu"]
-    only = config_table(runs, only_differences=True).data
+    assert marked == {"grpo.clip": "", "grpo.lr": DIFFERS, "queue": DIFFERS, "seed": "",
+                      "curriculum.stages": ""}
+    assert list(frame.columns) == ["", "setting", *labels]
+    assert list(frame["setting"])[:2] == ["grpo.lr", "queue"], "the differences come first"
+    rows = frame.set_index("setting")
+    assert rows.loc["queue"].tolist()[1:] == ["–", "gpu"]
+    assert rows.loc["curriculum.stages"].tolist()[1] == '[{"exemplars": 3, "steps": 2}]'
+    only = config_table(labels, configs, differences, only_differences=True).data
     assert list(only["setting"]) == ["grpo.lr", "queue"]
 
 
