@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from studio.settings import Settings
 from tests.conftest import free_port
@@ -137,7 +138,8 @@ def shoot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def _row_of(page, name: str) -> str:
+def _row_of(name: str) -> str:
+    """JS: the cells of the Runs table's row of the run called `name` (undefined if none)."""
     return f"() => ({TABLE_ROWS})('#runs-table').find(cells => cells[1] === '{name}')"
 
 
@@ -147,7 +149,7 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
     table = page.locator("#runs-table")
     table.get_by_text("ui-queued").wait_for(timeout=30_000)
     assert "ui-trained" in table.inner_text() and "ui-long" in table.inner_text()
-    queued = page.evaluate(_row_of(page, "ui-queued"))
+    queued = page.evaluate(_row_of("ui-queued"))
     assert queued[2] == "queued" and queued[4] == "cpu: #1 in line", queued
     shoot(page, "runs")
 
@@ -161,7 +163,7 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
     act("#runs-cancel", "is cancelled")
     assert studio.run(studio.queued)["state"] == "cancelled"
     assert studio.run(studio.trained)["state"] == "running", "only the chosen run stops"
-    page.wait_for_function(f"() => ({_row_of(page, 'ui-queued')})()[2] === 'cancelled'",
+    page.wait_for_function(f"() => ({_row_of('ui-queued')})()[2] === 'cancelled'",
                            timeout=15_000)
     shoot(page, "runs-cancelled")
 
@@ -174,7 +176,7 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
     page.locator("#runs-delete-yes").click()
     page.locator("#runs-message").get_by_text("is deleted").wait_for(timeout=15_000)
     assert studio.api.get(f"/runs/{studio.queued}").status_code == 404
-    page.wait_for_function(f"() => ({_row_of(page, 'ui-queued')})() === undefined",
+    page.wait_for_function(f"() => ({_row_of('ui-queued')})() === undefined",
                            timeout=15_000)
 
 
@@ -186,6 +188,11 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     page.wait_for_function(f"() => ({REWARD_POINTS})() > {before}", timeout=90_000)
     assert page.evaluate("() => window.notReloaded === true"), "the page was not reloaded"
     assert "ui-trained" in page.locator("#live-status").inner_text()
+    with page.expect_download() as download:
+        page.locator("#live-yaml").click()
+    assert download.value.suggested_filename == f"run-{studio.trained}-ui-trained.yaml"
+    config = yaml.safe_load(Path(download.value.path()).read_text())
+    assert config["name"] == "ui-trained" and config["grpo"]["steps"] == 60
 
     masked = page.locator("#live-rollouts .rollout-text span.label",
                           has_text="information (not trained on)")
