@@ -1,13 +1,309 @@
-"""The Data page."""
+"""The Data page: upload corpora, QA sets and exemplar sets, preview them, try a search.
+
+Every upload goes through the same service as the REST API, so a bad file is
+refused with its line and what to fix, and nothing is stored. A corpus's
+BM25 index is built by a worker; the table polls its row (rows read) while a
+build is waiting or running.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
+from frontend.components import (
+    choices,
+    dataframe,
+    empty_state,
+    error_markdown,
+    ok_markdown,
+    plain,
+    table,
+    toast_user_errors,
+    uploaded,
+)
+from frontend.shared import on_show
+from studio.ingest import QA_FORMATS
+from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.demo import load_demo_pack
+from studio.services.errors import UserError
 from studio.settings import Settings
 
 TITLE = "Data"
 
+INTRO = """
+## Data
+The model learns to answer questions by searching **a corpus** (your documents).
+It trains on **a QA set** (questions with their answers) and starts from a few
+**exemplars** (worked examples of searching), which the curriculum then removes.
+New here? Click **Load the demo pack**: a small made-up corpus, 50 questions and
+3 exemplars, enough to launch a first run.
+"""
+
+CORPUS_COLUMNS = [("id", "#"), ("name", "Name"), ("source_filename", "File"),
+                  ("status", "Status"), ("num_documents", "Documents"),
+                  ("num_passages", "Passages"), ("index", "Index build")]
+QA_COLUMNS = [("id", "#"), ("name", "Name"), ("purpose", "Purpose"), ("num_rows", "Questions"),
+              ("format", "Format"), ("source_filename", "File"), ("notes", "Notes")]
+EXEMPLAR_COLUMNS = [("id", "#"), ("name", "Name"), ("size", "Exemplars"), ("errors", "Errors"),
+                    ("warnings", "Warnings"), ("source_filename", "File")]
+QA_ROW_COLUMNS = [("row", "Row"), ("id", "Id"), ("question", "Question"),
+                  ("answers", "Answers")]
+HIT_COLUMNS = [("rank", "Doc"), ("title", "Title"), ("score", "Score"), ("id", "Passage id")]
+PREVIEW_ROWS = 20
+BUSY = ("pending", "indexing")
+
+
+def index_progress(corpus: dict) -> str:
+    """The index build in words: rows done while it runs, the reason when it failed."""
+    status, progress = plain(corpus["status"]), corpus["progress"]
+    if status == "ready":
+        return f"done: {corpus['num_passages']} passages"
+    if status == "failed":
+        return f"failed: {corpus['error']}"
+    if status == "pending":
+        return "waiting for a worker (start one with `studio worker --queues cpu`)"
+    return (f"{progress['rows_read']} / {corpus['num_documents']} rows done "
+            f"({progress['fraction']:.0%}), {progress['passages_indexed']} passages indexed")
+
+
+def qa_notes(qa_set: dict) -> str:
+    report = qa_set["report"] or {}
+    notes = [f"{report[key]} {words}" for key, words in (
+        ("empty_answer_count", "without an answer"),
+        ("duplicate_question_count", "repeated questions"),
+        ("unanswerable_count", "marked unanswerable")) if report.get(key)]
+    if report.get("split_of"):
+        notes.append(f"split of '{report['split_of']}' (seed {report['seed']})")
+    return ", ".join(notes)
+
+
+def _name(name: str, path: str | None) -> str:
+    """The name typed, or the uploaded file's name without its suffix."""
+    return name.strip() or (Path(path).stem if path else "")
+
+
+# --- the three lists --------------------------------------------------------------------
+
+
+def corpora_view(settings: Settings):
+    rows = corpora.list_corpora(settings)
+    for row in rows:
+        row["index"] = index_progress(row)
+    empty = "" if rows else empty_state(
+        "No corpus yet.", "Upload your documents below, or click **Load the demo pack**.")
+    busy = any(plain(row["status"]) in BUSY for row in rows)
+    labels = choices(rows, lambda c: f"{c['name']} ({plain(c['status'])})", value="id")
+    return (table(rows, CORPUS_COLUMNS), empty, gr.Dropdown(choices=labels),
+            gr.Timer(active=busy))
+
+
+def qa_view(settings: Settings):
+    rows = qa_sets.list_qa_sets(settings)
+    for row in rows:
+        row["notes"] = qa_notes(row)
+    empty = "" if rows else empty_state(
+        "No QA set yet.", "Upload questions with their answers below (JSONL, JSON or CSV).")
+    return (table(rows, QA_COLUMNS), empty,
+            gr.Dropdown(choices=choices(rows, lambda q: q["name"], value="id")))
+
+
+def exemplar_view(settings: Settings):
+    rows = exemplar_sets.list_exemplar_sets(settings)
+    empty = "" if rows else empty_state(
+        "No exemplar set yet.", "Upload worked examples below, or write them on the "
+        "**Exemplars** page.")
+    return (table(rows, EXEMPLAR_COLUMNS), empty,
+            gr.Dropdown(choices=choices(rows, lambda e: e["name"], value="id")))
+
+
+# --- uploads ----------------------------------------------------------------------------
+
+
+def upload_corpus(settings: Settings, path: str | None, name: str, backend: str,
+                  split_on_blank_lines: bool) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            corpus = corpora.create_corpus(settings, stream, filename, _name(name, path),
+                                           backend=backend,
+                                           split_on_blank_lines=split_on_blank_lines)
+    except UserError as exc:
+        return error_markdown(str(exc), "The corpus was not stored")
+    return ok_markdown(f"Stored corpus '{corpus['name']}' ({corpus['num_documents']} "
+                       "documents); its search index is being built, see the table.")
+
+
+def upload_qa(settings: Settings, path: str | None, name: str, purpose: str, fmt: str) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            qa_set = qa_sets.create_qa_set(settings, stream, filename, _name(name, path),
+                                           purpose=purpose, fmt=None if fmt == "auto" else fmt)
+    except UserError as exc:
+        return error_markdown(str(exc), "The QA set was not stored")
+    notes = qa_notes(qa_set)
+    return ok_markdown(f"Stored QA set '{qa_set['name']}' ({qa_set['num_rows']} questions, "
+                       f"{qa_set['format']})") + (f"\n\nNote: {notes}." if notes else "")
+
+
+def upload_exemplars(settings: Settings, path: str | None, name: str) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            found = exemplar_sets.upload_exemplar_set(settings, stream, filename,
+                                                      _name(name, path))
+    except UserError as exc:
+        return error_markdown(str(exc), "The exemplar set was not stored")
+    message = ok_markdown(f"Stored exemplar set '{found['name']}' ({found['size']} exemplars)")
+    if found["errors"] or found["warnings"]:
+        message += (f"\n\nIt has {found['errors']} errors and {found['warnings']} warnings: "
+                    "see the preview, and fix them on the **Exemplars** page.")
+    return message
+
+
+def load_demo(settings: Settings) -> str:
+    try:
+        pack = load_demo_pack(settings)
+    except UserError as exc:
+        return error_markdown(str(exc), "The demo pack was not loaded")
+    corpus, qa, ex = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
+    return ok_markdown(
+        f"Demo pack loaded: corpus '{corpus['name']}' ({corpus['num_documents']} documents), "
+        f"QA set '{qa['name']}' ({qa['num_rows']} questions), exemplar set '{ex['name']}' "
+        f"({ex['size']} exemplars)") + (
+        "\n\nNext: when the corpus index is done, try a search below; then design the "
+        "curriculum and launch a run.")
+
+
+# --- previews ---------------------------------------------------------------------------
+
+
+@toast_user_errors
+def search(settings: Settings, corpus_id: int | None, query: str, k: float):
+    if corpus_id is None:
+        raise UserError("corpus: choose a corpus to search first")
+    result = corpora.search(settings, corpus_id, query, int(k))
+    hits = [{"rank": i, **hit, "score": round(hit["score"], 3)}
+            for i, hit in enumerate(result["hits"], 1)]
+    return result["tool_text"].strip("\n"), table(hits, HIT_COLUMNS)
+
+
+@toast_user_errors
+def preview_qa(settings: Settings, qa_set_id: int | None):
+    if qa_set_id is None:
+        return [], ""
+    page = qa_sets.qa_rows(settings, qa_set_id, 0, PREVIEW_ROWS)
+    rows = [{**row, "answers": " | ".join(row["golden_answers"])} for row in page["rows"]]
+    shown = f"The first {len(rows)} of {page['total']} questions."
+    notes = qa_notes(qa_sets.get_qa_set(settings, qa_set_id))
+    return table(rows, QA_ROW_COLUMNS), shown + (f" Note: {notes}." if notes else "")
+
+
+def exemplar_markdown(found: dict) -> str:
+    if not found["exemplars"]:
+        return empty_state("This set is empty.", "Add exemplars on the **Exemplars** page.")
+    parts = []
+    for item in found["exemplars"]:
+        answer = f" (answer: {item['answer']})" if item["answer"] else ""
+        findings = "\n".join(f"  - {'❌' if f['severity'] == 'error' else '⚠️'} "
+                             f"{f['severity']}: {f['message']}" for f in item["findings"])
+        parts.append(f"**{item['number']}.** {item['question']}{answer}\n"
+                     + (findings or "  - ✅ no problem found"))
+    return "\n\n".join(parts)
+
+
+@toast_user_errors
+def preview_exemplars(settings: Settings, set_id: int | None) -> str:
+    if set_id is None:
+        return ""
+    return exemplar_markdown(exemplar_sets.get_exemplar_set(settings, set_id))
+
+
+# --- layout -----------------------------------------------------------------------------
+
 
 def build(settings: Settings) -> None:
-    gr.Markdown("## Data")
+    gr.Markdown(INTRO)
+    with gr.Row():
+        demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
+                                elem_id="load-demo")
+        demo_message = gr.Markdown(elem_id="demo-message")
+
+    gr.Markdown("### Corpora: the documents the model searches")
+    corpora_empty = gr.Markdown(elem_id="corpora-empty")
+    corpora_table = dataframe(CORPUS_COLUMNS, elem_id="corpora-table")
+    index_timer = gr.Timer(1.0, active=False)
+    with gr.Row():
+        with gr.Column():
+            corpus_file = gr.File(label="Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
+                                  elem_id="corpus-file")
+            corpus_name = gr.Textbox(label="Name", placeholder="default: the file's name")
+            backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
+                                  label="BM25 library")
+            split = gr.Checkbox(label="Plain text: a blank line starts a new document")
+            corpus_button = gr.Button("Upload corpus", elem_id="upload-corpus")
+            corpus_message = gr.Markdown(elem_id="corpus-message")
+        with gr.Column():
+            gr.Markdown("**Try a search**: exactly what the model reads after it searches.")
+            search_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="search-corpus")
+            query = gr.Textbox(label="Query", placeholder="e.g. lighthouse first lit",
+                               elem_id="search-query")
+            k = gr.Slider(1, 10, value=3, step=1, label="Passages returned (top-k)")
+            search_button = gr.Button("Search", elem_id="search-button")
+            tool_text = gr.Textbox(label="What the model reads", lines=8, interactive=False,
+                                   elem_id="search-result")
+            hits = dataframe(HIT_COLUMNS)
+
+    gr.Markdown("### QA sets: questions with their answers")
+    qa_empty = gr.Markdown(elem_id="qa-empty")
+    qa_table = dataframe(QA_COLUMNS, elem_id="qa-table")
+    with gr.Row():
+        with gr.Column():
+            qa_file = gr.File(label="QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
+                              elem_id="qa-file")
+            qa_name = gr.Textbox(label="Name", placeholder="default: the file's name")
+            purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
+            fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
+            qa_button = gr.Button("Upload QA set", elem_id="upload-qa")
+            qa_message = gr.Markdown(elem_id="qa-message")
+        with gr.Column():
+            qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
+            qa_shown = gr.Markdown()
+            qa_rows = dataframe(QA_ROW_COLUMNS, elem_id="qa-rows")
+
+    gr.Markdown("### Exemplar sets: worked examples shown in the prompt")
+    ex_empty = gr.Markdown(elem_id="exemplars-empty")
+    ex_table = dataframe(EXEMPLAR_COLUMNS, elem_id="exemplars-table")
+    with gr.Row():
+        with gr.Column():
+            ex_file = gr.File(label="Exemplar file (JSONL or '===== Example N =====' text)",
+                              elem_id="exemplar-file")
+            ex_name = gr.Textbox(label="Name", placeholder="default: the file's name")
+            ex_button = gr.Button("Upload exemplar set", elem_id="upload-exemplars")
+            ex_message = gr.Markdown(elem_id="exemplar-message")
+        with gr.Column():
+            ex_pick = gr.Dropdown(label="Preview exemplar set", choices=[],
+                                  elem_id="exemplar-pick")
+            ex_preview = gr.Markdown(elem_id="exemplar-preview")
+
+    corpus_outputs = [corpora_table, corpora_empty, search_corpus, index_timer]
+    qa_outputs = [qa_table, qa_empty, qa_pick]
+    ex_outputs = [ex_table, ex_empty, ex_pick]
+
+    def everything():
+        return *corpora_view(settings), *qa_view(settings), *exemplar_view(settings)
+
+    on_show(everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
+    index_timer.tick(lambda: corpora_view(settings), outputs=corpus_outputs)
+    demo_button.click(lambda: load_demo(settings), outputs=demo_message).then(
+        everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
+    corpus_button.click(lambda *a: upload_corpus(settings, *a),
+                        [corpus_file, corpus_name, backend, split], corpus_message).then(
+        lambda: corpora_view(settings), outputs=corpus_outputs)
+    qa_button.click(lambda *a: upload_qa(settings, *a), [qa_file, qa_name, purpose, fmt],
+                    qa_message).then(lambda: qa_view(settings), outputs=qa_outputs)
+    ex_button.click(lambda *a: upload_exemplars(settings, *a), [ex_file, ex_name],
+                    ex_message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
+    gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
+          [search_corpus, query, k], [tool_text, hits])
+    qa_pick.change(lambda i: preview_qa(settings, i), qa_pick, [qa_rows, qa_shown])
+    ex_pick.change(lambda i: preview_exemplars(settings, i), ex_pick, ex_preview)
