@@ -7,6 +7,8 @@ field and say what to do; these helpers only lay them out for a reader.
 from __future__ import annotations
 
 import functools
+import html
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,20 +18,32 @@ import gradio as gr
 
 from studio.services.errors import UserError
 
+_NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
+
 
 def problems(message: str) -> list[str]:
-    """A service message split into its problems (services join several with '; ')."""
-    return [part.strip() for part in message.split("; ") if part.strip()]
+    """A service message split into its problems.
+
+    Services join several problems with '; ', each starting with its field
+    (`data.train: ...; curriculum.stages[0]...`); a '; ' inside one problem
+    ("line 2: field 'question' is empty; write the question") stays.
+    """
+    return [part.strip() for part in _NEXT_FIELD.split(message) if part.strip()]
+
+
+def escape(text: str) -> str:
+    """Text shown in Markdown as typed: tags like <search> stay visible instead of vanishing."""
+    return html.escape(str(text), quote=False)
 
 
 def error_markdown(message: str, heading: str = "Could not do that") -> str:
     """An error for a reader: a heading, then one bullet per problem."""
-    items = "\n".join(f"- {p}" for p in problems(message))
-    return f"**❌ {heading}:**\n\n{items}"
+    items = "\n".join(f"- {escape(p)}" for p in problems(message))
+    return f"**✗ {heading}:**\n\n{items}"
 
 
 def ok_markdown(message: str) -> str:
-    return f"**✅ {message}**"
+    return f"**✓ {escape(message)}**"
 
 
 def empty_state(what: str, next_step: str) -> str:

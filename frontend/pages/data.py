@@ -17,6 +17,7 @@ from frontend.components import (
     dataframe,
     empty_state,
     error_markdown,
+    escape,
     ok_markdown,
     plain,
     table,
@@ -204,10 +205,10 @@ def exemplar_markdown(found: dict) -> str:
     parts = []
     for item in found["exemplars"]:
         answer = f" (answer: {item['answer']})" if item["answer"] else ""
-        findings = "\n".join(f"  - {'❌' if f['severity'] == 'error' else '⚠️'} "
-                             f"{f['severity']}: {f['message']}" for f in item["findings"])
-        parts.append(f"**{item['number']}.** {item['question']}{answer}\n"
-                     + (findings or "  - ✅ no problem found"))
+        findings = "\n".join(f"  - {'✗' if f['severity'] == 'error' else '⚠'} "
+                             f"{f['severity']}: {escape(f['message'])}" for f in item["findings"])
+        parts.append(f"**{item['number']}.** {escape(item['question'] + answer)}\n"
+                     + (findings or "  - ✓ no problem found"))
     return "\n\n".join(parts)
 
 
@@ -225,7 +226,7 @@ def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
     with gr.Row():
         demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
-                                elem_id="load-demo")
+                                min_width=220, elem_id="load-demo")
         demo_message = gr.Markdown(elem_id="demo-message")
 
     gr.Markdown("### Corpora: the documents the model searches")
@@ -235,7 +236,7 @@ def build(settings: Settings) -> None:
     with gr.Row():
         with gr.Column():
             corpus_file = gr.File(label="Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
-                                  elem_id="corpus-file")
+                                  height=120, elem_id="corpus-file")
             corpus_name = gr.Textbox(label="Name", placeholder="default: the file's name")
             backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
                                   label="BM25 library")
@@ -259,7 +260,7 @@ def build(settings: Settings) -> None:
     with gr.Row():
         with gr.Column():
             qa_file = gr.File(label="QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
-                              elem_id="qa-file")
+                              height=120, elem_id="qa-file")
             qa_name = gr.Textbox(label="Name", placeholder="default: the file's name")
             purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
             fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
@@ -268,7 +269,8 @@ def build(settings: Settings) -> None:
         with gr.Column():
             qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
             qa_shown = gr.Markdown()
-            qa_rows = dataframe(QA_ROW_COLUMNS, elem_id="qa-rows")
+            qa_rows = dataframe(QA_ROW_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
+                                elem_id="qa-rows")
 
     gr.Markdown("### Exemplar sets: worked examples shown in the prompt")
     ex_empty = gr.Markdown(elem_id="exemplars-empty")
@@ -276,7 +278,7 @@ def build(settings: Settings) -> None:
     with gr.Row():
         with gr.Column():
             ex_file = gr.File(label="Exemplar file (JSONL or '===== Example N =====' text)",
-                              elem_id="exemplar-file")
+                              height=120, elem_id="exemplar-file")
             ex_name = gr.Textbox(label="Name", placeholder="default: the file's name")
             ex_button = gr.Button("Upload exemplar set", elem_id="upload-exemplars")
             ex_message = gr.Markdown(elem_id="exemplar-message")

@@ -49,10 +49,13 @@ def preview_prompts(settings: Settings, set_id: int, question: str, *,
                              layout=layout, model=model, assistant_prefix=assistant_prefix)
 
 
-def preview_exemplars(settings: Settings, exemplars: list[Exemplar], question: str, *,
+def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], question: str, *,
                       ks: list[int] | None = None, layout: str = "inline",
                       model: str | None = None, assistant_prefix: str | None = None) -> dict:
-    """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress."""
+    """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress.
+
+    Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict.
+    """
     if not question.strip():
         raise InvalidInput("question: type the question the prompt should end with")
     if layout not in LAYOUTS:
