@@ -194,8 +194,8 @@ def build(settings: Settings) -> None:
                                           variant="primary" if name == curricula.BEST_PRESET
                                           else "secondary", elem_id=f"preset-{name}")
                           for name, label in PRESET_LABELS.items()}
-    preset_steps = gr.Slider(10, 1000, value=DEFAULT_STEPS, step=10,
-                             label="Steps per stage for a preset")
+    preset_steps = gr.Slider(1, 1000, value=DEFAULT_STEPS, step=1,
+                             label="Steps per stage for a preset", elem_id="preset-steps")
     with gr.Row():
         with gr.Column(scale=2):
             table = gr.Dataframe(headers=["Exemplars", "Steps"], datatype="number",
