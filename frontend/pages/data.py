@@ -8,6 +8,9 @@ build is waiting or running.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -88,35 +91,33 @@ def _name(name: str, path: str | None) -> str:
 # --- the three lists --------------------------------------------------------------------
 
 
+def list_view(rows: list[dict], columns, label, nothing: tuple[str, str]):
+    """A kind's table, its empty state (what is missing, what to do) and its picker."""
+    empty = "" if rows else empty_state(*nothing)
+    return table(rows, columns), empty, gr.Dropdown(choices=choices(rows, label, value="id"))
+
+
 def corpora_view(settings: Settings):
-    rows = corpora.list_corpora(settings)
-    for row in rows:
-        row["index"] = index_progress(row)
-    empty = "" if rows else empty_state(
-        "No corpus yet.", "Upload your documents below, or click **Load the demo pack**.")
+    """The corpora, and the index timer kept on while a build waits or runs."""
+    rows = [{**row, "index": index_progress(row)} for row in corpora.list_corpora(settings)]
     busy = any(plain(row["status"]) in BUSY for row in rows)
-    labels = choices(rows, lambda c: f"{c['name']} ({plain(c['status'])})", value="id")
-    return (table(rows, CORPUS_COLUMNS), empty, gr.Dropdown(choices=labels),
+    return (*list_view(rows, CORPUS_COLUMNS, lambda c: f"{c['name']} ({plain(c['status'])})",
+                       ("No corpus yet.", "Upload your documents below, or click "
+                        "**Load the demo pack**.")),
             gr.Timer(active=busy))
 
 
 def qa_view(settings: Settings):
-    rows = qa_sets.list_qa_sets(settings)
-    for row in rows:
-        row["notes"] = qa_notes(row)
-    empty = "" if rows else empty_state(
-        "No QA set yet.", "Upload questions with their answers below (JSONL, JSON or CSV).")
-    return (table(rows, QA_COLUMNS), empty,
-            gr.Dropdown(choices=choices(rows, lambda q: q["name"], value="id")))
+    rows = [{**row, "notes": qa_notes(row)} for row in qa_sets.list_qa_sets(settings)]
+    return list_view(rows, QA_COLUMNS, lambda q: q["name"],
+                     ("No QA set yet.", "Upload questions with their answers below (JSONL, "
+                      "JSON or CSV)."))
 
 
 def exemplar_view(settings: Settings):
-    rows = exemplar_sets.list_exemplar_sets(settings)
-    empty = "" if rows else empty_state(
-        "No exemplar set yet.", "Upload worked examples below, or write them on the "
-        "**Exemplars** page.")
-    return (table(rows, EXEMPLAR_COLUMNS), empty,
-            gr.Dropdown(choices=choices(rows, lambda e: e["name"], value="id")))
+    return list_view(exemplar_sets.list_exemplar_sets(settings), EXEMPLAR_COLUMNS,
+                     lambda e: e["name"], ("No exemplar set yet.", "Upload worked examples "
+                                           "below, or write them on the **Exemplars** page."))
 
 
 # --- uploads ----------------------------------------------------------------------------
@@ -222,6 +223,34 @@ def preview_exemplars(settings: Settings, set_id: int | None) -> str:
 # --- layout -----------------------------------------------------------------------------
 
 
+def listing(key: str, heading: str, columns) -> tuple[gr.Markdown, gr.Dataframe]:
+    """A kind of data's heading, empty state (`#{key}-empty`) and table (`#{key}-table`)."""
+    gr.Markdown(f"### {heading}")
+    return gr.Markdown(elem_id=f"{key}-empty"), dataframe(columns, elem_id=f"{key}-table")
+
+
+@dataclass
+class UploadForm:
+    file: gr.File
+    name: gr.Textbox
+    button: gr.Button | None = None
+    message: gr.Markdown | None = None
+
+
+@contextmanager
+def upload_form(key: str, file_label: str, what: str) -> Iterator[UploadForm]:
+    """A column: file and name, the caller's own fields, then the button and its message.
+
+    Element ids: `{key}-file`, `upload-{key}`, `{key}-message`.
+    """
+    with gr.Column():
+        form = UploadForm(gr.File(label=file_label, height=120, elem_id=f"{key}-file"),
+                          gr.Textbox(label="Name", placeholder="default: the file's name"))
+        yield form
+        form.button = gr.Button(f"Upload {what}", elem_id=f"upload-{key}")
+        form.message = gr.Markdown(elem_id=f"{key}-message")
+
+
 def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
     with gr.Row():
@@ -229,20 +258,14 @@ def build(settings: Settings) -> None:
                                 min_width=220, elem_id="load-demo")
         demo_message = gr.Markdown(elem_id="demo-message")
 
-    gr.Markdown("### Corpora: the documents the model searches")
-    corpora_empty = gr.Markdown(elem_id="corpora-empty")
-    corpora_table = dataframe(CORPUS_COLUMNS, elem_id="corpora-table")
-    index_timer = gr.Timer(1.0, active=False)
+    corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model searches",
+                                         CORPUS_COLUMNS)
     with gr.Row():
-        with gr.Column():
-            corpus_file = gr.File(label="Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
-                                  height=120, elem_id="corpus-file")
-            corpus_name = gr.Textbox(label="Name", placeholder="default: the file's name")
+        with upload_form("corpus", "Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
+                         "corpus") as corpus:
             backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
                                   label="BM25 library")
             split = gr.Checkbox(label="Plain text: a blank line starts a new document")
-            corpus_button = gr.Button("Upload corpus", elem_id="upload-corpus")
-            corpus_message = gr.Markdown(elem_id="corpus-message")
         with gr.Column():
             gr.Markdown("**Try a search**: exactly what the model reads after it searches.")
             search_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="search-corpus")
@@ -253,41 +276,32 @@ def build(settings: Settings) -> None:
             tool_text = gr.Textbox(label="What the model reads", lines=8, interactive=False,
                                    elem_id="search-result")
             hits = dataframe(HIT_COLUMNS)
+    index_timer = gr.Timer(1.0, active=False)
 
-    gr.Markdown("### QA sets: questions with their answers")
-    qa_empty = gr.Markdown(elem_id="qa-empty")
-    qa_table = dataframe(QA_COLUMNS, elem_id="qa-table")
+    qa_empty, qa_table = listing("qa", "QA sets: questions with their answers", QA_COLUMNS)
     with gr.Row():
-        with gr.Column():
-            qa_file = gr.File(label="QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
-                              height=120, elem_id="qa-file")
-            qa_name = gr.Textbox(label="Name", placeholder="default: the file's name")
+        with upload_form("qa", "QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
+                         "QA set") as qa:
             purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
             fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
-            qa_button = gr.Button("Upload QA set", elem_id="upload-qa")
-            qa_message = gr.Markdown(elem_id="qa-message")
         with gr.Column():
             qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
             qa_shown = gr.Markdown()
             qa_rows = dataframe(QA_ROW_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
                                 elem_id="qa-rows")
 
-    gr.Markdown("### Exemplar sets: worked examples shown in the prompt")
-    ex_empty = gr.Markdown(elem_id="exemplars-empty")
-    ex_table = dataframe(EXEMPLAR_COLUMNS, elem_id="exemplars-table")
+    ex_empty, ex_table = listing("exemplar", "Exemplar sets: worked examples shown in the prompt",
+                                 EXEMPLAR_COLUMNS)
     with gr.Row():
-        with gr.Column():
-            ex_file = gr.File(label="Exemplar file (JSONL or '===== Example N =====' text)",
-                              height=120, elem_id="exemplar-file")
-            ex_name = gr.Textbox(label="Name", placeholder="default: the file's name")
-            ex_button = gr.Button("Upload exemplar set", elem_id="upload-exemplars")
-            ex_message = gr.Markdown(elem_id="exemplar-message")
+        with upload_form("exemplar", "Exemplar file (JSONL or '===== Example N =====' text)",
+                         "exemplar set") as ex:
+            pass
         with gr.Column():
             ex_pick = gr.Dropdown(label="Preview exemplar set", choices=[],
                                   elem_id="exemplar-pick")
             ex_preview = gr.Markdown(elem_id="exemplar-preview")
 
-    corpus_outputs = [corpora_table, corpora_empty, search_corpus, index_timer]
+    corpus_outputs = [corpus_table, corpus_empty, search_corpus, index_timer]
     qa_outputs = [qa_table, qa_empty, qa_pick]
     ex_outputs = [ex_table, ex_empty, ex_pick]
 
@@ -298,13 +312,13 @@ def build(settings: Settings) -> None:
     index_timer.tick(lambda: corpora_view(settings), outputs=corpus_outputs)
     demo_button.click(lambda: load_demo(settings), outputs=demo_message).then(
         everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
-    corpus_button.click(lambda *a: upload_corpus(settings, *a),
-                        [corpus_file, corpus_name, backend, split], corpus_message).then(
+    corpus.button.click(lambda *a: upload_corpus(settings, *a),
+                        [corpus.file, corpus.name, backend, split], corpus.message).then(
         lambda: corpora_view(settings), outputs=corpus_outputs)
-    qa_button.click(lambda *a: upload_qa(settings, *a), [qa_file, qa_name, purpose, fmt],
-                    qa_message).then(lambda: qa_view(settings), outputs=qa_outputs)
-    ex_button.click(lambda *a: upload_exemplars(settings, *a), [ex_file, ex_name],
-                    ex_message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
+    qa.button.click(lambda *a: upload_qa(settings, *a), [qa.file, qa.name, purpose, fmt],
+                    qa.message).then(lambda: qa_view(settings), outputs=qa_outputs)
+    ex.button.click(lambda *a: upload_exemplars(settings, *a), [ex.file, ex.name],
+                    ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
     gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
           [search_corpus, query, k], [tool_text, hits])
     qa_pick.change(lambda i: preview_qa(settings, i), qa_pick, [qa_rows, qa_shown])

@@ -135,7 +135,8 @@ def assemble(base: dict, design: dict | None, name: str, source: str, typed_mode
     """The run config the form shows, over `base` (which keeps what the form does not show)."""
     config = copy.deepcopy(base)
     config.update(name=(name or "").strip(), model=model_ref(source, typed_model),
-                  backend=backend, queue=queue, curriculum=curriculum_section(design))
+                  backend=backend, queue=queue)
+    config["curriculum"].update(curriculum_section(design))
     config["data"].update(corpus=corpus or "", train=train or "", eval=list(evals or []),
                           exemplars=exemplars or None)
     config["prompt"]["layout"] = layout

@@ -37,18 +37,18 @@ def ui(tmp_path_factory, tiny_model) -> StudioUI:
 
 def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path):
     ui.open("Data")
-    assert "No corpus yet" in ui.wait_text("#corpora-empty", "No corpus yet")
+    assert "No corpus yet" in ui.wait_text("#corpus-empty", "No corpus yet")
     ui.page.click("#load-demo")
     ui.wait_text("#demo-message", "Demo pack loaded")
-    ui.wait_text("#corpora-table", "done:", timeout=90)
-    assert ui.table_rows("#corpora-table") == [
+    ui.wait_text("#corpus-table", "done:", timeout=90)
+    assert ui.table_rows("#corpus-table") == [
         ["1", "demo", "corpus.jsonl", "ready", "150", "150", "done: 150 passages"]]
     ui.wait_text("#qa-table", "flashrag-jsonl")
     assert ui.table_rows("#qa-table")[0][1:5] == ["demo", "train", "50", "flashrag-jsonl"]
-    ui.wait_text("#exemplars-table", "exemplars.jsonl")
-    assert ui.table_rows("#exemplars-table") == [
+    ui.wait_text("#exemplar-table", "exemplars.jsonl")
+    assert ui.table_rows("#exemplar-table") == [
         ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]
-    assert ui.page.locator("#corpora-empty").inner_text().strip() == ""
+    assert ui.page.locator("#corpus-empty").inner_text().strip() == ""
 
     ui.choose("#search-corpus", "demo (ready)")
     ui.page.fill("#search-query textarea", "lighthouse first lit")
