@@ -185,5 +185,54 @@ def model_prepare(ref: str = typer.Argument(None, help="Model: bundled name, HF 
     typer.echo(str(folder))
 
 
+@app.command("export")
+def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to export."),
+           to: str = typer.Option("folder", "--to", help="folder | zip | hub"),
+           step: int = typer.Option(None, help="Checkpoint after this many steps (default: "
+                                               "the latest)."),
+           repo_id: str = typer.Option(None, "--repo-id", help="Hub repo: namespace/name."),
+           private: bool = typer.Option(True, "--private/--public", help="A new Hub repo's "
+                                                                          "visibility."),
+           token_env: str = typer.Option("HF_TOKEN", "--token-env", help="Environment variable "
+                                         "holding the Hub token (asked for when it is unset)."),
+           wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow it to the end."),
+           data_dir: Path = DataDir) -> None:
+    """Export a run's checkpoint as a Hugging Face folder, a zip, or a push to the Hub
+    (a worker serving the cpu queue does the work)."""
+    import time
+
+    from studio.services import exports
+    from studio.services.errors import UserError
+
+    settings = _settings(data_dir=data_dir)
+    token = None
+    if to == "hub":
+        token = os.environ.get(token_env) or (
+            typer.prompt("Hub access token", hide_input=True) if sys.stdin.isatty() else None)
+        if not token:
+            raise _fail(ValueError(f"--token-env: set {token_env} to a Hub access token with "
+                                   "write access (it is never stored)"))
+    try:
+        launcher.check_database(settings)
+        launcher.check_migrated(settings)
+        found = exports.create_export(settings, run_id, target=to, step=step, repo_id=repo_id,
+                                      private=private, token=token)
+    except (launcher.StartupError, UserError) as exc:
+        raise _fail(exc) from None
+    typer.echo(f"export {found['id']}: {to} of run {run_id} after {found['step']} steps")
+    shown = None
+    while wait and found["state"] in ("queued", "running"):
+        if found["message"] != shown:
+            shown = found["message"]
+            typer.echo(f"  {found['progress']:4.0%}  {shown}")
+        time.sleep(0.5)
+        found = exports.get_export(settings, found["id"])
+    if found["state"] == "failed":
+        typer.echo(f"export {found['id']} failed: {found['error']}\n"
+                   f"retry it: POST /api/v1/exports/{found['id']}/retry", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"export {found['id']}: {found['state']} {found['location'] or ''}".rstrip())
+
+
 if __name__ == "__main__":
     app()

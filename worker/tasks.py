@@ -38,3 +38,11 @@ def evaluate(evaluation_id: int) -> dict:
     from worker.evaluation import run_evaluation
 
     return run_evaluation(get_settings(), evaluation_id)
+
+
+@app.task(name="worker.export")
+def export(export_id: int) -> dict:
+    """Export a run's checkpoint (folder, zip or Hub); the token comes by file, never here."""
+    from worker.export import run_export
+
+    return run_export(get_settings(), export_id)

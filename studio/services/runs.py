@@ -2,7 +2,8 @@
 
 A run is a config snapshot plus its state: queued -> running -> succeeded |
 failed | cancelled (and interrupted when its worker died). The worker moves
-the state; these functions are what the API, the UI and the CLI call.
+the state; these functions are what the API, the UI and the CLI call. What a run
+wrote (metrics, events, rollouts) is read back by `run_history`, importable from here too.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.services import corpora, exemplar_sets, qa_sets
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.records import get_or_404
+from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import Run, RunState, utcnow
 
 TRAIN_TASK = "worker.train_run"
 FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
@@ -101,40 +103,6 @@ def get_run(settings: Settings, run_id: int) -> dict:
 def list_runs(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
         return [_view(r) for r in session.exec(select(Run).order_by(Run.id.desc()))]
-
-
-def run_metrics(settings: Settings, run_id: int, since_step: int = 0) -> list[dict]:
-    """Metric rows from `since_step` on, in step order (a live chart asks for what is new)."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        rows = session.exec(select(RunMetric).where(RunMetric.run_id == run_id,
-                                                    RunMetric.step >= since_step)
-                            .order_by(RunMetric.step))
-        return [{"step": r.step, "stage": r.stage, "exemplars": r.exemplars, **(r.values or {})}
-                for r in rows]
-
-
-def run_events(settings: Settings, run_id: int) -> list[dict]:
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        rows = session.exec(select(RunEvent).where(RunEvent.run_id == run_id)
-                            .order_by(RunEvent.step, RunEvent.id))
-        return [{"step": e.step, "kind": e.kind, "message": e.message, "data": e.data}
-                for e in rows]
-
-
-def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
-                 limit: int = 50) -> list[dict]:
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        query = select(Rollout).where(Rollout.run_id == run_id)
-        if step is not None:
-            query = query.where(Rollout.step == step)
-        rows = session.exec(query.order_by(Rollout.step.desc(), Rollout.id).limit(limit))
-        return [{"id": r.id, "step": r.step, "group": r.group_index, "sample": r.sample_index,
-                 "stage": r.stage, "exemplars": r.exemplars, "question": r.question,
-                 "golden_answers": r.golden_answers, "segments": r.segments, "reward": r.reward,
-                 "breakdown": r.breakdown, "advantage": r.advantage} for r in rows]
 
 
 def cancel_run(settings: Settings, run_id: int) -> dict:

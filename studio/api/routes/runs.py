@@ -31,25 +31,6 @@ def get(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
     return runs.get_run(settings, run_id)
 
 
-@router.get("/runs/{run_id}/metrics")
-def metrics(run_id: int, since_step: int = Query(0),
-            settings: Settings = Depends(get_settings)) -> list[dict]:
-    """One row per training step from `since_step` on."""
-    return runs.run_metrics(settings, run_id, since_step)
-
-
-@router.get("/runs/{run_id}/events")
-def events(run_id: int, settings: Settings = Depends(get_settings)) -> list[dict]:
-    return runs.run_events(settings, run_id)
-
-
-@router.get("/runs/{run_id}/rollouts")
-def rollouts(run_id: int, step: int | None = Query(None), limit: int = Query(50),
-             settings: Settings = Depends(get_settings)) -> list[dict]:
-    """Sampled rollouts as segments: `source` model or env (env spans are not trained on)."""
-    return runs.run_rollouts(settings, run_id, step, limit)
-
-
 @router.post("/runs/{run_id}/cancel")
 def cancel(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
     return runs.cancel_run(settings, run_id)
