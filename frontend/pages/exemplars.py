@@ -241,7 +241,7 @@ def build(settings: Settings) -> None:
         box.change(check, editor, findings, trigger_mode="always_last", show_progress="hidden")
     gr.on([*(box.change for box in editor), stored.change, model.submit, model.blur,
            layout.input, asked.submit, k.input], show_preview, preview_inputs, preview_outputs,
-          trigger_mode="always_last", show_progress="hidden")
+          trigger_mode="always_last", show_progress="minimal")
     save_button.click(lambda *a: save(settings, *a), [set_pick, number, *editor],
                       [stored, number, message])
     delete_button.click(lambda *a: delete(settings, *a), [set_pick, number],

@@ -234,13 +234,14 @@ def load_yaml(path: str | None, outputs: int):
                                              f"{Path(path).name}; check it and launch")
 
 
-def launch(settings: Settings, username: str | None, follow_on: str, *form):
-    """Create and queue the run; say where to follow it."""
+def launch(settings: Settings, username: str | None, follow_on: str, *form
+           ) -> tuple[int | None, str]:
+    """Create and queue the run (its id, or None when refused), and say where to follow it."""
     try:
         run = runs.create_run(settings, assemble(*form),
                               user_id=auth.user_id(settings, username))
     except UserError as exc:
-        return gr.skip(), error_markdown(str(exc), "The run was not launched")
+        return None, error_markdown(str(exc), "The run was not launched")
     return run["id"], ok_markdown(
         f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
         f"queue ({run['total_steps']} steps)") + f"\n\nFollow it on {follow_on}."
@@ -338,13 +339,14 @@ def build(settings: Settings) -> None:
             yaml_message = gr.Markdown(elem_id="yaml-message")
     launch_button = gr.Button("Launch", variant="primary", size="lg", elem_id="launch")
     launch_message = gr.Markdown(elem_id="launch-message")
+    live_page = "live_run" if "live_run" in shared.page_ids else None
+    follow = gr.Button("Watch it on the Live run page", visible=False, elem_id="follow-run")
 
     fields = [name, source, typed_model, corpus, train, evals, exemplars, backend, queue, layout,
               *values]
     form = [base, shared.curriculum, *fields]
-    pages = [p for p in ("live_run", "runs") if p in shared.page_ids]
-    follow_on = ("the **Runs** page" if pages else
-                 "the API (`GET /api/v1/runs`) until the Runs page is here")
+    follow_on = ("the **Runs** and **Live run** pages" if live_page else
+                 "the API (`GET /api/v1/runs/<id>`)")
 
     def refresh(*chosen):
         return data_choices(settings, *chosen)
@@ -360,6 +362,10 @@ def build(settings: Settings) -> None:
     upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
 
     def start(request: gr.Request, *f):
-        return launch(settings, request.username, follow_on, *f)
+        run_id, message = launch(settings, request.username, follow_on, *f)
+        if run_id is None:
+            return gr.skip(), message, gr.Button(visible=False)
+        return run_id, message, gr.Button(visible=live_page is not None)
 
-    launch_button.click(start, form, [shared.focus_run, launch_message])
+    launch_button.click(start, form, [shared.focus_run, launch_message, follow])
+    follow.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from studio.demo import EXEMPLARS
-from studio.services import runs
+from studio.services import exemplar_sets, runs
 from studio.settings import Settings
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.tiny_model import build_tiny_model
@@ -108,6 +108,13 @@ def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_mod
     assert json.loads(EXEMPLARS.read_text().splitlines()[2])["question"] not in prompt
     ui.screenshot("exemplars")
 
+    edited = first["question"].replace("town", "harbour town")
+    ui.page.fill("#exemplar-question textarea", edited)
+    ui.page.click("#save-exemplar")
+    ui.wait_text("#exemplar-save-message", "Saved exemplar 1 of 'demo'")
+    stored = exemplar_sets.find_exemplar_set(Settings(data_dir=ui.data_dir), "demo")
+    assert stored["exemplars"][0]["question"] == edited and stored["errors"] == 0
+
 
 def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     ui.open("Curriculum")
@@ -125,6 +132,13 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     chart = ui.page.locator("#curriculum-chart .main-svg").first
     chart.wait_for(timeout=30_000)
     ui.wait_text("#curriculum-chart", "stage 3: 0")
+
+    ui.page.click("#adaptive input")
+    assert "averaged over its last 10 steps" in ui.wait_text(notes, "Adaptive: a stage ends")
+    ui.screenshot("curriculum-adaptive")
+    ui.page.click("#adaptive input")
+    ui.page.wait_for_function(
+        "() => !document.querySelector('#curriculum-notes').innerText.includes('Adaptive')")
 
     ui.page.click("#add-stage")
     ui.wait_text(notes, "3 → 3 → 2 → 0, 8 steps")
