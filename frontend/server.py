@@ -50,10 +50,13 @@ CSS = "\n".join(getattr(page, "CSS", "") for page in PAGES)
 
 
 def build_ui(settings: Settings) -> gr.Blocks:
-    with gr.Blocks(title="ICRL Studio") as ui, gr.Tabs() as tabs:
-        with shared.building(shared.Shared.create(tabs)):
+    with gr.Blocks(title="ICRL Studio") as ui:
+        # Made outside gr.Tabs: a non-tab child there shifts the tabs' order in the browser.
+        common = shared.Shared(ui, tuple(shared.page_id(page) for page in PAGES))
+        with gr.Tabs() as common.tabs:
             for page in PAGES:
-                with gr.Tab(page.TITLE, id=shared.page_id(page)):
+                with gr.Tab(page.TITLE, id=shared.page_id(page)) as tab, \
+                        shared.building(common, tab):
                     page.build(settings)
     return ui
 

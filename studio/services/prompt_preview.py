@@ -59,12 +59,22 @@ def run_prompt_ids(tokenizer, spec: PromptSpec, question: str, exemplars: list[E
 def preview_prompts(settings: Settings, set_id: int, question: str, *,
                     ks: list[int] | None = None, layout: str = "inline",
                     model: str | None = None, assistant_prefix: str | None = None) -> dict:
-    """The prompt for each k in `ks` (default 0..N), with its text and token count."""
+    """The prompt for each k in `ks` (default 0..N) of a stored set, with text and token count."""
+    return preview_exemplars(settings, load_exemplars(settings, set_id), question, ks=ks,
+                             layout=layout, model=model, assistant_prefix=assistant_prefix)
+
+
+def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], question: str, *,
+                      ks: list[int] | None = None, layout: str = "inline",
+                      model: str | None = None, assistant_prefix: str | None = None) -> dict:
+    """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress.
+
+    Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict.
+    """
     if not question.strip():
         raise InvalidInput("question: type the question the prompt should end with")
     if layout not in LAYOUTS:
         raise InvalidInput(f"layout: '{layout}' is not one of {', '.join(LAYOUTS)}")
-    exemplars = load_exemplars(settings, set_id)
     ks = list(range(len(exemplars) + 1)) if ks is None else ks
     bad = [k for k in ks if not 0 <= k <= len(exemplars)]
     if bad:
