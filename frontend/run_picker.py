@@ -1,19 +1,14 @@
-"""What every run page needs: runs as dropdown choices, user errors shown in plain words."""
+"""What every run page needs: runs as dropdown choices, timers that tick only while their
+page is shown."""
 
 from __future__ import annotations
 
-import functools
-
 import gradio as gr
 
+from frontend import shared
+from frontend.components import plain
 from studio.services import runs
-from studio.services.errors import UserError
 from studio.settings import Settings
-
-
-def plain(value) -> str:
-    """A state enum member as its value (a str enum formats as `RunState.x` otherwise)."""
-    return str(getattr(value, "value", value))
 
 
 def run_label(run: dict) -> str:
@@ -36,17 +31,15 @@ def run_dropdown_update(settings: Settings, current, only=None, multiselect: boo
     return gr.update(choices=choices, value=value)
 
 
-def shows_user_errors(fn):
-    """A service's UserError (bad input, not found, conflict) becomes a plain-words pop-up."""
+def tick_while_shown(timer: gr.Timer) -> None:
+    """Each tick is a request: the page's timer runs only while its tab is the one shown."""
+    common = shared.current()
+    page = common.tab.id
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            raise gr.Error(str(exc), title="That did not work", print_exception=False) from None
+    def follow(event: gr.SelectData):
+        return gr.Timer(active=event.id == page)
 
-    return wrapper
+    common.tabs.select(follow, outputs=timer, show_progress="hidden")
 
 
 def utc_minute(iso: str | None) -> str:

@@ -8,8 +8,10 @@ import json
 import gradio as gr
 import pandas as pd
 
+from frontend import shared
 from frontend.charts import compare_figure, plot_value
-from frontend.run_picker import run_dropdown_update, run_label, shows_user_errors
+from frontend.components import toast_user_errors
+from frontend.run_picker import run_dropdown_update, run_label
 from studio.services import run_history
 from studio.settings import Settings
 
@@ -76,10 +78,9 @@ def build(settings: Settings) -> None:
     def refresh_choices(current):
         return run_dropdown_update(settings, current, multiselect=True)
 
-    chosen.focus(refresh_choices, inputs=chosen, outputs=chosen, show_progress="hidden")
-    gr.on(triggers=None, fn=lambda: refresh_choices([]), outputs=chosen, show_progress="hidden")
+    shared.on_show(refresh_choices, inputs=chosen, outputs=chosen, show_progress="hidden")
 
-    @shows_user_errors
+    @toast_user_errors
     def compare(run_ids, metric_keys, differences_only):
         if not run_ids or len(run_ids) < 2:
             return EMPTY, gr.Plot(visible=False), gr.Dataframe(visible=False)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from frontend.run_picker import plain, run_dropdown_update, shows_user_errors
+from frontend import shared
+from frontend.components import plain, toast_user_errors
+from frontend.run_picker import run_dropdown_update, tick_while_shown
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -84,7 +86,8 @@ def build(settings: Settings) -> None:
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
     shown = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
-    timer = gr.Timer(REFRESH_SECONDS)
+    timer = gr.Timer(REFRESH_SECONDS, active=False)
+    tick_while_shown(timer)
 
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
@@ -96,12 +99,10 @@ def build(settings: Settings) -> None:
             gr.update(choices=[c["name"] for c in corpora.list_corpora(settings)
                                if c["status"] == "ready"])
 
-    gr.on([run.focus, sets.focus, corpus.focus], refresh_choices, inputs=run,
-          outputs=[run, empty, sets, corpus], show_progress="hidden")
-    gr.on(triggers=None, fn=lambda: refresh_choices(None), outputs=[run, empty, sets, corpus],
-          show_progress="hidden")
+    shared.on_show(refresh_choices, inputs=run, outputs=[run, empty, sets, corpus],
+                   show_progress="hidden")
 
-    @shows_user_errors
+    @toast_user_errors
     def pick_run(run_id):
         if run_id is None:
             return gr.skip(), gr.skip(), gr.skip(), [], []
@@ -112,7 +113,7 @@ def build(settings: Settings) -> None:
 
     run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown])
 
-    @shows_user_errors
+    @toast_user_errors
     def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns):
         if run_id is None:
             raise InvalidInput("Choose a run first: its latest checkpoint is what gets evaluated.")

@@ -8,7 +8,9 @@ import io
 import gradio as gr
 from PIL import Image
 
-from frontend.run_picker import plain, run_dropdown_update, shows_user_errors
+from frontend import shared
+from frontend.components import plain, toast_user_errors
+from frontend.run_picker import run_dropdown_update, tick_while_shown
 from studio.services import exports, model_card
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -88,7 +90,8 @@ def build(settings: Settings) -> None:
                                "again)", choices=[], scale=2, elem_id="export-retry-id")
         retry = gr.Button("Retry it", scale=1, elem_id="export-retry")
     shown = gr.State([])
-    timer = gr.Timer(REFRESH_SECONDS)
+    timer = gr.Timer(REFRESH_SECONDS, active=False)
+    tick_while_shown(timer)
     gr.Markdown("### Model card preview")
     with gr.Tabs():
         with gr.Tab("README.md"):
@@ -105,10 +108,7 @@ def build(settings: Settings) -> None:
         update = run_dropdown_update(settings, current, only=has_checkpoint)
         return update, gr.update(visible=not update["choices"])
 
-    gr.on([run.focus], refresh_choices, inputs=run, outputs=[run, empty],
-          show_progress="hidden")
-    gr.on(triggers=None, fn=lambda: refresh_choices(None), outputs=[run, empty],
-          show_progress="hidden")
+    shared.on_show(refresh_choices, inputs=run, outputs=[run, empty], show_progress="hidden")
     target.change(lambda t: gr.Group(visible=t == "hub"), inputs=target, outputs=hub)
 
     def progress(run_id):
@@ -117,7 +117,7 @@ def build(settings: Settings) -> None:
         return (table_rows(found), download_html(settings, found), gr.update(choices=failed),
                 gr.Row(visible=bool(failed)))
 
-    @shows_user_errors
+    @toast_user_errors
     def pick_run(run_id):
         if run_id is None:
             return [gr.skip()] * 10
@@ -130,7 +130,7 @@ def build(settings: Settings) -> None:
     run.change(pick_run, inputs=run, outputs=[step, card, card_text, curves, table, downloads,
                                              retry_id, retry_row, shown, message])
 
-    @shows_user_errors
+    @toast_user_errors
     def preview(run_id, at_step, repo):
         if run_id is None:
             return gr.skip(), gr.skip(), gr.skip()
@@ -139,7 +139,7 @@ def build(settings: Settings) -> None:
     gr.on([step.input, repo_id.blur], preview, inputs=[run, step, repo_id],
           outputs=[card, card_text, curves])
 
-    @shows_user_errors
+    @toast_user_errors
     def launch(run_id, at_step, to, repo, secret, is_private):
         if run_id is None:
             raise InvalidInput("Choose a run first: its checkpoint is what gets exported.")
@@ -153,7 +153,7 @@ def build(settings: Settings) -> None:
     start.click(launch, inputs=[run, step, target, repo_id, token, private],
                 outputs=[message, *followed, token])
 
-    @shows_user_errors
+    @toast_user_errors
     def do_retry(run_id, export_id, secret):
         if export_id is None:
             raise InvalidInput("Choose the failed export to retry (a Hub push needs the token "

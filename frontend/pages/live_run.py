@@ -14,6 +14,7 @@ import gradio as gr
 
 from frontend import shared
 from frontend.charts import live_figure, plot_value
+from frontend.components import plain, toast_user_errors
 from frontend.rollout_view import (
     COLOR_MAP,
     header_markdown,
@@ -21,7 +22,7 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
-from frontend.run_picker import plain, run_choices, run_label, shows_user_errors
+from frontend.run_picker import run_choices, run_label, tick_while_shown
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
 from studio.services.runs import FINAL_STATES
@@ -196,7 +197,7 @@ def build(settings: Settings) -> None:
                 gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
                 gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
-    @shows_user_errors
+    @toast_user_errors
     def choose(run_id, *filter_values):
         """Fresh run choices with `run_id` (default: the newest running run) opened."""
         run_id = run_id if run_id is not None else default_run(settings)
@@ -216,10 +217,14 @@ def build(settings: Settings) -> None:
     # the run launched or opened on another page
     common.focus_run.change(choose, inputs=[common.focus_run, *filters],
                             outputs=[chosen, *opened, config_file], show_progress="hidden")
-    chosen.input(shows_user_errors(open_run), inputs=[chosen, *filters],
+    chosen.input(toast_user_errors(open_run), inputs=[chosen, *filters],
                  outputs=[*opened, config_file])
-    refresh.click(lambda current: gr.update(choices=run_choices(settings), value=current),
-                  inputs=chosen, outputs=chosen)
+    def fresh_choices(current):
+        return gr.update(choices=run_choices(settings), value=current)
+
+    gr.on([refresh.click, common.tab.select], fresh_choices, inputs=chosen, outputs=chosen,
+          show_progress="hidden")
+    tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
 
     def tick(current, *filter_values):
         """Only the steps after the last one held are fetched; nothing new redraws nothing."""
@@ -248,7 +253,7 @@ def build(settings: Settings) -> None:
 
     timer.tick(tick, inputs=[state, *filters], outputs=opened, show_progress="hidden")
 
-    @shows_user_errors
+    @toast_user_errors
     def refilter(current, *filter_values):
         if not current:
             return []

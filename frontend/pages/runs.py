@@ -6,8 +6,9 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
+from frontend.components import plain, toast_user_errors
 from frontend.pages import live_run
-from frontend.run_picker import plain, run_dropdown_update, shows_user_errors, utc_minute
+from frontend.run_picker import run_dropdown_update, tick_while_shown, utc_minute
 from studio.services import runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -72,7 +73,8 @@ def build(settings: Settings) -> None:
                            scale=0, min_width=160)
         keep = gr.Button("Keep it", elem_id="runs-delete-no", scale=0, min_width=120)
     message = gr.Markdown(elem_id="runs-message")
-    timer = gr.Timer(REFRESH_SECONDS)
+    timer = gr.Timer(REFRESH_SECONDS, active=False)
+    tick_while_shown(timer)
 
     def refresh(previous, current):
         rows = table_rows(runs.list_runs(settings))
@@ -82,8 +84,7 @@ def build(settings: Settings) -> None:
                 run_dropdown_update(settings, current), rows)
 
     outputs = [table, empty, chosen, shown]
-    gr.on(triggers=None, fn=refresh, inputs=[shown, chosen], outputs=outputs,
-          show_progress="hidden")
+    shared.on_show(refresh, inputs=[shown, chosen], outputs=outputs, show_progress="hidden")
     timer.tick(refresh, inputs=[shown, chosen], outputs=outputs, show_progress="hidden")
 
     def pick(event: gr.SelectData):
@@ -91,7 +92,7 @@ def build(settings: Settings) -> None:
 
     table.select(pick, outputs=chosen)
 
-    @shows_user_errors
+    @toast_user_errors
     def show_live(run_id):
         return chosen_id(run_id), gr.Tabs(selected=live_run.PAGE_ID)
 
@@ -103,13 +104,13 @@ def build(settings: Settings) -> None:
         event.then(lambda current: refresh(None, current), inputs=chosen, outputs=outputs,
                    show_progress="hidden")
 
-    @shows_user_errors
+    @toast_user_errors
     def do_cancel(run_id):
         run = runs.cancel_run(settings, chosen_id(run_id))
         return f"Run #{run['id']} **{run['name']}** is cancelled; its checkpoints and " \
                "metrics are kept, and *Resume* continues it."
 
-    @shows_user_errors
+    @toast_user_errors
     def do_resume(run_id):
         run = runs.resume_run(settings, chosen_id(run_id))
         return (f"Run #{run['id']} **{run['name']}** is queued again (attempt "
@@ -118,14 +119,14 @@ def build(settings: Settings) -> None:
     then_refresh(cancel.click(do_cancel, inputs=chosen, outputs=message))
     then_refresh(resume.click(do_resume, inputs=chosen, outputs=message))
 
-    @shows_user_errors
+    @toast_user_errors
     def ask_delete(run_id):
         run = runs.get_run(settings, chosen_id(run_id))
         return gr.Row(visible=True), (
             f"Delete run #{run['id']} **{run['name']}** ({plain(run['state'])}) with its "
             "checkpoints, metrics, rollouts, evaluations and exports? This cannot be undone.")
 
-    @shows_user_errors
+    @toast_user_errors
     def do_delete(run_id):
         name = runs.get_run(settings, chosen_id(run_id))["name"]
         runs.delete_run(settings, chosen_id(run_id))
