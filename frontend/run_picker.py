@@ -21,14 +21,15 @@ def run_choices(settings: Settings, only=None) -> list[tuple[str, int]]:
 
 
 def run_dropdown_update(settings: Settings, current, only=None, multiselect: bool = False):
-    """Fresh choices, keeping the current selection when it still exists."""
+    """Fresh choices. The selection is left alone unless a chosen run is gone: `current` was
+    read when the event fired, and the user may have chosen a run since."""
     choices = run_choices(settings, only)
     ids = {value for _, value in choices}
-    if multiselect:
-        value = [v for v in current or [] if v in ids]
-    else:
-        value = current if current in ids else None
-    return gr.update(choices=choices, value=value)
+    chosen = (current or []) if multiselect else [current]
+    if all(value is None or value in ids for value in chosen):
+        return gr.update(choices=choices)
+    return gr.update(choices=choices,
+                     value=[v for v in chosen if v in ids] if multiselect else None)
 
 
 def tick_while_shown(timer: gr.Timer) -> None:

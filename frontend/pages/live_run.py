@@ -219,11 +219,8 @@ def build(settings: Settings) -> None:
                             outputs=[chosen, *opened, config_file], show_progress="hidden")
     chosen.input(toast_user_errors(open_run), inputs=[chosen, *filters],
                  outputs=[*opened, config_file])
-    def fresh_choices(current):
-        return gr.update(choices=run_choices(settings), value=current)
-
-    gr.on([refresh.click, common.tab.select], fresh_choices, inputs=chosen, outputs=chosen,
-          show_progress="hidden")
+    gr.on([refresh.click, common.tab.select], lambda: gr.update(choices=run_choices(settings)),
+          outputs=chosen, show_progress="hidden")
     tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
 
     def tick(current, *filter_values):
