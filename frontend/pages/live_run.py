@@ -159,7 +159,7 @@ def build(settings: Settings) -> None:
             gr.Markdown("#### Rollouts")
             gr.HTML(legend_html())
             with gr.Row():
-                step = gr.Textbox(label="Step", placeholder="all steps",
+                step = gr.Textbox(label="Step (then Enter)", placeholder="all steps",
                                   elem_id="live-filter-step")
                 stage = gr.Dropdown(label="Stage", choices=["all"], value="all",
                                     elem_id="live-filter-stage")
@@ -256,5 +256,5 @@ def build(settings: Settings) -> None:
             return []
         return filter_rollouts(settings, current["run_id"], *filter_values)
 
-    gr.on([step.submit, step.blur, stage.input, reward_min.release, reward_max.release,
-           count.submit, count.blur], refilter, inputs=[state, *filters], outputs=shown)
+    gr.on([step.submit, stage.input, reward_min.release, reward_max.release, count.submit],
+          refilter, inputs=[state, *filters], outputs=shown)
