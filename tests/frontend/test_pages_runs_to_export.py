@@ -156,6 +156,17 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     assert any(c != masked_colour for c in colours), "the other spans are coloured apart"
     studio.ui.screenshot("live-run")
 
+    def card_headers() -> list[str]:
+        return [t for t in page.locator("#live-rollouts .rollout-card .prose").all_inner_texts()
+                if t.startswith("Step ")]
+
+    studio.ui.choose("#live-filter-stage", "1")
+    wait_for(lambda: card_headers() and all("· stage 1 ·" in h for h in card_headers()), 30,
+             "the stage filter")
+    page.fill("#live-filter-step textarea", "two")
+    page.keyboard.press("Enter")
+    page.get_by_text("Step: 'two' is not a step number").first.wait_for(timeout=15_000)
+
 
 def _choose(page, dropdown: str, run_name: str) -> None:
     """Pick a run by name whatever its state in the label."""
