@@ -160,9 +160,12 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
         return [t for t in page.locator("#live-rollouts .rollout-card .prose").all_inner_texts()
                 if t.startswith("Step ")]
 
-    studio.ui.choose("#live-filter-stage", "1")
-    wait_for(lambda: card_headers() and all("· stage 1 ·" in h for h in card_headers()), 30,
-             "the stage filter")
+    wait_for(lambda: any(not h.startswith("Step 0 ·") for h in card_headers()), 30,
+             "the newest steps' rollouts first")
+    page.fill("#live-filter-step textarea", "0")
+    page.keyboard.press("Enter")
+    wait_for(lambda: card_headers() and all(h.startswith("Step 0 ·") for h in card_headers()),
+             30, "the step filter")
     page.fill("#live-filter-step textarea", "two")
     page.keyboard.press("Enter")
     page.get_by_text("Step: 'two' is not a step number").first.wait_for(timeout=15_000)
