@@ -28,9 +28,8 @@ from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show
 from studio.base_models import DEFAULT_MODEL
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
-from studio.services import auth, corpora, exemplar_sets, qa_sets, runs
+from studio.services import auth, corpora, exemplar_sets, qa_sets, run_validation, runs
 from studio.services.errors import UserError
-from studio.services.prompt_preview import preview_exemplars
 from studio.settings import Settings
 
 TITLE = "Launch"
@@ -48,7 +47,6 @@ MODEL_SOURCES = {
     "folder": "A model folder on the studio's machine",
 }
 NO_EXEMPLARS = ""
-QUESTIONS_SAMPLED = 20
 STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
                  ("tokens", "Prompt tokens (longest sampled question)"), ("fits", "Fits?")]
 
@@ -168,44 +166,19 @@ def curriculum_words(design: dict | None) -> str:
             "**Curriculum** page.")
 
 
-def longest_question(settings: Settings, train: str) -> str:
-    rows = qa_sets.qa_rows(settings, qa_sets.find_qa_set(settings, train)["id"], 0,
-                           QUESTIONS_SAMPLED)["rows"]
-    if not rows:
-        raise UserError(f"data.train: the QA set '{train}' has no question")
-    return max((r["question"] for r in rows), key=len)
-
-
 def estimate(settings: Settings, *form) -> tuple[list, str]:
-    """The prompt's length in tokens at each stage, for the chosen model and exemplars."""
+    """Each stage's longest prompt in tokens, built as the trainer builds it (the launch check)."""
     try:
-        config = parse_run_config(assemble(*form))
-        if not config.data.train:
-            raise UserError("data.train: choose the QA set to train on first")
-        exemplars = (exemplar_sets.find_exemplar_set(settings, config.data.exemplars)
-                     ["exemplars"] if config.data.exemplars else [])
-        stages = config.curriculum.build().stages
-        counts = sorted({s.exemplars for s in stages})
-        if counts[-1] > len(exemplars):
-            raise UserError(f"data.exemplars: the curriculum shows up to {counts[-1]} "
-                            f"exemplars but the set holds {len(exemplars)}")
-        result = preview_exemplars(settings, exemplars, longest_question(settings,
-                                                                         config.data.train),
-                                   ks=counts, layout=config.prompt.layout, model=config.model,
-                                   assistant_prefix=config.prompt.assistant_prefix)
-    except (UserError, RunConfigError) as exc:
+        report = run_validation.validate_run(settings, assemble(*form))
+    except UserError as exc:
         return [], error_markdown(str(exc), "No estimate")
-    tokens = {p["k"]: p["tokens"] for p in result["prompts"]}
-    limit = config.grpo.max_prompt_tokens
-    rows = [{"stage": i, "exemplars": s.exemplars, "steps": s.steps,
-             "tokens": tokens[s.exemplars],
-             "fits": "yes" if tokens[s.exemplars] <= limit else f"no: over {limit}"}
-            for i, s in enumerate(stages, 1)]
-    too_long = [r["stage"] for r in rows if r["fits"] != "yes"]
-    note = f"Counted with the tokenizer of `{escape(config.model)}`."
-    if too_long:
-        note += (f" Stage(s) {', '.join(map(str, too_long))} do not fit: raise the prompt "
-                 "limit, or use fewer or shorter exemplars.")
+    rows = [{"stage": s["stage"], "exemplars": s["exemplars"], "steps": s["steps"],
+             "tokens": s["prompt_tokens"],
+             "fits": f"no: over {s['max_prompt_tokens']}" if s["cut"] else "yes"}
+            for s in report["stages"]]
+    note = f"Counted with the tokenizer of `{escape(report['config']['model'])}`."
+    if report["warnings"]:
+        note += "\n\n" + "\n".join(f"- {escape(w)}" for w in report["warnings"])
     return table(rows, STAGE_COLUMNS), note
 
 
