@@ -56,8 +56,11 @@ class StudioUI:
 
     def choose(self, dropdown: str, option: str) -> None:
         """Pick `option` in the gr.Dropdown with elem_id `dropdown` (a '#id' selector)."""
-        self.page.click(f"{dropdown} input")
-        self.page.get_by_role("option", name=option, exact=True).click()
+        field = self.page.locator(f"{dropdown} input").first
+        field.click()
+        # the option of this dropdown's own list: another list may still be closing
+        listbox = self.page.locator(f"#{field.get_attribute('aria-controls')}")
+        listbox.get_by_role("option", name=option, exact=True).click()
 
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
