@@ -19,7 +19,7 @@ from studio.tables import RunState
 
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 10.0
-ENGINES = {"native": "worker.engines.native.main"}
+ENGINES = {"native": "worker.engines.native.main", "verl": "worker.engines.verl.main"}
 
 
 def _tail(path, lines: int = 20) -> str:

@@ -160,6 +160,32 @@ def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
     return segments
 
 
+def write_step(settings: Settings, run_id: int, step: int, metrics: dict,
+               rollouts: list[RolloutRow], events: list[RunEvent] = ()) -> None:
+    """One transaction per step: its metrics row, events and rollouts, and the run's progress.
+
+    Raises RunCancelled (writing nothing) once the run is cancelled.
+    """
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = session.get(Run, run_id)
+        if run.state == RunState.cancelled:
+            raise RunCancelled()
+        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+        session.add(RunMetric(run_id=run_id, step=step, stage=int(metrics["stage"]),
+                              exemplars=int(metrics["exemplars"]), values=clean))
+        session.add_all([*events, *rollouts])
+        run.current_step = step + 1
+        run.heartbeat_at = utcnow()
+        session.add(run)
+
+
+def forget_steps_from(settings: Settings, run_id: int, step: int) -> None:
+    """Delete the metrics, events and rollouts of steps >= `step` (they will run again)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        for table in (RunMetric, RunEvent, RolloutRow):
+            session.exec(delete(table).where(table.run_id == run_id, table.step >= step))
+
+
 @dataclass
 class Checkpoint:
     step: int  # steps completed
@@ -298,10 +324,7 @@ class Trainer:
         self.watch = PrematureWatch(self.config.engine.premature_drop, **state["watch"])
         self.start_step = checkpoint.step
         # steps after the checkpoint were lost with the process: they run again, once
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            for table in (RunMetric, RunEvent, RolloutRow):
-                session.exec(delete(table).where(table.run_id == self.run_id,
-                                                 table.step >= checkpoint.step))
+        forget_steps_from(self.settings, self.run_id, checkpoint.step)
         self._event(checkpoint.step, "info", f"resumed from the checkpoint after step "
                     f"{checkpoint.step}", {"checkpoint": str(checkpoint.folder)})
 
@@ -359,17 +382,7 @@ class Trainer:
             for i in range(min(keep, len(rollouts)))]
 
     def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            run = session.get(Run, self.run_id)
-            if run.state == RunState.cancelled:
-                raise RunCancelled()
-            clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-            session.add(RunMetric(run_id=self.run_id, step=step, stage=int(metrics["stage"]),
-                                  exemplars=int(metrics["exemplars"]), values=clean))
-            session.add_all(rollouts)
-            run.current_step = step + 1
-            run.heartbeat_at = utcnow()
-            session.add(run)
+        write_step(self.settings, self.run_id, step, metrics, rollouts)
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         with session_scope(self.settings.sqlalchemy_url) as session:

@@ -1,0 +1,195 @@
+"""A veRL run from start to end: check the machine, write the inputs, run `main_ppo`, ingest.
+
+The worker's task spawns `python -m worker.engines.verl.main RUN_ID` in a new
+process group (worker/training_process.py); this code runs there and starts
+`python -m verl.trainer.main_ppo` in the same group, so cancelling the run
+kills veRL and the local Ray it started. Before anything heavy it checks
+what would otherwise fail late or hang: GPUs (a local Ray with no GPU waits
+for resources that never come), veRL itself, the studio's /retrieve, and
+veRL's own validation of the generated config.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from studio.api.app import API_PREFIX
+from studio.base_models import load_tokenizer, resolve_model
+from studio.db import session_scope
+from studio.run_config import RunConfig
+from studio.services import corpora
+from studio.services.auth import create_process_token, revoke_tokens
+from studio.settings import Settings
+from studio.tables import Run, RunEvent
+from worker.engines.native.trainer import forget_steps_from
+from worker.engines.verl.config import (
+    AGENT_LOOP_TARGET,
+    AGENT_NAME,
+    FILE_LOGGER_ENV,
+    RunFiles,
+    compose,
+    hydra_overrides,
+)
+from worker.engines.verl.dataset import PromptTooLong, load_exemplars, write_datasets
+from worker.engines.verl.export import export_latest, latest_verl_step
+from worker.engines.verl.ingest import Ingestor
+from worker.engines.verl.protocol import AgentSpec
+
+POLL_SECONDS = 2.0
+LOG_TAIL_LINES = 30
+
+
+class LaunchError(RuntimeError):
+    """The run cannot start here or veRL failed; the message says why and what to do."""
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def preflight(config: RunConfig, hostname: str) -> None:
+    """Fail now, with the reason, rather than inside Ray (a local Ray without GPUs waits)."""
+    v = config.verl
+    if not v.ray_address:
+        if v.nnodes > 1:
+            raise LaunchError(f"verl.nnodes: {v.nnodes} nodes need a Ray cluster; start one "
+                              "(docs/verl.md) and set verl.ray_address to its head")
+        gpus = visible_gpus()
+        if gpus == 0:
+            raise LaunchError(
+                f"the verl backend trains on NVIDIA GPUs and this worker ({hostname}) sees "
+                "none: run it on a GPU worker (`studio worker --queues gpu` on a GPU node, or "
+                "docker/compose.yaml's worker-gpu), or set verl.ray_address to a Ray cluster "
+                "with GPUs")
+        if gpus < v.gpus_per_node:
+            raise LaunchError(f"verl.gpus_per_node: the run asks for {v.gpus_per_node} GPUs and "
+                              f"this worker ({hostname}) sees {gpus}; lower it to {gpus} or run "
+                              "on a larger node")
+    if importlib.util.find_spec("verl") is None:
+        raise LaunchError("the verl backend needs veRL and vLLM on this worker: install the "
+                          "studio with `pip install '.[gpu]'` (docker/Dockerfile.gpu has them)")
+
+
+def check_retriever(base_url: str) -> None:
+    try:
+        httpx.get(f"{base_url}/healthz", timeout=10).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise LaunchError(f"the Ray workers search through the studio's /retrieve at {base_url}, "
+                          f"which does not answer ({exc}); start the web app (`studio web`) or "
+                          "set verl.studio_url to its address") from None
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class VerlLaunch:
+    """One attempt of a run (a restart after a crash resumes from veRL's last checkpoint)."""
+
+    def __init__(self, settings: Settings, run_id: int):
+        self.settings, self.run_id = settings, run_id
+        with session_scope(settings.sqlalchemy_url) as session:
+            run = session.get(Run, run_id)
+            self.config = RunConfig.model_validate(run.config)
+            self.created_by = run.created_by
+        self.files = RunFiles(settings.resolved_data_dir / "runs" / str(run_id) / "verl")
+        self.token_name = f"verl-run-{run_id}"
+
+    def prepare(self) -> list[str]:
+        """Write the data set, the agent loop's files and the token; the overrides to run."""
+        cfg, files, data_dir = self.config, self.files, self.settings.resolved_data_dir
+        base = (cfg.verl.studio_url or f"http://127.0.0.1:{self.settings.port}").rstrip("/")
+        check_retriever(base)
+        files.root.mkdir(parents=True, exist_ok=True)
+        self.tokenizer = load_tokenizer(cfg.model, data_dir)
+        try:
+            write_datasets(self.settings, cfg, files, self.tokenizer)
+        except PromptTooLong as exc:
+            raise LaunchError(str(exc)) from None
+        corpus_id = corpora.find_corpus(self.settings, cfg.data.corpus)["id"]
+        spec = AgentSpec(run_config=cfg,
+                         exemplars=[e.to_dict() for e in load_exemplars(self.settings, cfg)],
+                         retrieve_url=f"{base}{API_PREFIX}/corpora/{corpus_id}/retrieve",
+                         token_file=str(files.token_file))
+        files.agent_spec.write_text(spec.model_dump_json())
+        files.agent_loops.write_text(yaml.safe_dump(
+            [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET,
+              "spec_path": str(files.agent_spec)}]))
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            revoke_tokens(session, self.token_name)
+            token = create_process_token(session, self.token_name, self.created_by)
+        files.token_file.touch(mode=0o600)
+        files.token_file.write_text(token)
+        self.attempt = files.next_attempt()
+        overrides = hydra_overrides(cfg, files, model_path=str(resolve_model(cfg.model, data_dir)),
+                                    metrics_log=files.metrics_log(self.attempt))
+        try:
+            compose(overrides)
+        except Exception as exc:
+            raise LaunchError(f"veRL rejects the generated config: {type(exc).__name__}: {exc}; "
+                              "check verl.overrides and the grpo batch sizes") from None
+        files.attempt_dir(self.attempt).mkdir(parents=True)
+        (files.attempt_dir(self.attempt) / "overrides.txt").write_text("\n".join(overrides) + "\n")
+        return overrides
+
+    def _resume_point(self) -> None:
+        """Steps after veRL's last checkpoint run again: forget what was stored of them."""
+        step = latest_verl_step(self.files.checkpoints) or 0
+        forget_steps_from(self.settings, self.run_id, step)
+        if step:
+            with session_scope(self.settings.sqlalchemy_url) as session:
+                session.add(RunEvent(run_id=self.run_id, step=step, kind="info",
+                                     message=f"resumed from the checkpoint after step {step}",
+                                     data={"checkpoint": str(self.files.checkpoints /
+                                                             f"global_step_{step}")}))
+
+    def run(self) -> None:
+        preflight(self.config, socket.gethostname())
+        try:
+            overrides = self.prepare()
+            self._resume_point()
+            self._train(overrides)
+        finally:
+            with session_scope(self.settings.sqlalchemy_url) as session:
+                revoke_tokens(session, self.token_name)
+            self.files.token_file.unlink(missing_ok=True)
+        export_latest(self.settings, self.run_id, self.files.checkpoints)
+
+    def _train(self, overrides: list[str]) -> None:
+        log_path = self.files.process_log(self.attempt)
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        env.update({"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1",
+                    FILE_LOGGER_ENV: str(self.files.metrics_log(self.attempt))})
+        ingestor = Ingestor(self.settings, self.run_id, self.config, self.files, self.attempt,
+                            self.tokenizer)
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+                                       cwd=self.files.attempt_dir(self.attempt), stdout=log,
+                                       stderr=subprocess.STDOUT, env=env)
+        try:
+            while process.poll() is None:
+                time.sleep(POLL_SECONDS)
+                ingestor.poll()
+            ingestor.poll(finished=True)
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+        if process.returncode != 0:
+            relative = log_path.relative_to(self.settings.resolved_data_dir)
+            raise LaunchError(f"veRL's main_ppo exited with code {process.returncode} (its log: "
+                              f"{relative}):\n{_tail(log_path)}")
