@@ -10,6 +10,7 @@ veRL's config with them and runs veRL's `validate_config`, the check
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +90,8 @@ def hydra_value(value: object) -> str:
         return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    # Hydra's quoted strings: backslashes are escapes only before a quote or the closing quote.
+    text = re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), str(value))
     return f"'{text}'"
 
 
