@@ -54,7 +54,7 @@ def verl_config(model, **overrides) -> dict:
         "name": "tiny-verl", "model": str(model), "backend": "verl",
         "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
         "curriculum": {"stages": [{"exemplars": 1, "steps": 1}, {"exemplars": 0, "steps": 3}]},
-        "grpo": {"batch_size": 2, "group_size": 2, "max_turns": 2, "max_turn_tokens": 24,
+        "grpo": {"batch_size": 2, "group_size": 2, "max_turns": 2, "max_turn_tokens": 64,
                  "max_response_tokens": 160, "max_obs_tokens": 40, "micro_batch_size": 2,
                  "max_prompt_tokens": 2000},
         "engine": {"checkpoint_every": 2, "log_groups_per_step": 1},
