@@ -43,12 +43,12 @@ def _stop(process: subprocess.Popen) -> None:
 def run_training(settings: Settings, run_id: int, hostname: str) -> str:
     """Run the training process to its end; return the run's final state."""
     if not runs.claim_run(settings, run_id, hostname):
-        return str(runs.run_state(settings, run_id))
+        return runs.run_state(settings, run_id).value
     backend = runs.get_run(settings, run_id)["backend"]
     if backend not in ENGINES:
         runs.finish_run(settings, run_id, RunState.failed,
                         f"backend '{backend}' cannot run on this worker")
-        return RunState.failed
+        return RunState.failed.value
     run_dir = settings.resolved_data_dir / "runs" / str(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "train.log"
@@ -71,4 +71,4 @@ def run_training(settings: Settings, run_id: int, hostname: str) -> str:
         runs.finish_run(settings, run_id, RunState.failed,
                         f"the training process exited with code {process.returncode}:\n"
                         f"{_tail(log)}")
-    return str(runs.run_state(settings, run_id))
+    return runs.run_state(settings, run_id).value

@@ -4,16 +4,14 @@ The worker's task spawns `python -m worker.engines.verl.main RUN_ID` in a new
 process group (worker/training_process.py); this code runs there and starts
 `python -m verl.trainer.main_ppo` in the same group, so cancelling the run
 kills veRL and the local Ray it started. Before anything heavy it checks
-what would otherwise fail late or hang: GPUs (a local Ray with no GPU waits
-for resources that never come), veRL itself, the studio's /retrieve, and
-veRL's own validation of the generated config.
+what would otherwise fail late or hang: GPUs and veRL (`preflight`, in
+main.py before the heavy imports), the studio's /retrieve, and veRL's own
+validation of the generated config.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -42,43 +40,11 @@ from worker.engines.verl.config import (
 from worker.engines.verl.dataset import PromptTooLong, load_exemplars, write_datasets
 from worker.engines.verl.export import export_latest, latest_verl_step
 from worker.engines.verl.ingest import Ingestor
+from worker.engines.verl.preflight import LaunchError
 from worker.engines.verl.protocol import AgentSpec
 
 POLL_SECONDS = 2.0
 LOG_TAIL_LINES = 30
-
-
-class LaunchError(RuntimeError):
-    """The run cannot start here or veRL failed; the message says why and what to do."""
-
-
-def visible_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def preflight(config: RunConfig, hostname: str) -> None:
-    """Fail now, with the reason, rather than inside Ray (a local Ray without GPUs waits)."""
-    v = config.verl
-    if not v.ray_address:
-        if v.nnodes > 1:
-            raise LaunchError(f"verl.nnodes: {v.nnodes} nodes need a Ray cluster; start one "
-                              "(docs/verl.md) and set verl.ray_address to its head")
-        gpus = visible_gpus()
-        if gpus == 0:
-            raise LaunchError(
-                f"the verl backend trains on NVIDIA GPUs and this worker ({hostname}) sees "
-                "none: run it on a GPU worker (`studio worker --queues gpu` on a GPU node, or "
-                "docker/compose.yaml's worker-gpu), or set verl.ray_address to a Ray cluster "
-                "with GPUs")
-        if gpus < v.gpus_per_node:
-            raise LaunchError(f"verl.gpus_per_node: the run asks for {v.gpus_per_node} GPUs and "
-                              f"this worker ({hostname}) sees {gpus}; lower it to {gpus} or run "
-                              "on a larger node")
-    if importlib.util.find_spec("verl") is None:
-        raise LaunchError("the verl backend needs veRL and vLLM on this worker: install the "
-                          "studio with `pip install '.[gpu]'` (docker/Dockerfile.gpu has them)")
 
 
 def check_retriever(base_url: str) -> None:
@@ -158,7 +124,7 @@ class VerlLaunch:
                                                              f"global_step_{step}")}))
 
     def run(self) -> None:
-        preflight(self.config, socket.gethostname())
+        """Prepare, train, ingest, merge; `preflight` is the caller's (main.py) first step."""
         try:
             overrides = self.prepare()
             self._resume_point()

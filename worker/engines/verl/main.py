@@ -1,35 +1,51 @@
 """Entry point of a veRL run's process: `python -m worker.engines.verl.main RUN_ID`.
 
 The worker spawns it in its own process group, as it does the native
-engine's; a failure is recorded on the run with its reason.
+engine's. It checks the machine first, before importing transformers or
+veRL, so a run that cannot start here fails in seconds; every failure is
+recorded on the run with its reason.
 """
 
 from __future__ import annotations
 
+import socket
 import sys
 import traceback
 
+from studio.db import session_scope
+from studio.run_config import RunConfig
 from studio.services.runs import finish_run
-from studio.settings import get_settings
-from studio.tables import RunState
-from worker.engines.native.trainer import RunCancelled
-from worker.engines.verl.launcher import LaunchError, VerlLaunch
+from studio.settings import Settings, get_settings
+from studio.tables import Run, RunState
+from worker.engines.verl.preflight import LaunchError, preflight
+
+
+def _failed(settings: Settings, run_id: int, message: str) -> int:
+    print(message, file=sys.stderr)
+    finish_run(settings, run_id, RunState.failed, message)
+    return 1
 
 
 def main(run_id: int) -> int:
     settings = get_settings()
+    with session_scope(settings.sqlalchemy_url) as session:
+        config = RunConfig.model_validate(session.get(Run, run_id).config)
+    try:
+        preflight(config, socket.gethostname())
+    except LaunchError as exc:
+        return _failed(settings, run_id, str(exc))
+    from worker.engines.native.trainer import RunCancelled
+    from worker.engines.verl.launcher import VerlLaunch
+
     try:
         VerlLaunch(settings, run_id).run()
     except RunCancelled:
         return 0
     except LaunchError as exc:
-        print(exc, file=sys.stderr)
-        finish_run(settings, run_id, RunState.failed, str(exc))
-        return 1
+        return _failed(settings, run_id, str(exc))
     except Exception as exc:
         traceback.print_exc()
-        finish_run(settings, run_id, RunState.failed, f"{type(exc).__name__}: {exc}")
-        return 1
+        return _failed(settings, run_id, f"{type(exc).__name__}: {exc}")
     finish_run(settings, run_id, RunState.succeeded)
     return 0
 
