@@ -29,10 +29,11 @@ def _tail(path, lines: int = 20) -> str:
         return ""
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM the process's group, SIGKILL it after `grace` seconds."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=STOP_GRACE_SECONDS)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -62,7 +63,7 @@ def run_training(settings: Settings, run_id: int, hostname: str) -> str:
     while process.poll() is None:
         time.sleep(POLL_SECONDS)
         if runs.run_state(settings, run_id) == RunState.cancelled:
-            _stop(process)
+            stop_process_group(process)
             break
         runs.record_process(settings, run_id, process.pid)
     runs.record_process(settings, run_id, None)

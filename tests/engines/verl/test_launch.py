@@ -43,3 +43,4 @@ def test_the_web_app_and_the_worker_do_not_import_verl():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+

@@ -2,16 +2,21 @@
 
 The worker's task spawns `python -m worker.engines.verl.main RUN_ID` in a new
 process group (worker/training_process.py); this code runs there and starts
-`python -m verl.trainer.main_ppo` in the same group, so cancelling the run
-kills veRL and the local Ray it started. Before anything heavy it checks
-what would otherwise fail late or hang: GPUs and veRL (`preflight`, in
-main.py before the heavy imports), the studio's /retrieve, and veRL's own
-validation of the generated config.
+`python -m verl.trainer.main_ppo` in a process group of its own (Ray's local
+processes share main_ppo's fate). Cancelling the run sends the launcher
+SIGTERM, which stops main_ppo's group and revokes the run's token before the
+launcher exits; main_ppo also gets SIGKILL if the launcher dies any other way.
+
+Before anything heavy it checks what would otherwise fail late or hang: GPUs
+and veRL (`preflight`, in main.py before the heavy imports), the studio's
+/retrieve, and veRL's own validation of the generated config.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,8 +47,11 @@ from worker.engines.verl.export import export_latest, latest_verl_step
 from worker.engines.verl.ingest import Ingestor
 from worker.engines.verl.preflight import LaunchError
 from worker.engines.verl.protocol import AgentSpec
+from worker.training_process import stop_process_group
 
 POLL_SECONDS = 2.0
+STOP_GRACE_SECONDS = 5.0  # within the worker's own grace before its SIGKILL
+PR_SET_PDEATHSIG = 1
 LOG_TAIL_LINES = 30
 
 
@@ -125,11 +133,13 @@ class VerlLaunch:
 
     def run(self) -> None:
         """Prepare, train, ingest, merge; `preflight` is the caller's (main.py) first step."""
+        previous = signal.signal(signal.SIGTERM, _stop_requested)
         try:
             overrides = self.prepare()
             self._resume_point()
             self._train(overrides)
         finally:
+            signal.signal(signal.SIGTERM, previous)
             with session_scope(self.settings.sqlalchemy_url) as session:
                 revoke_tokens(session, self.token_name)
             self.files.token_file.unlink(missing_ok=True)
@@ -145,7 +155,8 @@ class VerlLaunch:
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
                                        cwd=self.files.attempt_dir(self.attempt), stdout=log,
-                                       stderr=subprocess.STDOUT, env=env)
+                                       stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                       preexec_fn=_die_with_parent)
         try:
             while process.poll() is None:
                 time.sleep(POLL_SECONDS)
@@ -153,9 +164,18 @@ class VerlLaunch:
             ingestor.poll(finished=True)
         finally:
             if process.poll() is None:
-                process.terminate()
-                process.wait()
+                stop_process_group(process, STOP_GRACE_SECONDS)
         if process.returncode != 0:
             relative = log_path.relative_to(self.settings.resolved_data_dir)
             raise LaunchError(f"veRL's main_ppo exited with code {process.returncode} (its log: "
                               f"{relative}):\n{_tail(log_path)}")
+
+
+def _die_with_parent() -> None:
+    """In main_ppo's child process: a SIGKILL when the launcher dies, however it dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _stop_requested(signum, _frame) -> None:
+    """The worker stops the launcher with SIGTERM (cancel): unwind, stopping veRL, revoking."""
+    raise SystemExit(128 + signum)
