@@ -22,7 +22,8 @@ STOP_GRACE_SECONDS = 10.0
 ENGINES = {"native": "worker.engines.native.main", "verl": "worker.engines.verl.main"}
 
 
-def _tail(path, lines: int = 20) -> str:
+def log_tail(path, lines: int = 20) -> str:
+    """The last lines of a log file ('' when it cannot be read)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -71,5 +72,5 @@ def run_training(settings: Settings, run_id: int, hostname: str) -> str:
     if state == RunState.running:  # the process died without recording its outcome
         runs.finish_run(settings, run_id, RunState.failed,
                         f"the training process exited with code {process.returncode}:\n"
-                        f"{_tail(log)}")
+                        f"{log_tail(log)}")
     return runs.run_state(settings, run_id).value

@@ -247,6 +247,13 @@ class PrematureWatch:
         return None
 
 
+def premature_message(warning: dict) -> str:
+    """The words of PrematureWatch's warning, for the run's events."""
+    return (f"search calls per rollout fell from {warning['before']} to {warning['after']} "
+            f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
+            "without searching (premature termination); consider a gentler curriculum")
+
+
 class Trainer:
     def __init__(self, settings: Settings, run_id: int):
         self.settings, self.run_id = settings, run_id
@@ -395,11 +402,7 @@ class Trainer:
         self.adaptive_values.append(value)
         warning = self.watch.observe(metrics["search_calls"])
         if warning:
-            self._event(step, "warning", (
-                f"search calls per rollout fell from {warning['before']} to {warning['after']} "
-                f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
-                "without searching (premature termination); consider a gentler curriculum"),
-                warning)
+            self._event(step, "warning", premature_message(warning), warning)
         before = self.controller.exemplars
         if self.controller.observe(value):
             after = self.controller.exemplars

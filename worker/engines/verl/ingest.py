@@ -41,6 +41,7 @@ from studio.tables import RunEvent, RunMetric
 from worker.engines.native.rollout import Rollout, Segment
 from worker.engines.native.trainer import (
     PrematureWatch,
+    premature_message,
     rollout_metrics,
     rollout_segments,
     write_step,
@@ -229,12 +230,8 @@ class Ingestor:
                 self.watch.stage_changed()
         warning = self.watch.observe(search_calls)
         if warning:
-            events.append(RunEvent(
-                run_id=self.run_id, step=step, kind="warning", data=warning,
-                message=(f"search calls per rollout fell from {warning['before']} to "
-                         f"{warning['after']} ({warning['drop']:.0%}) after the last stage "
-                         "change: the model may be answering without searching (premature "
-                         "termination); consider a gentler curriculum")))
+            events.append(RunEvent(run_id=self.run_id, step=step, kind="warning", data=warning,
+                                   message=premature_message(warning)))
         return events
 
     def _write(self, step: int, data: dict, dump: list[DumpedResponse]) -> None:

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import yaml
@@ -47,7 +46,7 @@ from worker.engines.verl.export import export_latest, latest_verl_step
 from worker.engines.verl.ingest import Ingestor
 from worker.engines.verl.preflight import LaunchError
 from worker.engines.verl.protocol import AgentSpec
-from worker.training_process import stop_process_group
+from worker.training_process import log_tail, stop_process_group
 
 POLL_SECONDS = 2.0
 STOP_GRACE_SECONDS = 5.0  # within the worker's own grace before its SIGKILL
@@ -62,13 +61,6 @@ def check_retriever(base_url: str) -> None:
         raise LaunchError(f"the Ray workers search through the studio's /retrieve at {base_url}, "
                           f"which does not answer ({exc}); start the web app (`studio web`) or "
                           "set verl.studio_url to its address") from None
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 class VerlLaunch:
@@ -168,7 +160,7 @@ class VerlLaunch:
         if process.returncode != 0:
             relative = log_path.relative_to(self.settings.resolved_data_dir)
             raise LaunchError(f"veRL's main_ppo exited with code {process.returncode} (its log: "
-                              f"{relative}):\n{_tail(log_path)}")
+                              f"{relative}):\n{log_tail(log_path, LOG_TAIL_LINES)}")
 
 
 def _die_with_parent() -> None:
