@@ -128,7 +128,7 @@ class VerlSpec(_Strict):
         default=None, description="A running Ray cluster's head (host:port); none: a local Ray")
     studio_url: str | None = Field(
         default=None, description="The studio's address as the Ray workers reach it (for "
-        "/retrieve); default: this machine's web app, http://127.0.0.1:STUDIO_PORT")
+        "/retrieve); default: the worker's STUDIO_PUBLIC_URL")
     rollout_engine: Literal["vllm", "sglang"] = "vllm"
     tensor_parallel: int = Field(default=1, ge=1, description="GPUs per vLLM/SGLang replica")
     gpu_memory_utilization: float = Field(

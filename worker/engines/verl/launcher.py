@@ -78,7 +78,7 @@ class VerlLaunch:
     def prepare(self) -> list[str]:
         """Write the data set, the agent loop's files and the token; the overrides to run."""
         cfg, files, data_dir = self.config, self.files, self.settings.resolved_data_dir
-        base = (cfg.verl.studio_url or f"http://127.0.0.1:{self.settings.port}").rstrip("/")
+        base = (cfg.verl.studio_url or self.settings.web_url).rstrip("/")
         check_retriever(base)
         files.root.mkdir(parents=True, exist_ok=True)
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
