@@ -10,14 +10,13 @@ import importlib.util
 import os
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import uvicorn
 
 from studio.db import session_scope
 from studio.services import runs
-from studio.services.auth import create_process_token, create_user
+from studio.services.auth import create_user
 from studio.services.demo import load_demo_pack
 from tests.conftest import free_port
 from tests.support.tiny_model import build_tiny_model
@@ -80,12 +79,10 @@ def verl_run(studio):
 
 @pytest.fixture
 def studio_api(studio):
-    """The studio's REST API served on a free port (a real server); yields (base URL, token)."""
+    """The studio's REST API served on a free port (a real server); yields its base URL."""
     from studio.api.app import create_api
 
     settings, _ = studio
-    with session_scope(settings.sqlalchemy_url) as session:
-        token = create_process_token(session, "tests", None)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_api(settings), host="127.0.0.1", port=port,
                                            log_level="warning"))
@@ -94,11 +91,7 @@ def studio_api(studio):
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", token
+    yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
 
-
-def write_token(path: Path, token: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token)

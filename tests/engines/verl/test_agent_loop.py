@@ -25,7 +25,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 @pytest.fixture
 def prepared(verl, verl_run, studio_api):
     """A run prepared by the launcher itself: data set, agent spec, registry file, token."""
-    base_url, _ = studio_api
+    base_url = studio_api
     settings, run, files, model = verl_run(verl={"studio_url": base_url},
                                            grpo={"max_response_tokens": 400})
     launch = VerlLaunch(settings, run["id"])
@@ -33,7 +33,7 @@ def prepared(verl, verl_run, studio_api):
     return launch, cfg, model
 
 
-def make_loop(cfg, files, server, tokenizer):
+def make_loop(cfg, server, tokenizer):
     """As veRL's AgentLoopWorker does: registry entries from the YAML, hydra.utils.instantiate."""
     import hydra
     from omegaconf import OmegaConf
@@ -48,14 +48,14 @@ def make_loop(cfg, files, server, tokenizer):
         data_config=DictConfigWrap(cfg.data), tools=ToolListWrap([]))
 
 
-def rollout(cfg, files, model, tokenizer, row, global_steps, scripted):
+def rollout(cfg, model, tokenizer, row, global_steps, scripted):
     """One `run` through AgentLoopBase's interface; the output and the server's record."""
     from verl.experimental.agent_loop import AgentLoopBase
 
     server = TinyGenerationServer(model, tokenizer, scripted_turns=scripted, seed=global_steps)
 
     async def drive():
-        loop = make_loop(cfg, files, server, tokenizer)
+        loop = make_loop(cfg, server, tokenizer)
         assert isinstance(loop, AgentLoopBase)
         kwargs = {**row, "global_steps": global_steps, "uid": "u0", "session_id": 0}
         return await loop.run(dict(SAMPLING), **kwargs)
@@ -85,7 +85,7 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     question = "Which town holds the Herring Moon Fair?"
     assert row["reward_model"]["ground_truth"]["question"] == question
 
-    out, server = rollout(cfg, files, model, tokenizer, row, 1,
+    out, server = rollout(cfg, model, tokenizer, row, 1,
                           [" look it up </think><search> Herring Moon Fair </search>"])
 
     n = len(out.response_ids)
@@ -136,7 +136,7 @@ def test_the_exemplar_count_follows_global_steps(prepared, split, global_steps, 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     data = launch.files.train_data if split == "train" else launch.files.val_data
     row = RLHFDataset(data_files=[str(data)], tokenizer=tokenizer, config=cfg.data)[0]
-    out, _ = rollout(cfg, launch.files, model, tokenizer, row, global_steps,
+    out, _ = rollout(cfg, model, tokenizer, row, global_steps,
                      [" sure </think><answer> 1702 </answer>"])
     shown = load_exemplars(launch.settings, launch.config)
     prompt = tokenizer.decode(out.prompt_ids)

@@ -11,6 +11,7 @@ run. The protocol itself is `protocol.roll_out`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -38,12 +39,12 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         self.limits = Limits.of(self.spec.run_config, self.rollout_config.response_length)
         self.eos_ids = {t for t in (self.tokenizer.eos_token_id,) if t is not None}
 
-    def prompt_ids(self, question: str, k: int, seed: int) -> tuple[list[int], str]:
+    def prompt_ids(self, question: str, k: int, seed: int) -> list[int]:
         """The native engine's prompt: the run's layout, k exemplars, the assistant prefix."""
         prompt = self.spec.run_config.prompt.build(question, self.spec.exemplar_list(), k, seed)
         text = render_prompt(self.tokenizer, prompt.messages, prompt.assistant_prefix)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._cap_text_prompt_length(list(ids)), prompt.assistant_prefix
+        return self._cap_text_prompt_length(list(ids))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         if "global_steps" not in kwargs:
@@ -54,8 +55,8 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         truth = kwargs["reward_model"]["ground_truth"]
         index = int(extra.get("index", 0))
         k = self.spec.exemplars_for(str(extra.get("split", "train")), steps)
-        prompt_ids, _ = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
-        token = open(self.spec.token_file).read().strip()  # noqa: SIM115 (tiny file)
+        prompt_ids = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
+        token = Path(self.spec.token_file).read_text().strip()
         retriever = Retriever(self.spec.retrieve_url, token, self.limits.top_k)
         request_id = uuid4().hex  # one sticky session per rollout: prefix caching across turns
         metrics: dict[str, float] = {}

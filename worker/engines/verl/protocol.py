@@ -80,8 +80,8 @@ class RetrievalError(RuntimeError):
 class Retriever:
     """The studio's Search-R1-compatible `POST /retrieve` for the run's corpus."""
 
-    def __init__(self, url: str, token: str, top_k: int, client: httpx.AsyncClient | None = None):
-        self.url, self.top_k, self.client = url, top_k, client
+    def __init__(self, url: str, token: str, top_k: int):
+        self.url, self.top_k = url, top_k
         self.headers = {"Authorization": f"Bearer {token}"}
 
     async def _post(self, client: httpx.AsyncClient, query: str) -> httpx.Response:
@@ -102,11 +102,8 @@ class Retriever:
         raise AssertionError("unreachable")
 
     async def search(self, query: str) -> list[tuple[str, str]]:
-        if self.client is not None:
-            response = await self._post(self.client, query)
-        else:
-            async with httpx.AsyncClient() as client:
-                response = await self._post(client, query)
+        async with httpx.AsyncClient() as client:
+            response = await self._post(client, query)
         if response.status_code != 200:
             raise RetrievalError(f"the studio's /retrieve at {self.url} answered "
                                  f"{response.status_code}: {response.text[:300]}")
