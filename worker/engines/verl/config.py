@@ -154,8 +154,8 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "actor_rollout_ref.rollout.gpu_memory_utilization": v.gpu_memory_utilization,
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": g.micro_batch_size,
         "actor_rollout_ref.rollout.calculate_log_probs": True,
-        # SGLang honours stop strings only with its own tokenizer (vLLM keeps one anyway).
-        "actor_rollout_ref.rollout.skip_tokenizer_init": v.rollout_engine == "vllm",
+        # Stop strings need the engine's tokenizer: SGLang skips it unless told (vLLM never does).
+        "actor_rollout_ref.rollout.skip_tokenizer_init": False,
         "actor_rollout_ref.rollout.multi_turn.enable": True,
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": g.max_turns + 1,
         "actor_rollout_ref.rollout.val_kwargs.temperature": 0.1,
