@@ -14,17 +14,50 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend.home import build_home, status_markdown  # noqa: E402
+from frontend import shared  # noqa: E402
+from frontend.pages import (  # noqa: E402
+    compare,
+    curriculum,
+    data,
+    evaluate,
+    exemplars,
+    export,
+    home,
+    launch,
+    live_run,
+    runs,
+)
 from studio.api.app import create_api  # noqa: E402
 from studio.db import session_scope  # noqa: E402
 from studio.services.auth import authenticate  # noqa: E402
 from studio.settings import Settings, get_settings  # noqa: E402
 
+# The tabs, in order: each module has TITLE and build(settings) (see frontend/pages).
+PAGES = [
+    home,
+    data,
+    exemplars,
+    curriculum,
+    launch,
+    runs,
+    live_run,
+    compare,
+    evaluate,
+    export,
+]
+# Page modules may add CSS of their own (Gradio 6 takes it at the mount, not per Blocks).
+CSS = "\n".join(getattr(page, "CSS", "") for page in PAGES)
+
 
 def build_ui(settings: Settings) -> gr.Blocks:
     with gr.Blocks(title="ICRL Studio") as ui:
-        status = build_home(settings)
-        ui.load(lambda: status_markdown(settings), outputs=status)
+        # Made outside gr.Tabs: a non-tab child there shifts the tabs' order in the browser.
+        common = shared.Shared(ui, tuple(shared.page_id(page) for page in PAGES))
+        with gr.Tabs() as common.tabs:
+            for page in PAGES:
+                with gr.Tab(page.TITLE, id=shared.page_id(page)) as tab, \
+                        shared.building(common, tab):
+                    page.build(settings)
     return ui
 
 
@@ -36,5 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         with session_scope(settings.sqlalchemy_url) as session:
             return authenticate(session, username, password) is not None
 
+    # files a page links to (a finished export's zip), served to logged-in users only
+    allowed = [path for page in PAGES if hasattr(page, "allowed_paths")
+               for path in page.allowed_paths(settings)]
     return gr.mount_gradio_app(app, build_ui(settings), path="/", auth=login,
-                               footer_links=[], show_error=True)
+                               footer_links=[], show_error=True, css=CSS, allowed_paths=allowed)

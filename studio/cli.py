@@ -1,10 +1,13 @@
-"""The `studio` command: start the studio, a worker, manage the database and tokens."""
+"""The `studio` command: start the studio, a worker, manage the database and tokens, launch
+and follow runs, evaluate. Commands call the services directly, as the API does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -17,9 +20,11 @@ app = typer.Typer(help="ICRL Studio: teach an LLM to use a tool with in-context 
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens for scripts and CI.", no_args_is_help=True)
 model_app = typer.Typer(help="Base models.", no_args_is_help=True)
+run_app = typer.Typer(help="Training runs: launch, follow, cancel, resume.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
 app.add_typer(model_app, name="model")
+app.add_typer(run_app, name="run")
 
 
 def _settings(**overrides: object) -> Settings:
@@ -65,9 +70,12 @@ Port = typer.Option(None, "--port", help="Port to listen on (STUDIO_PORT).")
 def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
        queues: str = typer.Option(None, help="Worker queues (STUDIO_WORKER_QUEUES).")) -> None:
     """Migrate, create the admin on a new database, and run the web app and one worker."""
+    from studio.services.runs import reap_stale_runs
+
     settings = _settings(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
     _create_admin_once(settings)
+    reap_stale_runs(settings)  # runs left `running` by a studio that was killed
     children = {
         "worker": subprocess.Popen(launcher.worker_command(
             settings, settings.queues, settings.worker_concurrency)),
@@ -101,9 +109,26 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
     if unknown or not names:
         raise _fail(ValueError(f"--queues: unknown queue {unknown or queues!r}; "
                                f"use one or more of {', '.join(QUEUES)}"))
+    if "gpu" in names:
+        concurrency = _gpu_concurrency(concurrency)
     _preflight(settings, migrate=False)
     os.execv(sys.executable, launcher.worker_command(
         settings, names, concurrency or settings.worker_concurrency))
+
+
+def _gpu_concurrency(asked: int | None) -> int:
+    """One job per GPU: a GPU worker runs as many jobs at once as it sees GPUs."""
+    from studio.gpus import visible_gpus
+
+    gpus = visible_gpus()
+    if not gpus:
+        typer.echo("studio: warning: this gpu worker sees no GPU (CUDA_VISIBLE_DEVICES, "
+                   "nvidia-smi); its jobs run on the CPU, one at a time", err=True)
+        return asked or 1
+    if asked and asked > len(gpus):
+        raise _fail(ValueError(f"--concurrency: {asked} jobs at once, but this worker sees "
+                               f"{len(gpus)} GPU(s) ({', '.join(gpus)}); one job per GPU"))
+    return asked or len(gpus)
 
 
 @db_app.command("upgrade")
@@ -183,6 +208,323 @@ def model_prepare(ref: str = typer.Argument(None, help="Model: bundled name, HF 
     except (launcher.StartupError, ModelNotAvailable) as exc:
         raise _fail(exc) from None
     typer.echo(str(folder))
+
+
+# --- runs and evaluations --------------------------------------------------------------------
+
+RunId = typer.Argument(..., help="The run's id (`studio run list`).")
+Wait = typer.Option(False, "--wait", help="Follow progress until the end; exit 1 unless it "
+                    "succeeded.")
+POLL_SECONDS = 1.0
+
+
+def _studio_ready(data_dir: Path | None, *, queue: bool = False) -> Settings:
+    """Settings of an existing, migrated studio (and its broker when a job is sent)."""
+    settings = _settings(data_dir=data_dir)
+    try:
+        launcher.check_data_dir(settings)
+        launcher.check_database(settings)
+        launcher.check_migrated(settings)
+        if queue:
+            launcher.check_queue(settings)
+    except launcher.StartupError as exc:
+        raise _fail(exc) from None
+    return settings
+
+
+def _call(fn, *args, prefix: str = "", **kwargs):
+    """A service call; a user error (bad field, unknown name, wrong state) is one line, exit 2."""
+    from studio.services.errors import UserError
+
+    try:
+        return fn(*args, **kwargs)
+    except UserError as exc:
+        raise _fail(ValueError(f"{prefix}{exc}")) from None
+
+
+def _read_config(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise _fail(ValueError(f"{path}: cannot read it ({exc.strerror or exc})")) from None
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> None:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _num(value: object, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _state_line(run: dict) -> str:
+    line = f"run {run['id']} '{run['name']}': {run['state']}"
+    if run["state"] == "queued":
+        line += f" on the {run['queue']} queue, position {run['queue_position']}"
+    elif run["state"] == "running":
+        line += f" on {run['worker']} (attempt {run['attempt']})"
+    elif run["error"]:
+        line += f": {run['error']}"
+    return line
+
+
+def _step_line(run: dict, row: dict) -> str:
+    return (f"step {row['step'] + 1}/{run['total_steps']}  stage {row['stage'] + 1} "
+            f"({row['exemplars']} exemplars)  reward {_num(row.get('reward_mean'))}  "
+            f"format {_num(row.get('format'), 2)}  em {_num(row.get('em'), 2)}  "
+            f"searches {_num(row.get('search_calls'), 2)}  {_num(row.get('time_step'), 1)} s")
+
+
+def _follow(settings: Settings, run_id: int, since_step: int = 0) -> dict:
+    """Print state changes and one line per new step until the run stops; return it."""
+    from studio.services.runs import ACTIVE_STATES, get_run, run_metrics
+
+    shown_state = None
+    while True:
+        run = get_run(settings, run_id)
+        for row in run_metrics(settings, run_id, since_step):  # all of them once it stopped
+            typer.echo(_step_line(run, row))
+            since_step = row["step"] + 1
+        if run["state"] != shown_state:
+            typer.echo(_state_line(run))
+            shown_state = run["state"]
+        if run["state"] not in ACTIVE_STATES:
+            return run
+        time.sleep(POLL_SECONDS)
+
+
+def _exit_with(run: dict) -> None:
+    if run["state"] != "succeeded":
+        raise typer.Exit(1)
+
+
+@run_app.command("validate")
+def run_validate(config: Path = typer.Argument(..., help="A run YAML file."),
+                 data_dir: Path = DataDir) -> None:
+    """Check a run YAML file and estimate each stage's prompt length; queue nothing."""
+    from studio.services.run_validation import validate_run
+
+    settings = _studio_ready(data_dir)
+    report = _call(validate_run, settings, _read_config(config), prefix=f"{config}: ")
+    _print_report(report)
+
+
+def _print_report(report: dict) -> None:
+    for stage in report["stages"]:
+        typer.echo(f"stage {stage['stage']}: {stage['exemplars']} exemplars, {stage['steps']} "
+                   f"steps, longest prompt {stage['prompt_tokens']} / "
+                   f"{stage['max_prompt_tokens']} tokens")
+    for warning in report["warnings"]:
+        typer.echo(f"warning: {warning}")
+
+
+@run_app.command("launch")
+def run_launch(config: Path = typer.Argument(..., help="A run YAML file."), wait: bool = Wait,
+               data_dir: Path = DataDir) -> None:
+    """Validate a run YAML file, queue the run and print its id (and warnings)."""
+    from studio.services.runs import create_run
+
+    settings = _studio_ready(data_dir, queue=True)
+    run = _call(create_run, settings, _read_config(config), prefix=f"{config}: ")
+    typer.echo(f"run {run['id']}")
+    _print_report(run)
+    if wait:
+        _exit_with(_follow(settings, run["id"]))
+    else:
+        typer.echo(_state_line(run))
+
+
+@run_app.command("list")
+def run_list(data_dir: Path = DataDir) -> None:
+    """Every run, newest first, with its state, progress and place in the queue."""
+    from studio.services.runs import list_runs
+
+    settings = _studio_ready(data_dir)
+    rows = [[r["id"], r["name"], r["state"] + (f" #{r['queue_position']}"
+                                               if r["queue_position"] else ""),
+             f"{r['current_step']}/{r['total_steps']}", r["queue"], r["backend"],
+             r["created_at"][:19].replace("T", " ")] for r in list_runs(settings)]
+    _table(["ID", "NAME", "STATE", "STEP", "QUEUE", "BACKEND", "CREATED (UTC)"], rows)
+
+
+@run_app.command("show")
+def run_show(run_id: int = RunId,
+             as_json: bool = typer.Option(False, "--json", help="The whole run as JSON."),
+             data_dir: Path = DataDir) -> None:
+    """One run: state, progress, worker, error, latest metrics (or all of it as JSON)."""
+    from studio.services.runs import get_run, run_metrics
+
+    settings = _studio_ready(data_dir)
+    run = _call(get_run, settings, run_id)
+    if as_json:
+        typer.echo(json.dumps(run, indent=2))
+        return
+    typer.echo(_state_line(run))
+    for key in ("backend", "queue", "attempt", "current_step", "total_steps", "worker",
+                "checkpoint_dir", "created_at", "started_at", "finished_at"):
+        typer.echo(f"  {key}: {run[key] if run[key] is not None else '-'}")
+    latest = run_metrics(settings, run_id, max(run["current_step"] - 1, 0))
+    if latest:
+        typer.echo("  latest: " + _step_line(run, latest[-1]))
+
+
+@run_app.command("cancel")
+def run_cancel(run_id: int = RunId, data_dir: Path = DataDir) -> None:
+    """Cancel a run: its process group is killed, its checkpoints and metrics stay."""
+    from studio.services.runs import cancel_run
+
+    typer.echo(_state_line(_call(cancel_run, _studio_ready(data_dir), run_id)))
+
+
+@run_app.command("resume")
+def run_resume(run_id: int = RunId, wait: bool = Wait, data_dir: Path = DataDir) -> None:
+    """Queue an interrupted, failed or cancelled run again, from its latest checkpoint."""
+    from studio.services.runs import resume_run
+
+    settings = _studio_ready(data_dir, queue=True)
+    run = _call(resume_run, settings, run_id)
+    if wait:
+        _exit_with(_follow(settings, run_id, since_step=run["current_step"]))
+    else:
+        typer.echo(_state_line(run))
+
+
+@run_app.command("delete")
+def run_delete(run_id: int = RunId, data_dir: Path = DataDir) -> None:
+    """Delete a run that is not queued or running, with its metrics and checkpoints."""
+    from studio.services.runs import delete_run
+
+    _call(delete_run, _studio_ready(data_dir), run_id)
+    typer.echo(f"run {run_id} deleted")
+
+
+def _protocol(pairs: list[str]) -> dict:
+    import yaml
+
+    protocol = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise _fail(ValueError(f"--protocol: '{pair}' is not KEY=VALUE, e.g. temperature=0.1"))
+        protocol[key.strip()] = yaml.safe_load(value)
+    return protocol
+
+
+EVAL_COLUMNS = [("EM", "em"), ("SubEM", "subem"), ("F1", "f1"), ("answer rate", "answer_rate"),
+                ("valid search", "valid_search_rate"), ("searches", "search_calls")]
+
+
+@app.command("eval")
+def evaluate(qa_set: list[str] = typer.Option(..., "--qa-set", help="QA set to evaluate on "
+                                              "(repeat for several)."),
+             run: int = typer.Option(None, "--run", help="A run: its latest checkpoint."),
+             model: str = typer.Option(None, "--model", help="Or a model: bundled name, HF id, "
+                                       "folder."),
+             corpus: str = typer.Option(None, help="Corpus to search (default: the run's)."),
+             limit: int = typer.Option(None, help="Only the first N questions of each set."),
+             queue: str = typer.Option("cpu", help="Queue: cpu or gpu."),
+             protocol: list[str] = typer.Option(None, "--protocol", help="KEY=VALUE override "
+                                                "of the zero-shot protocol, e.g. max_turns=2."),
+             wait: bool = Wait, data_dir: Path = DataDir) -> None:
+    """Zero-shot evaluation (k = 0) of a run's checkpoint or a model; a table per QA set."""
+    from studio.services import evaluations, qa_sets
+
+    settings = _studio_ready(data_dir, queue=True)
+    for name in qa_set:
+        _call(qa_sets.find_qa_set, settings, name, prefix="--qa-set: ")
+    overrides = _protocol(protocol or [])
+    created = [_call(evaluations.create_evaluation, settings, qa_set=name, corpus=corpus,
+                     model=model, run_id=run, limit=limit, protocol=overrides, queue=queue)
+               for name in qa_set]
+    for evaluation, name in zip(created, qa_set, strict=True):
+        typer.echo(f"evaluation {evaluation['id']} of {evaluation['model']} on '{name}': "
+                   f"{evaluation['state']}")
+    if not wait:
+        return
+    final = _wait_for_evaluations(settings, [e["id"] for e in created])
+    rows, failed = [], False
+    for evaluation, name in zip(final, qa_set, strict=True):
+        if evaluation["state"] != "succeeded":
+            failed = True
+            typer.echo(f"evaluation {evaluation['id']} on '{name}' {evaluation['state']}: "
+                       f"{evaluation['error']}")
+            continue
+        metrics = evaluation["metrics"]
+        rows.append([name, metrics["questions"]] + [_num(metrics[key]) for _, key in
+                                                    EVAL_COLUMNS])
+    if rows:
+        _table(["QA SET", "QUESTIONS"] + [title.upper() for title, _ in EVAL_COLUMNS], rows)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _wait_for_evaluations(settings: Settings, ids: list[int]) -> list[dict]:
+    from studio.services.evaluations import get_evaluation
+
+    progress: dict[int, object] = {}
+    while True:
+        current = [get_evaluation(settings, i) for i in ids]
+        for evaluation in current:
+            done = (evaluation["state"], evaluation["params"].get("done"))
+            if progress.get(evaluation["id"]) != done:
+                progress[evaluation["id"]] = done
+                typer.echo(f"evaluation {evaluation['id']}: {done[0]}, "
+                           f"{done[1]}/{evaluation['params'].get('total')} questions")
+        if all(e["state"] in ("succeeded", "failed", "cancelled") for e in current):
+            return current
+        time.sleep(POLL_SECONDS)
+
+
+@app.command("export")
+def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to export."),
+           to: str = typer.Option("folder", "--to", help="folder | zip | hub"),
+           step: int = typer.Option(None, help="Checkpoint after this many steps (default: "
+                                               "the latest)."),
+           repo_id: str = typer.Option(None, "--repo-id", help="Hub repo: namespace/name."),
+           private: bool = typer.Option(True, "--private/--public", help="A new Hub repo's "
+                                                                          "visibility."),
+           token_env: str = typer.Option("HF_TOKEN", "--token-env", help="Environment variable "
+                                         "holding the Hub token (asked for when it is unset)."),
+           wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow it to the end."),
+           data_dir: Path = DataDir) -> None:
+    """Export a run's checkpoint as a Hugging Face folder, a zip, or a push to the Hub
+    (a worker serving the cpu queue does the work)."""
+    import time
+
+    from studio.services import exports
+    from studio.services.errors import UserError
+
+    settings = _settings(data_dir=data_dir)
+    token = None
+    if to == "hub":
+        token = os.environ.get(token_env) or (
+            typer.prompt("Hub access token", hide_input=True) if sys.stdin.isatty() else None)
+        if not token:
+            raise _fail(ValueError(f"--token-env: set {token_env} to a Hub access token with "
+                                   "write access (it is never stored)"))
+    try:
+        launcher.check_database(settings)
+        launcher.check_migrated(settings)
+        found = exports.create_export(settings, run_id, target=to, step=step, repo_id=repo_id,
+                                      private=private, token=token)
+    except (launcher.StartupError, UserError) as exc:
+        raise _fail(exc) from None
+    typer.echo(f"export {found['id']}: {to} of run {run_id} after {found['step']} steps")
+    shown = None
+    while wait and found["state"] in ("queued", "running"):
+        if found["message"] != shown:
+            shown = found["message"]
+            typer.echo(f"  {found['progress']:4.0%}  {shown}")
+        time.sleep(0.5)
+        found = exports.get_export(settings, found["id"])
+    if found["state"] == "failed":
+        typer.echo(f"export {found['id']} failed: {found['error']}\n"
+                   f"retry it: POST /api/v1/exports/{found['id']}/retry", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"export {found['id']}: {found['state']} {found['location'] or ''}".rstrip())
 
 
 if __name__ == "__main__":

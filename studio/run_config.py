@@ -207,13 +207,20 @@ class RunConfigError(ValueError):
     """A config that cannot be used; each line names the field path and what is wrong."""
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: where the YAML breaks and why."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark else problem
+
+
 def parse_run_config(data: dict | str) -> RunConfig:
     """From a dict (API) or YAML text (file); errors name each field path."""
     if isinstance(data, str):
         try:
             data = yaml.safe_load(data)
         except yaml.YAMLError as exc:
-            raise RunConfigError(f"run config: not valid YAML ({exc})") from None
+            raise RunConfigError(f"run config: not valid YAML ({_yaml_problem(exc)})") from None
     if not isinstance(data, dict):
         raise RunConfigError("run config: must be a mapping of keys (name, data, grpo, ...)")
     try:

@@ -46,7 +46,8 @@ class Settings(BaseSettings):
         default=1, ge=1, description="Jobs one worker runs at once (one per GPU on GPU nodes)."
     )
     heartbeat_seconds: float = Field(
-        default=10.0, gt=0, description="How often a worker records that it is alive."
+        default=10.0, gt=0, description="How often a worker records that it is alive; a "
+        "running run without a heartbeat for three periods is marked interrupted."
     )
     max_upload_bytes: int = Field(
         default=2_000_000_000, gt=0, description="Largest file an upload may be, in bytes."

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -162,6 +162,9 @@ class Run(SQLModel, table=True):
     queue: str = Field(default="cpu", max_length=16)
     state: RunState = Field(default=RunState.queued, sa_type=String(16), index=True)
     task_id: str | None = Field(default=None, max_length=64)
+    # how many times the run was queued (1, then +1 per resume); a worker and its training
+    # process act on the run only while it is still their attempt
+    attempt: int = 1
     worker_hostname: str | None = Field(default=None, max_length=255)
     pid: int | None = None
     current_step: int = 0
@@ -170,6 +173,7 @@ class Run(SQLModel, table=True):
     error: str | None = _text()
     created_by: int | None = Field(default=None, foreign_key="users.id")
     created_at: datetime = Field(default_factory=utcnow)
+    queued_at: datetime | None = Field(default_factory=utcnow)  # the queue's order
     started_at: datetime | None = None
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
@@ -179,9 +183,11 @@ class RunMetric(SQLModel, table=True):
     """One row per training step; `values` holds every named metric of that step."""
 
     __tablename__ = "run_metrics"
-    __table_args__ = (UniqueConstraint("run_id", "step"),)
+    # (run_id, id): the live stream reads a run's rows after a cursor, on PostgreSQL too
+    __table_args__ = (UniqueConstraint("run_id", "step"),
+                      Index("ix_run_metrics_run_id_id", "run_id", "id"))
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
+    run_id: int = Field(foreign_key="runs.id")
     step: int
     stage: int = 0
     exemplars: int = 0
@@ -193,8 +199,9 @@ class RunEvent(SQLModel, table=True):
     """Stage changes, warnings (e.g. premature termination) and notes, drawn on the curves."""
 
     __tablename__ = "run_events"
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
+    run_id: int = Field(foreign_key="runs.id")
     step: int = 0
     kind: str = Field(max_length=32)  # stage_change | warning | info
     message: str = Field(sa_column=Column(Text, nullable=False))
@@ -210,9 +217,17 @@ class Rollout(SQLModel, table=True):
     """
 
     __tablename__ = "rollouts"
+    # the stream reads after a cursor (run_id, id); pages go newest first (step, id) within
+    # a step range, a stage, an exemplar count or a reward range
+    __table_args__ = (Index("ix_rollouts_run_id_id", "run_id", "id"),
+                      Index("ix_rollouts_run_id_step_id", "run_id", "step", "id"),
+                      Index("ix_rollouts_run_id_stage_step_id", "run_id", "stage", "step", "id"),
+                      Index("ix_rollouts_run_id_exemplars_step_id", "run_id", "exemplars", "step",
+                            "id"),
+                      Index("ix_rollouts_run_id_reward_step_id", "run_id", "reward", "step", "id"))
     id: int | None = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="runs.id", index=True)
-    step: int = Field(index=True)
+    run_id: int = Field(foreign_key="runs.id")
+    step: int
     group_index: int = 0
     sample_index: int = 0
     stage: int = 0
@@ -247,10 +262,12 @@ class Export(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id", index=True)
     target: str = Field(max_length=16)  # folder | zip | hub
+    step: int | None = None  # the checkpoint exported (steps done); None until chosen
     repo_id: str | None = Field(default=None, max_length=255)
     private: bool = True
     state: RunState = Field(default=RunState.queued, sa_type=String(16))
     progress: float = 0.0
+    message: str | None = Field(default=None, max_length=512)  # what it is doing now, for the UI
     location: str | None = Field(default=None, max_length=1024)
     error: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)

@@ -25,3 +25,36 @@ def test_gpu_throughput_runs_on_cpu_with_a_small_shape(models_dir, capsys):
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[7]) > 0
+
+
+def test_the_export_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+    from tests.support.tiny_model import build_tiny_model
+
+    bench = _load("export")
+    model = build_tiny_model(tmp_path / "tiny")
+    assert bench.main(["--model", str(model), "--repeats", "1",
+                       "--data-dir", str(tmp_path / "data")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == [
+        "folder, hard links", "folder, copies", "zip (weights stored, text deflated)",
+        "hub push (local Hub, LFS)"]
+    assert all(float(r.split("|")[2]) > 0 for r in rows[1:])
+
+
+def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
+    """4 clients for 3 s (half reconnect), 2,000 stored rollouts, on SQLite and PostgreSQL."""
+    bench = _load("streams")
+    assert bench.main(["--smoke"]) == 0
+    table = capsys.readouterr().out
+    live = [line for line in table.splitlines()
+            if line.startswith(("| sqlite | ", "| postgresql | ")) and line.count("|") == 10]
+    assert len(live) == 2, table
+    for line in live:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert int(cells[1].replace(",", "")) >= 25, "about 10 rows a second were written"
+        assert int(cells[2].replace(",", "")) >= 4 * int(cells[1].replace(",", "")), \
+            "each client received every row"
+        assert cells[7:] == ["0", "0"], "no row lost, none twice"
+    pages = [line for line in table.splitlines() if line.count("|") == 7
+             and line.startswith(("| sqlite | ", "| postgresql | "))]
+    assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)

@@ -8,7 +8,11 @@ import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.services import corpora, qa_sets
-from studio.services.evaluations import get_evaluation, update_evaluation
+from studio.services.evaluations import (
+    evaluation_records_path,
+    get_evaluation,
+    update_evaluation,
+)
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.engines.native.evaluate import EvalConfig, evaluate
@@ -38,7 +42,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         result = evaluate(model, tokenizer, rows, search_fn(index, config.top_k), config,
                           on_progress=lambda done, total: update_evaluation(
                               settings, evaluation_id, progress=(done, total)))
-        out = settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
+        out = evaluation_records_path(settings, evaluation_id)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in result["records"]))
     except Exception as exc:

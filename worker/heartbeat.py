@@ -2,8 +2,10 @@
 
 The embedded broker has no broadcast channel for Celery's remote control, so
 liveness is recorded in SQL instead: a row per worker, refreshed every
-`heartbeat_seconds`, deleted on a clean shutdown. `/healthz` and the run
-lifecycle read it to tell a dead worker from a busy one.
+`heartbeat_seconds`, deleted on a clean shutdown. `/healthz` reads it to tell
+a dead worker from a busy one. At each beat a worker also marks interrupted
+the runs whose own heartbeat stopped (their worker died): as long as one
+worker lives, no run stays `running` for a dead one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from celery.signals import worker_ready, worker_shutdown
 
 from studio.db import session_scope
+from studio.services.runs import reap_stale_runs
 from studio.settings import get_settings
 from studio.tables import WorkerHeartbeat, utcnow
 
@@ -32,13 +35,15 @@ def _beat(hostname: str, queues: str) -> None:
 
 
 def _loop(hostname: str, queues: str) -> None:
-    interval = get_settings().heartbeat_seconds
+    settings = get_settings()
     while not _stop.is_set():
         try:
             _beat(hostname, queues)
+            for run_id in reap_stale_runs(settings):
+                log.warning("run %s: no heartbeat from its worker; marked interrupted", run_id)
         except Exception as exc:  # a busy database must not kill the worker
             log.warning("heartbeat not recorded: %s", exc)
-        _stop.wait(interval)
+        _stop.wait(settings.heartbeat_seconds)
 
 
 @worker_ready.connect

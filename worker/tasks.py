@@ -25,11 +25,13 @@ def build_corpus_index(corpus_id: int) -> dict:
 
 
 @app.task(name="worker.train_run", bind=True)
-def train_run(self, run_id: int) -> str:
-    """Train a run in a spawned process; cancellation and failures end up on the run."""
+def train_run(self, run_id: int, attempt: int = 1) -> str:
+    """Train attempt `attempt` of a run in a spawned process; cancellation and failures end
+    up on the run. A redelivered message whose attempt was taken already does nothing."""
     from worker.training_process import run_training
 
-    return run_training(get_settings(), run_id, self.request.hostname or socket.gethostname())
+    return run_training(get_settings(), run_id, attempt,
+                        self.request.hostname or socket.gethostname())
 
 
 @app.task(name="worker.evaluate")
@@ -38,3 +40,11 @@ def evaluate(evaluation_id: int) -> dict:
     from worker.evaluation import run_evaluation
 
     return run_evaluation(get_settings(), evaluation_id)
+
+
+@app.task(name="worker.export")
+def export(export_id: int) -> dict:
+    """Export a run's checkpoint (folder, zip or Hub); the token comes by file, never here."""
+    from worker.export import run_export
+
+    return run_export(get_settings(), export_id)

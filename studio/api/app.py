@@ -6,8 +6,19 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from studio.api.deps import current_user
-from studio.api.routes import corpora, demo, exemplar_sets, qa_sets, runs, system
+from studio.api.routes import (
+    corpora,
+    demo,
+    exemplar_sets,
+    exports,
+    qa_sets,
+    run_history,
+    run_streams,
+    runs,
+    system,
+)
 from studio.services.errors import UserError
+from studio.services.run_streams import RunStreams
 from studio.settings import Settings
 
 API_PREFIX = "/api/v1"
@@ -17,9 +28,12 @@ def create_api(settings: Settings) -> FastAPI:
     app = FastAPI(title="ICRL Studio", version="0.1.0",
                   docs_url=f"{API_PREFIX}/docs", openapi_url=f"{API_PREFIX}/openapi.json")
     app.state.settings = settings
+    app.state.run_streams = RunStreams(settings.sqlalchemy_url)  # one poller per followed run
     app.include_router(system.public)
     protected = [Depends(current_user)]
-    for module in (system, corpora, qa_sets, exemplar_sets, demo, runs):
+    # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
+    for module in (system, corpora, qa_sets, exemplar_sets, demo, run_history, run_streams, runs,
+                   exports):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, select
 
+from studio.db import session_scope
+from studio.settings import Settings
 from studio.tables import ApiToken, User, utcnow
 
 TOKEN_PREFIX = "icrl_"
@@ -106,6 +108,15 @@ def bootstrap_admin(session: Session, username: str = "admin") -> AdminCredentia
     password = secrets.token_urlsafe(12)
     admin = create_user(session, username, password, is_admin=True)
     return AdminCredentials(username, password, create_token(session, admin, "bootstrap"))
+
+
+def user_id(settings: Settings, username: str | None) -> int | None:
+    """The id of a signed-in user (the UI knows names), None for an unknown name."""
+    if not username:
+        return None
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = session.exec(select(User).where(User.username == username)).first()
+        return user.id if user else None
 
 
 def create_process_token(session: Session, name: str, user_id: int | None) -> str:

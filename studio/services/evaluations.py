@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.queue import enqueue
+from studio.queue import QUEUES, enqueue
 from studio.services import corpora, qa_sets
 from studio.services.errors import InvalidInput
 from studio.services.records import get_or_404
 from studio.settings import Settings
-from studio.tables import Evaluation, Run, RunState, utcnow
+from studio.tables import Evaluation, QASet, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
                  "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "seed")
+
+
+def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
+    """One JSON line per question of an evaluation (prediction, scores, tool use)."""
+    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
 
 
 def _view(evaluation: Evaluation) -> dict:
@@ -35,6 +42,8 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
     (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
+    if queue not in QUEUES:
+        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
     if limit is not None and limit < 1:
         raise InvalidInput("limit: must be at least 1 question")
     unknown = sorted(set(protocol or {}) - set(PROTOCOL_KEYS))
@@ -98,3 +107,46 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
         if error is not None:
             evaluation.error = error
         session.add(evaluation)
+
+
+def evaluate_base_and_trained(settings: Settings, run_id: int, qa_set_names: list[str], *,
+                              base_model: str | None = None, corpus: str | None = None,
+                              limit: int | None = None, protocol: dict | None = None,
+                              queue: str = "cpu", start: bool = True) -> list[dict]:
+    """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
+    checkpoint under the same protocol. Every name is checked before anything is queued."""
+    if not qa_set_names:
+        raise InvalidInput("qa_sets: choose at least one QA set to evaluate on")
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        if not run.checkpoint_dir:
+            raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet; evaluate it after "
+                               "its first checkpoint")
+        base_model = base_model or run.config["model"]
+        corpus = corpus or run.config["data"]["corpus"]
+    for name in qa_set_names:
+        qa_sets.find_qa_set(settings, name)
+    shared = {"corpus": corpus, "limit": limit, "protocol": protocol, "queue": queue,
+              "start": start}
+    created = []
+    for name in qa_set_names:
+        created.append(create_evaluation(settings, qa_set=name, model=base_model, **shared))
+        created.append(create_evaluation(settings, qa_set=name, run_id=run_id, **shared))
+    return created
+
+
+def base_vs_trained(settings: Settings, run_id: int, base_model: str | None = None) -> list[dict]:
+    """Per QA set, the newest evaluation of the run's checkpoint beside the newest of its base
+    model (the run's `model` unless named): `{qa_set, base, trained}`, either may be None."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        base_model = base_model or run.config["model"]
+        newest_first = select(Evaluation).order_by(Evaluation.id.desc())
+        trained = [_view(e) for e in session.exec(newest_first.where(Evaluation.run_id == run_id))]
+        base = [_view(e) for e in session.exec(newest_first.where(
+            Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
+        names = {q.id: q.name for q in session.exec(select(QASet))}
+    return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
+             "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
+             "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}
+            for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]

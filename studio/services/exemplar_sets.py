@@ -17,6 +17,7 @@ from studio.method.exemplars import (
     Exemplar,
     ExemplarFormatError,
     read_exemplars,
+    validate_exemplar,
     validate_exemplars,
 )
 from studio.services import uploads
@@ -66,6 +67,13 @@ def _coerce(item: dict, where: str) -> Exemplar:
     if answer is not None and not isinstance(answer, str):
         raise InvalidInput(f"{where}: field 'answer' must be a text or left out")
     return Exemplar(question, solution, answer)
+
+
+def check_exemplar(item: dict) -> list[dict]:
+    """The findings of one exemplar being edited (nothing stored): what the set would report."""
+    exemplar = _coerce(item, "exemplar")
+    return [{"severity": f.severity, "message": f.message}
+            for f in validate_exemplar(exemplar, 1)]
 
 
 def _create(settings: Settings, name: str, exemplars: list[Exemplar],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import select
 
@@ -20,9 +20,17 @@ def _probe(fn, url: str) -> dict:
         return {"ok": False, "url": redact_url(url), "error": f"{type(exc).__name__}: {exc}"}
 
 
+MISSED_BEATS = 3  # a worker (or a run) silent for this many heartbeat periods is gone
+
+
+def alive_since(settings: Settings) -> datetime:
+    """A heartbeat older than this says its worker (or its run's task) is gone."""
+    return utcnow() - timedelta(seconds=MISSED_BEATS * settings.heartbeat_seconds)
+
+
 def live_workers(settings: Settings) -> list[dict]:
     """Workers whose heartbeat is younger than three heartbeat periods."""
-    cutoff = utcnow() - timedelta(seconds=3 * settings.heartbeat_seconds)
+    cutoff = alive_since(settings)
     with session_scope(settings.sqlalchemy_url) as session:
         rows = session.exec(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= cutoff))
         return [

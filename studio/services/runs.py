@@ -1,70 +1,55 @@
-"""Training runs: create from a config, queue, follow (state, metrics, events, rollouts), cancel.
+"""Training runs: launch from a config, queue, follow, cancel, resume, delete.
 
 A run is a config snapshot plus its state: queued -> running -> succeeded |
-failed | cancelled (and interrupted when its worker died). The worker moves
-the state; these functions are what the API, the UI and the CLI call.
+failed | cancelled, and interrupted when its worker died (no heartbeat for
+three periods). `resume` queues an interrupted, failed or cancelled run again
+as a new attempt; the trainer continues from its latest checkpoint. Each
+queueing is an attempt (1, 2, ...): a worker, and the training process it
+spawns, change a run only while it is still their attempt, so a redelivered
+or stale task can never take over a run (docs/lifecycle.md). These functions
+are what the API, the UI and the CLI call; the state changes at the end are
+the workers'. What a run wrote (metrics, events, rollouts) is read back
+by `run_history`, importable from here too.
 """
 
 from __future__ import annotations
 
-from sqlmodel import select
+import shutil
+from pathlib import Path
+
+from sqlalchemy import func, or_, update
+from sqlmodel import Session, delete, select
 
 from studio.db import session_scope
-from studio.method.curriculum import CurriculumError
 from studio.queue import enqueue
-from studio.run_config import RunConfig, RunConfigError, parse_run_config
-from studio.services import corpora, exemplar_sets, qa_sets
-from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.services.errors import Conflict
+from studio.services.evaluations import evaluation_records_path
+from studio.services.exports import export_folder, export_zip
+from studio.services.health import MISSED_BEATS, alive_since
 from studio.services.records import get_or_404
+from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
+from studio.services.run_validation import checked_config
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import Evaluation, Export, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 
 TRAIN_TASK = "worker.train_run"
 FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
+RESUMABLE_STATES = (RunState.interrupted, RunState.failed, RunState.cancelled)
+ACTIVE_STATES = (RunState.queued, RunState.running)
 
 
-def check_references(settings: Settings, config: RunConfig) -> None:
-    """Every name in `data` must exist, the corpus be indexed, the curriculum fit the set."""
-    problems = []
-
-    def lookup(find, name: str, field: str) -> dict | None:
-        try:
-            return find(settings, name)
-        except NotFound:
-            problems.append(f"{field}: '{name}' does not exist; upload it first")
-            return None
-
-    corpus = lookup(corpora.find_corpus, config.data.corpus, "data.corpus")
-    if corpus and corpus["status"] != "ready":
-        problems.append(f"data.corpus: '{corpus['name']}' is {corpus['status']}; "
-                        "launch when its index is ready")
-    lookup(qa_sets.find_qa_set, config.data.train, "data.train")
-    for i, name in enumerate(config.data.eval):
-        lookup(qa_sets.find_qa_set, name, f"data.eval[{i}]")
-    size = 0
-    if config.data.exemplars:
-        found = lookup(exemplar_sets.find_exemplar_set, config.data.exemplars, "data.exemplars")
-        if found:
-            size = found["size"]
-            if found["errors"]:
-                problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
-                                "errors; fix them on the exemplars page first")
-    try:
-        config.curriculum.build().check(available_exemplars=size)
-    except CurriculumError as exc:
-        problems += [f"curriculum.{e}" for e in exc.errors]
-    if problems:
-        raise InvalidInput("; ".join(problems))
+def run_dir(settings: Settings, run_id: int) -> Path:
+    """The run's files: train.log and checkpoints/."""
+    return settings.resolved_data_dir / "runs" / str(run_id)
 
 
 def create_run(settings: Settings, config: dict | str, *, user_id: int | None = None,
                start: bool = True) -> dict:
-    """Validate a config (dict or YAML), store the run as queued, and send it to its queue."""
-    try:
-        parsed = parse_run_config(config)
-    except RunConfigError as exc:
-        raise InvalidInput(str(exc)) from None
-    check_references(settings, parsed)
+    """Validate a config (dict or YAML), store the run as queued, and send it to its queue.
+
+    The answer is the run's view plus the launch report: `stages` (each stage's
+    longest prompt in tokens) and `warnings` (e.g. prompts that would be cut)."""
+    parsed, report = checked_config(settings, config)
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),
                   backend=parsed.backend, queue=parsed.queue, total_steps=parsed.total_steps,
@@ -73,96 +58,169 @@ def create_run(settings: Settings, config: dict | str, *, user_id: int | None = 
         session.flush()
         run_id = run.id
     if start:
-        task_id = enqueue(settings, TRAIN_TASK, run_id, queue=parsed.queue)
-        with session_scope(settings.sqlalchemy_url) as session:
-            run = session.get(Run, run_id)
-            run.task_id = task_id
-            session.add(run)
-    return get_run(settings, run_id)
+        _send(settings, run_id, attempt=1, queue=parsed.queue)
+    return {**get_run(settings, run_id), **report}
 
 
-def _view(run: Run) -> dict:
+def _send(settings: Settings, run_id: int, *, attempt: int, queue: str) -> None:
+    task_id = enqueue(settings, TRAIN_TASK, run_id, attempt, queue=queue)
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.exec(update(Run).where(Run.id == run_id).values(task_id=task_id))
+
+
+def _queue_positions(session: Session) -> dict[int, int]:
+    """Run id -> place among the queued runs of its queue (1 = next), in queueing order."""
+    positions, lengths = {}, {}
+    for run_id, queue in session.exec(select(Run.id, Run.queue).where(
+            Run.state == RunState.queued).order_by(Run.queued_at, Run.id)):
+        lengths[queue] = lengths.get(queue, 0) + 1
+        positions[run_id] = lengths[queue]
+    return positions
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _view(run: Run, positions: dict[int, int]) -> dict:
     return {
-        "id": run.id, "name": run.name, "state": run.state, "backend": run.backend,
-        "queue": run.queue, "current_step": run.current_step, "total_steps": run.total_steps,
-        "error": run.error, "checkpoint_dir": run.checkpoint_dir, "config": run.config,
-        "worker": run.worker_hostname,
-        "created_at": run.created_at.isoformat(),
-        "started_at": run.started_at.isoformat() if run.started_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "id": run.id, "name": run.name, "state": RunState(run.state).value,
+        "backend": run.backend,
+        "queue": run.queue, "queue_position": positions.get(run.id),
+        "attempt": run.attempt, "current_step": run.current_step,
+        "total_steps": run.total_steps, "error": run.error,
+        "checkpoint_dir": run.checkpoint_dir, "config": run.config,
+        "worker": run.worker_hostname, "created_at": run.created_at.isoformat(),
+        "queued_at": _iso(run.queued_at), "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at), "heartbeat_at": _iso(run.heartbeat_at),
     }
 
 
 def get_run(settings: Settings, run_id: int) -> dict:
+    reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Run, run_id, "run"))
+        return _view(get_or_404(session, Run, run_id, "run"), _queue_positions(session))
 
 
 def list_runs(settings: Settings) -> list[dict]:
+    reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(r) for r in session.exec(select(Run).order_by(Run.id.desc()))]
-
-
-def run_metrics(settings: Settings, run_id: int, since_step: int = 0) -> list[dict]:
-    """Metric rows from `since_step` on, in step order (a live chart asks for what is new)."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        rows = session.exec(select(RunMetric).where(RunMetric.run_id == run_id,
-                                                    RunMetric.step >= since_step)
-                            .order_by(RunMetric.step))
-        return [{"step": r.step, "stage": r.stage, "exemplars": r.exemplars, **(r.values or {})}
-                for r in rows]
-
-
-def run_events(settings: Settings, run_id: int) -> list[dict]:
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        rows = session.exec(select(RunEvent).where(RunEvent.run_id == run_id)
-                            .order_by(RunEvent.step, RunEvent.id))
-        return [{"step": e.step, "kind": e.kind, "message": e.message, "data": e.data}
-                for e in rows]
-
-
-def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
-                 limit: int = 50) -> list[dict]:
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
-        query = select(Rollout).where(Rollout.run_id == run_id)
-        if step is not None:
-            query = query.where(Rollout.step == step)
-        rows = session.exec(query.order_by(Rollout.step.desc(), Rollout.id).limit(limit))
-        return [{"id": r.id, "step": r.step, "group": r.group_index, "sample": r.sample_index,
-                 "stage": r.stage, "exemplars": r.exemplars, "question": r.question,
-                 "golden_answers": r.golden_answers, "segments": r.segments, "reward": r.reward,
-                 "breakdown": r.breakdown, "advantage": r.advantage} for r in rows]
+        positions = _queue_positions(session)
+        return [_view(r, positions) for r in session.exec(select(Run).order_by(Run.id.desc()))]
 
 
 def cancel_run(settings: Settings, run_id: int) -> dict:
-    """Mark the run cancelled; its worker sees it and stops the training process."""
+    """Mark the run cancelled; its worker sees it within a second and kills the process group.
+
+    Its metrics, rollouts and checkpoints stay; `resume` can continue it later."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         if run.state in FINAL_STATES:
-            raise Conflict(f"run {run_id} is already {run.state}")
-        run.state = RunState.cancelled
-        run.finished_at = utcnow()
+            raise Conflict(f"run {run_id} is already {RunState(run.state).value}")
+        run.state, run.finished_at = RunState.cancelled, utcnow()
         session.add(run)
     return get_run(settings, run_id)
+
+
+def resume_run(settings: Settings, run_id: int) -> dict:
+    """Queue an interrupted, failed or cancelled run again as its next attempt; the trainer
+    continues from the latest checkpoint (steps after it run again, seeded identically)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        if run.state not in RESUMABLE_STATES:
+            what = ("has finished all its steps" if run.state == RunState.succeeded
+                    else f"is {RunState(run.state).value}")
+            raise Conflict(f"run {run_id} {what}; only an interrupted, failed or cancelled "
+                           "run can be resumed")
+        run.attempt += 1
+        run.state, run.queued_at, run.error = RunState.queued, utcnow(), None
+        run.finished_at = run.heartbeat_at = run.pid = run.worker_hostname = None
+        session.add(run)
+        attempt, queue = run.attempt, run.queue
+    _send(settings, run_id, attempt=attempt, queue=queue)
+    return get_run(settings, run_id)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def delete_run(settings: Settings, run_id: int) -> None:
+    """Delete a run that is not queued or running: its rows (metrics, events, rollouts,
+    evaluations, exports) and its files (checkpoints, log, evaluation records, exports)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        if run.state in ACTIVE_STATES:
+            raise Conflict(f"run {run_id} is {RunState(run.state).value}; cancel it first, "
+                           "then delete it")
+        for table, kind in ((Evaluation, "evaluation"), (Export, "export")):
+            busy = session.exec(select(table).where(table.run_id == run_id,
+                                                    table.state.in_(ACTIVE_STATES))).first()
+            if busy:
+                raise Conflict(f"{kind} {busy.id} of run {run_id} is "
+                               f"{RunState(busy.state).value}; wait until it ends, then "
+                               "delete the run")
+        files = [evaluation_records_path(settings, e) for e in session.exec(
+            select(Evaluation.id).where(Evaluation.run_id == run_id))]
+        for export_id in session.exec(select(Export.id).where(Export.run_id == run_id)):
+            files += [export_folder(settings, export_id), export_zip(settings, export_id)]
+        for table in (RunMetric, RunEvent, Rollout, Evaluation, Export):
+            session.exec(delete(table).where(table.run_id == run_id))
+        session.delete(run)
+    for path in [run_dir(settings, run_id), *files]:
+        _remove(path)
+
+
+# --- heartbeats: a run whose worker died is interrupted -------------------------------------
+
+def _interrupt(session: Session, run_id: int, attempt: int, reason: str, *conditions) -> bool:
+    resume = (f"`studio run resume {run_id}` (POST /api/v1/runs/{run_id}/resume) continues "
+              "from its latest checkpoint")
+    done = session.exec(update(Run).where(
+        Run.id == run_id, Run.attempt == attempt, Run.state == RunState.running, *conditions,
+    ).values(state=RunState.interrupted, pid=None, finished_at=utcnow(),
+             error=f"interrupted: {reason}; {resume}"))
+    return done.rowcount == 1
+
+
+def reap_stale_runs(settings: Settings) -> list[int]:
+    """Mark interrupted every running run without a heartbeat for three periods.
+
+    Called by every live worker at each heartbeat, by `studio up` at start and
+    before runs are read, so no run stays `running` after its worker died."""
+    cutoff = alive_since(settings)
+    stale = (Run.state == RunState.running,
+             or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < cutoff))
+    with session_scope(settings.sqlalchemy_url) as session:
+        found = session.exec(select(Run.id, Run.attempt, Run.worker_hostname).where(*stale)).all()
+        seconds = MISSED_BEATS * settings.heartbeat_seconds
+        return [run_id for run_id, attempt, host in found if _interrupt(
+            session, run_id, attempt, f"no heartbeat from worker {host} for {seconds:g} s",
+            *stale)]
+
+
+def interrupt_run(settings: Settings, run_id: int, attempt: int, reason: str) -> bool:
+    """A training process that finds its worker gone marks its own attempt interrupted."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        return _interrupt(session, run_id, attempt, reason)
 
 
 # --- state changes made by workers ------------------------------------------------------------
 
 
-def claim_run(settings: Settings, run_id: int, hostname: str) -> bool:
-    """A worker takes a queued (or interrupted) run; False when it is not there to take."""
+def claim_run(settings: Settings, run_id: int, attempt: int, hostname: str) -> bool:
+    """A worker takes attempt `attempt` of a queued run; False when that attempt is not
+    there to take (cancelled, deleted, already taken, or superseded by a resume)."""
+    now = utcnow()
     with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        if run is None or run.state not in (RunState.queued, RunState.interrupted):
-            return False
-        run.state, run.worker_hostname, run.error = RunState.running, hostname, None
-        run.started_at = run.started_at or utcnow()
-        run.heartbeat_at = utcnow()
-        session.add(run)
-        return True
+        done = session.exec(update(Run).where(
+            Run.id == run_id, Run.attempt == attempt, Run.state == RunState.queued,
+        ).values(state=RunState.running, worker_hostname=hostname, error=None, pid=None,
+                 started_at=func.coalesce(Run.started_at, now), heartbeat_at=now))
+        return done.rowcount == 1
 
 
 def run_state(settings: Settings, run_id: int) -> RunState:
@@ -170,21 +228,31 @@ def run_state(settings: Settings, run_id: int) -> RunState:
         return RunState(get_or_404(session, Run, run_id, "run").state)
 
 
-def record_process(settings: Settings, run_id: int, pid: int | None) -> None:
-    """The training process's pid (None when it ended) and a heartbeat."""
+def keep_alive(settings: Settings, run_id: int, attempt: int, pid: int | None) -> bool:
+    """The worker's heartbeat for its attempt (and the training process's pid); False when
+    the run is no longer this attempt's to run (cancelled, interrupted, deleted, resumed)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        run.pid, run.heartbeat_at = pid, utcnow()
-        session.add(run)
+        done = session.exec(update(Run).where(
+            Run.id == run_id, Run.attempt == attempt, Run.state == RunState.running,
+        ).values(pid=pid, heartbeat_at=utcnow()))
+        return done.rowcount == 1
 
 
-def finish_run(settings: Settings, run_id: int, state: RunState, error: str | None = None) -> None:
-    """Record the outcome; a cancelled run stays cancelled whatever its process said."""
+def process_ended(settings: Settings, run_id: int, attempt: int) -> None:
+    """The attempt's training process is gone (exited, or killed after a cancel)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        if run.state == RunState.cancelled:
-            return
-        run.state, run.pid, run.finished_at = state, None, utcnow()
-        if error:
-            run.error = error
-        session.add(run)
+        session.exec(update(Run).where(Run.id == run_id, Run.attempt == attempt).values(pid=None))
+
+
+def finish_run(settings: Settings, run_id: int, state: RunState, error: str | None = None,
+               *, attempt: int | None = None) -> bool:
+    """Record the outcome of a running run (of `attempt`, when given); a run that is no
+    longer running (cancelled, interrupted) keeps its state whatever its process said."""
+    conditions = [Run.id == run_id, Run.state == RunState.running]
+    if attempt is not None:
+        conditions.append(Run.attempt == attempt)
+    values = {"state": state, "pid": None, "finished_at": utcnow()}
+    if error:
+        values["error"] = error
+    with session_scope(settings.sqlalchemy_url) as session:
+        return session.exec(update(Run).where(*conditions).values(**values)).rowcount == 1

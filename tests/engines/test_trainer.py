@@ -3,6 +3,8 @@ and the worker path (spawned process, cancellation, failures with their reason).
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -108,8 +110,10 @@ def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp
     settings, model = studio
     with running_worker(settings.resolved_data_dir, tmp_path / "worker.log"):
         good = runs.create_run(settings, tiny_config(model, steps=2))
+        broken = shutil.copytree(model, tmp_path / "broken-weights")
+        (broken / "model.safetensors").write_bytes(b"not weights")
         bad = runs.create_run(settings, {**tiny_config(model, steps=2), "name": "bad",
-                                         "model": str(tmp_path / "no-such-model")})
+                                         "model": str(broken)})
         done = wait_for(lambda: all(
             runs.get_run(settings, r["id"])["state"] in ("succeeded", "failed")
             for r in (good, bad)), 300, "both runs to finish")
@@ -117,7 +121,7 @@ def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp
     good, bad = runs.get_run(settings, good["id"]), runs.get_run(settings, bad["id"])
     assert good["state"] == RunState.succeeded and good["current_step"] == 2
     assert bad["state"] == RunState.failed
-    assert "no-such-model" in bad["error"]
+    assert bad["error"].startswith("ModelNotAvailable: Cannot load") and "broken-weights" in bad["error"]
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Training runs: launch from a config, follow, cancel; evaluations of models and runs."""
+"""Training runs: validate, launch, follow, cancel, resume, delete; evaluations of models and
+runs."""
 
 from __future__ import annotations
 
@@ -6,23 +7,34 @@ from fastapi import APIRouter, Body, Depends, Query
 from pydantic import BaseModel
 
 from studio.api.deps import current_user, get_settings
-from studio.services import evaluations, runs
+from studio.services import evaluations, run_validation, runs
 from studio.settings import Settings
 from studio.tables import User
 
 router = APIRouter(tags=["runs"])
 
 
+RunConfigBody = Body(..., description="A run config (the YAML file's schema)")
+
+
 @router.post("/runs", status_code=201)
-def launch(config: dict = Body(..., description="A run config (the YAML file's schema)"),
-           user: User = Depends(current_user),
+def launch(config: dict = RunConfigBody, user: User = Depends(current_user),
            settings: Settings = Depends(get_settings)) -> dict:
-    """Validate the config, store the run as queued and send it to its queue."""
+    """Validate the config, store the run as queued and send it to its queue; the answer
+    adds `stages` (each stage's longest prompt in tokens) and `warnings`."""
     return runs.create_run(settings, config, user_id=user.id)
+
+
+@router.post("/runs/validate")
+def validate(config: dict = RunConfigBody, settings: Settings = Depends(get_settings)) -> dict:
+    """What launching would check and estimate (per stage: exemplars, steps, longest prompt
+    in tokens against grpo.max_prompt_tokens; warnings), storing and queueing nothing."""
+    return run_validation.validate_run(settings, config)
 
 
 @router.get("/runs")
 def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+    """Newest first; a queued run carries its `queue_position` (1 = next on its queue)."""
     return runs.list_runs(settings)
 
 
@@ -31,28 +43,23 @@ def get(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
     return runs.get_run(settings, run_id)
 
 
-@router.get("/runs/{run_id}/metrics")
-def metrics(run_id: int, since_step: int = Query(0),
-            settings: Settings = Depends(get_settings)) -> list[dict]:
-    """One row per training step from `since_step` on."""
-    return runs.run_metrics(settings, run_id, since_step)
-
-
-@router.get("/runs/{run_id}/events")
-def events(run_id: int, settings: Settings = Depends(get_settings)) -> list[dict]:
-    return runs.run_events(settings, run_id)
-
-
-@router.get("/runs/{run_id}/rollouts")
-def rollouts(run_id: int, step: int | None = Query(None), limit: int = Query(50),
-             settings: Settings = Depends(get_settings)) -> list[dict]:
-    """Sampled rollouts as segments: `source` model or env (env spans are not trained on)."""
-    return runs.run_rollouts(settings, run_id, step, limit)
+@router.delete("/runs/{run_id}", status_code=204)
+def delete(run_id: int, settings: Settings = Depends(get_settings)) -> None:
+    """Delete a run that is not queued or running (409), with its rows and files."""
+    runs.delete_run(settings, run_id)
 
 
 @router.post("/runs/{run_id}/cancel")
 def cancel(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """Kill the run's process group; its metrics, rollouts and checkpoints stay."""
     return runs.cancel_run(settings, run_id)
+
+
+@router.post("/runs/{run_id}/resume")
+def resume(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """Queue an interrupted, failed or cancelled run again; it continues from its latest
+    checkpoint (409 for a queued, running or succeeded run)."""
+    return runs.resume_run(settings, run_id)
 
 
 class EvaluationRequest(BaseModel):

@@ -105,7 +105,7 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(files.metrics_log(1)))
     files.attempt_dir(1).mkdir(parents=True)
     logger = FileLogger("icrl-studio", f"run-{run['id']}")
-    ingest = Ingestor(settings, run["id"], config, files, 1, tokenizer)
+    ingest = Ingestor(settings, run["id"], config, files, tokenizer, files.metrics_log(1))
 
     expected = {}
     for step in (1, 2, 3, 4):
@@ -157,8 +157,8 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
     assert runs.get_run(settings, run["id"])["current_step"] == 4
 
     # a restart after veRL's checkpoint at step 2: later steps are forgotten, ingest goes on
-    forget_steps_from(settings, run["id"], 2)
-    again = Ingestor(settings, run["id"], config, files, 2, tokenizer)
+    forget_steps_from(settings, run["id"], None, 2)
+    again = Ingestor(settings, run["id"], config, files, tokenizer, files.metrics_log(2))
     assert again.next_step == 2 and again.watch.history == [0.25, 0.25]
 
 
@@ -182,7 +182,7 @@ def test_a_step_whose_dump_stays_short_is_written_once_the_process_ends(verl, ve
         dump_path=str(files.rollouts), global_steps=1)
     logger.log(data=VERL_METRICS, step=1)
     logger.finish()
-    ingest = Ingestor(settings, run["id"], config, files, 1, tokenizer)
+    ingest = Ingestor(settings, run["id"], config, files, tokenizer, files.metrics_log(1))
     assert ingest.poll() == 0
     assert ingest.poll(finished=True) == 1
     assert len(runs.run_rollouts(settings, run["id"])) == 2

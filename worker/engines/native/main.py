@@ -1,33 +1,46 @@
-"""Entry point of a training process: `python -m worker.engines.native.main RUN_ID`.
+"""Entry point of a training process: `python -m worker.engines.native.main RUN_ID
+--attempt N --parent-pid PID`.
 
 The worker spawns it (a fresh interpreter, never a fork, so CUDA is safe) in
-its own process group; a failure is recorded on the run with its reason.
+its own process group; a failure is recorded on the run with its reason. It
+acts on the run only as its attempt N, and stops when its worker PID is gone.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 
-from studio.services.runs import finish_run
+from studio.services.runs import finish_run, interrupt_run
 from studio.settings import get_settings
 from studio.tables import RunState
-from worker.engines.native.trainer import RunCancelled, Trainer
+from worker.engines.native.trainer import RunStopped, Trainer
+from worker.parent_watch import watch_parent
 
 
-def main(run_id: int) -> int:
-    settings = get_settings()
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="worker.engines.native.main")
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    settings, run_id, attempt = get_settings(), args.run_id, args.attempt
+    watch_parent(args.parent_pid, lambda: interrupt_run(
+        settings, run_id, attempt, f"its worker (pid {args.parent_pid}) died while it trained"))
     try:
-        Trainer(settings, run_id).run()
-    except RunCancelled:
+        Trainer(settings, run_id, attempt).run()
+    except RunStopped as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr)
         return 0
     except Exception as exc:
         traceback.print_exc()
-        finish_run(settings, run_id, RunState.failed, f"{type(exc).__name__}: {exc}")
+        finish_run(settings, run_id, RunState.failed, f"{type(exc).__name__}: {exc}",
+                   attempt=attempt)
         return 1
-    finish_run(settings, run_id, RunState.succeeded)
+    finish_run(settings, run_id, RunState.succeeded, attempt=attempt)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))

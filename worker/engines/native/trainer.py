@@ -29,13 +29,13 @@ from studio.ingest import QARow
 from studio.method.curriculum import AdaptiveController, Curriculum
 from studio.method.exemplars import Exemplar
 from studio.method.grpo import group_advantages
-from studio.method.prompt import PromptTemplate, build_prompt, derive_seed
+from studio.method.prompt import derive_seed
 from studio.method.reward import PENALTY_NAMES, RewardBreakdown, score
 from studio.method.tags import parse
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, exemplar_sets, qa_sets
-from studio.services.prompt_preview import render_prompt
+from studio.services.prompt_preview import run_prompt_ids
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
 from studio.tables import Run, RunEvent, RunMetric, RunState, utcnow
@@ -54,8 +54,9 @@ KEEP_CHECKPOINTS = 2
 PREMATURE_WINDOW = 5  # steps compared before and after a stage change
 
 
-class RunCancelled(Exception):
-    """The run's state was set to cancelled while it trained."""
+class RunStopped(Exception):
+    """The run is no longer this process's to train: cancelled, interrupted, resumed by a
+    newer attempt, or deleted. The process stops without writing anything more."""
 
 
 @dataclass
@@ -100,21 +101,24 @@ class StepPrompts:
     rows: list[QARow]
     prefix: str
     ids: list[list[int]]  # one per question (not yet repeated per sample)
+    cut: int = 0  # prompts longer than grpo.max_prompt_tokens, cut from the left
 
 
 def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: list[QARow],
                        k: int, step: int) -> StepPrompts:
-    template = PromptTemplate(instruction=config.prompt.instruction) \
-        if config.prompt.instruction else None
-    ids = []
+    """The step's prompts; one over `grpo.max_prompt_tokens` keeps its last tokens (the
+    question and the assistant prefix), as veRL's left truncation does. Launching warns
+    when the first stage's prompts would be cut (`studio.services.run_validation`)."""
+    limit = config.grpo.max_prompt_tokens
+    ids, cut = [], 0
     for i, row in enumerate(rows):
         seed = derive_seed(config.seed, step, i) if config.prompt.exemplar_selection == "sample" \
             else None
-        prompt = build_prompt(row.question, data.exemplars, k, template, config.prompt.layout,
-                              sample_seed=seed, assistant_prefix=config.prompt.assistant_prefix)
-        text = render_prompt(tokenizer, prompt.messages, config.prompt.assistant_prefix)
-        ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids)
+        prompt_ids = run_prompt_ids(tokenizer, config.prompt, row.question, data.exemplars, k,
+                                    sample_seed=seed)
+        cut += len(prompt_ids) > limit
+        ids.append(prompt_ids[-limit:])
+    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, cut)
 
 
 def _mean(values: list[float]) -> float:
@@ -158,32 +162,6 @@ def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
         segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
                          "parts": kind_parts})
     return segments
-
-
-def write_step(settings: Settings, run_id: int, step: int, metrics: dict,
-               rollouts: list[RolloutRow], events: list[RunEvent] = ()) -> None:
-    """One transaction per step: its metrics row, events and rollouts, and the run's progress.
-
-    Raises RunCancelled (writing nothing) once the run is cancelled.
-    """
-    with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        if run.state == RunState.cancelled:
-            raise RunCancelled()
-        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-        session.add(RunMetric(run_id=run_id, step=step, stage=int(metrics["stage"]),
-                              exemplars=int(metrics["exemplars"]), values=clean))
-        session.add_all([*events, *rollouts])
-        run.current_step = step + 1
-        run.heartbeat_at = utcnow()
-        session.add(run)
-
-
-def forget_steps_from(settings: Settings, run_id: int, step: int) -> None:
-    """Delete the metrics, events and rollouts of steps >= `step` (they will run again)."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        for table in (RunMetric, RunEvent, RolloutRow):
-            session.exec(delete(table).where(table.run_id == run_id, table.step >= step))
 
 
 @dataclass
@@ -254,9 +232,46 @@ def premature_message(warning: dict) -> str:
             "without searching (premature termination); consider a gentler curriculum")
 
 
+def owned_run(session, run_id: int, attempt: int | None) -> Run:
+    """The run row, if a process of attempt `attempt` may still write to it; else RunStopped."""
+    run = session.get(Run, run_id)
+    if run is None or run.state == RunState.cancelled:
+        raise RunStopped(f"run {run_id} was cancelled or deleted")
+    if attempt is not None and (run.attempt != attempt or run.state != RunState.running):
+        raise RunStopped(f"run {run_id} is {RunState(run.state).value} at attempt "
+                         f"{run.attempt}, not running as attempt {attempt}")
+    return run
+
+
+def write_step(settings: Settings, run_id: int, attempt: int | None, step: int, metrics: dict,
+               rollouts: list[RolloutRow], events: list[RunEvent] = ()) -> None:
+    """One transaction per step: its metrics row, events and rollouts, and the run's progress."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = owned_run(session, run_id, attempt)
+        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+        session.add(RunMetric(run_id=run_id, step=step, stage=int(metrics["stage"]),
+                              exemplars=int(metrics["exemplars"]), values=clean))
+        session.add_all([*events, *rollouts])
+        run.current_step = step + 1
+        run.heartbeat_at = utcnow()
+        session.add(run)
+
+
+def forget_steps_from(settings: Settings, run_id: int, attempt: int | None, step: int) -> None:
+    """Rows of steps after the checkpoint (all of them when there is none) were written by
+    an attempt that died before checkpointing: they run again, once."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        owned_run(session, run_id, attempt)
+        for table in (RunMetric, RunEvent, RolloutRow):
+            session.exec(delete(table).where(table.run_id == run_id, table.step >= step))
+
+
 class Trainer:
-    def __init__(self, settings: Settings, run_id: int):
-        self.settings, self.run_id = settings, run_id
+    """Trains one run. With `attempt` (the worker path) every write first checks that the run
+    is still running as that attempt; without it (tests, benches) only a cancel stops it."""
+
+    def __init__(self, settings: Settings, run_id: int, attempt: int | None = None):
+        self.settings, self.run_id, self.attempt = settings, run_id, attempt
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
             self.config = RunConfig.model_validate(run.config)
@@ -302,6 +317,10 @@ class Trainer:
         self.start_step = 0
         if resume:
             self._restore(resume)
+        forget_steps_from(self.settings, self.run_id, self.attempt, self.start_step)
+        if resume:
+            self._event(resume.step, "info", f"resumed from the checkpoint after step "
+                        f"{resume.step}", {"checkpoint": str(resume.folder)})
 
     def _reference_model(self, resume: Checkpoint | None):
         """The frozen KL reference: the initial weights (or, with reset_each_stage, the stage's)."""
@@ -330,10 +349,6 @@ class Trainer:
         self.controller = AdaptiveController.replay(self.curriculum, self.adaptive_values)
         self.watch = PrematureWatch(self.config.engine.premature_drop, **state["watch"])
         self.start_step = checkpoint.step
-        # steps after the checkpoint were lost with the process: they run again, once
-        forget_steps_from(self.settings, self.run_id, checkpoint.step)
-        self._event(checkpoint.step, "info", f"resumed from the checkpoint after step "
-                    f"{checkpoint.step}", {"checkpoint": str(checkpoint.folder)})
 
     # --- one step ------------------------------------------------------------------------
 
@@ -371,6 +386,8 @@ class Trainer:
         metrics = rollout_metrics(rollouts, rewards)
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
+                        "prompt_tokens": _mean([len(ids) for ids in prompts.ids]),
+                        "prompts_cut": prompts.cut / len(rows),
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})
         logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k)
@@ -388,8 +405,11 @@ class Trainer:
             breakdown=rewards[i].to_dict(), advantage=float(advantages[i]))
             for i in range(min(keep, len(rollouts)))]
 
+    def _owned_run(self, session) -> Run:
+        return owned_run(session, self.run_id, self.attempt)
+
     def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
-        write_step(self.settings, self.run_id, step, metrics, rollouts)
+        write_step(self.settings, self.run_id, self.attempt, step, metrics, rollouts)
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         with session_scope(self.settings.sqlalchemy_url) as session:
@@ -416,6 +436,8 @@ class Trainer:
                     self.reference = frozen_copy(self.model)
 
     def _checkpoint(self, steps_done: int) -> None:
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            self._owned_run(session)
         folder = save_checkpoint(
             self.run_dir, steps_done, self.model, self.tokenizer, self.optimizer, self.scheduler,
             {"adaptive_values": self.adaptive_values,
@@ -424,7 +446,7 @@ class Trainer:
         if self.config.grpo.reset_each_stage and self.reference is not None:
             self.reference.save_pretrained(self.run_dir / "reference")
         with session_scope(self.settings.sqlalchemy_url) as session:
-            run = session.get(Run, self.run_id)
+            run = self._owned_run(session)
             run.checkpoint_dir = str(folder.relative_to(self.settings.resolved_data_dir))
             session.add(run)
 

@@ -65,7 +65,8 @@ class RunFiles:
         return self.root / "validation"
 
     def attempt_dir(self, attempt: int) -> Path:
-        """Each start of `main_ppo` gets its own folder: the file logger truncates its file."""
+        """Each attempt of the run (one `main_ppo`) has its own folder: veRL's file logger
+        truncates its file when it opens it."""
         return self.root / f"attempt-{attempt}"
 
     def metrics_log(self, attempt: int) -> Path:
@@ -73,11 +74,6 @@ class RunFiles:
 
     def process_log(self, attempt: int) -> Path:
         return self.attempt_dir(attempt) / "main_ppo.log"
-
-    def next_attempt(self) -> int:
-        done = [int(p.name.split("-", 1)[1]) for p in self.root.glob("attempt-*")
-                if p.name.split("-", 1)[1].isdigit()]
-        return max(done, default=0) + 1
 
 
 def hydra_value(value: object) -> str:

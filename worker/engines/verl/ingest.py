@@ -175,13 +175,17 @@ class StepLog:
 
 
 class Ingestor:
-    """Files each finished veRL step of one `main_ppo` attempt into the studio's tables."""
+    """Files each finished veRL step of one `main_ppo` process into the studio's tables.
+
+    `metrics_log` is that process's file logger path; with `attempt`, every
+    write first checks the run is still running as that attempt (RunStopped).
+    """
 
     def __init__(self, settings: Settings, run_id: int, config: RunConfig, files: RunFiles,
-                 attempt: int, tokenizer):
+                 tokenizer, metrics_log: Path, attempt: int | None = None):
         self.settings, self.run_id, self.config, self.files = settings, run_id, config, files
-        self.tokenizer = tokenizer
-        self.log = StepLog(files.metrics_log(attempt))
+        self.tokenizer, self.attempt = tokenizer, attempt
+        self.log = StepLog(metrics_log)
         self.curriculum: Curriculum = config.curriculum.build()
         self.expected = config.grpo.batch_size * config.grpo.group_size
         self.prefix = config.prompt.assistant_prefix or ""
@@ -244,7 +248,7 @@ class Ingestor:
         k = self.curriculum.exemplars_at(step)
         metrics.update({"stage": self.curriculum.stage_at(step), "exemplars": k})
         events = self._events(step, metrics.get("search_calls", 0.0))
-        write_step(self.settings, self.run_id, step, metrics,
+        write_step(self.settings, self.run_id, self.attempt, step, metrics,
                    self._rollout_rows(step, k, dump, rollouts, rewards), events)
 
     def _rollout_rows(self, step, k, dump, rollouts, rewards) -> list[RolloutRow]:

@@ -64,14 +64,19 @@ def check_retriever(base_url: str) -> None:
 
 
 class VerlLaunch:
-    """One attempt of a run (a restart after a crash resumes from veRL's last checkpoint)."""
+    """One attempt of a run (a resumed run continues from veRL's last checkpoint).
 
-    def __init__(self, settings: Settings, run_id: int):
-        self.settings, self.run_id = settings, run_id
+    With `attempt` (the worker path) rows are written only while the run is
+    running as that attempt; its files go to `attempt-<n>/`.
+    """
+
+    def __init__(self, settings: Settings, run_id: int, attempt: int | None = None):
+        self.settings, self.run_id, self.attempt = settings, run_id, attempt
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
             self.config = RunConfig.model_validate(run.config)
             self.created_by = run.created_by
+            self.number = attempt or run.attempt
         self.files = RunFiles(settings.resolved_data_dir / "runs" / str(run_id) / "verl")
         self.token_name = f"verl-run-{run_id}"
 
@@ -100,22 +105,21 @@ class VerlLaunch:
             token = create_process_token(session, self.token_name, self.created_by)
         files.token_file.touch(mode=0o600)
         files.token_file.write_text(token)
-        self.attempt = files.next_attempt()
         overrides = hydra_overrides(cfg, files, model_path=str(resolve_model(cfg.model, data_dir)),
-                                    metrics_log=files.metrics_log(self.attempt))
+                                    metrics_log=files.metrics_log(self.number))
         try:
             compose(overrides)
         except Exception as exc:
             raise LaunchError(f"veRL rejects the generated config: {type(exc).__name__}: {exc}; "
                               "check verl.overrides and the grpo batch sizes") from None
-        files.attempt_dir(self.attempt).mkdir(parents=True)
-        (files.attempt_dir(self.attempt) / "overrides.txt").write_text("\n".join(overrides) + "\n")
+        files.attempt_dir(self.number).mkdir(parents=True, exist_ok=True)
+        (files.attempt_dir(self.number) / "overrides.txt").write_text("\n".join(overrides) + "\n")
         return overrides
 
     def _resume_point(self) -> None:
         """Steps after veRL's last checkpoint run again: forget what was stored of them."""
         step = latest_verl_step(self.files.checkpoints) or 0
-        forget_steps_from(self.settings, self.run_id, step)
+        forget_steps_from(self.settings, self.run_id, self.attempt, step)
         if step:
             with session_scope(self.settings.sqlalchemy_url) as session:
                 session.add(RunEvent(run_id=self.run_id, step=step, kind="info",
@@ -138,15 +142,15 @@ class VerlLaunch:
         export_latest(self.settings, self.run_id, self.files.checkpoints)
 
     def _train(self, overrides: list[str]) -> None:
-        log_path = self.files.process_log(self.attempt)
+        log_path = self.files.process_log(self.number)
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
         env.update({"PYTHONUNBUFFERED": "1", "HYDRA_FULL_ERROR": "1",
-                    FILE_LOGGER_ENV: str(self.files.metrics_log(self.attempt))})
-        ingestor = Ingestor(self.settings, self.run_id, self.config, self.files, self.attempt,
-                            self.tokenizer)
+                    FILE_LOGGER_ENV: str(self.files.metrics_log(self.number))})
+        ingestor = Ingestor(self.settings, self.run_id, self.config, self.files, self.tokenizer,
+                            self.files.metrics_log(self.number), self.attempt)
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
-                                       cwd=self.files.attempt_dir(self.attempt), stdout=log,
+                                       cwd=self.files.attempt_dir(self.number), stdout=log,
                                        stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                        preexec_fn=_die_with_parent)
         try:

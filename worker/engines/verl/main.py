@@ -1,54 +1,66 @@
-"""Entry point of a veRL run's process: `python -m worker.engines.verl.main RUN_ID`.
+"""Entry point of a veRL run's process: `python -m worker.engines.verl.main RUN_ID
+--attempt N --parent-pid PID`.
 
 The worker spawns it in its own process group, as it does the native
-engine's. It checks the machine first, before importing transformers or
-veRL, so a run that cannot start here fails in seconds; every failure is
-recorded on the run with its reason.
+engine's, and it stops when its worker is gone (`watch_parent`). It checks
+the machine first, before importing transformers or veRL, so a run that
+cannot start here fails in seconds; every failure is recorded on the run
+with its reason.
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
 import traceback
 
 from studio.db import session_scope
 from studio.run_config import RunConfig
-from studio.services.runs import finish_run
+from studio.services.runs import finish_run, interrupt_run
 from studio.settings import Settings, get_settings
 from studio.tables import Run, RunState
 from worker.engines.verl.preflight import LaunchError, preflight
+from worker.parent_watch import watch_parent
 
 
-def _failed(settings: Settings, run_id: int, message: str) -> int:
+def _failed(settings: Settings, run_id: int, attempt: int, message: str) -> int:
     print(message, file=sys.stderr)
-    finish_run(settings, run_id, RunState.failed, message)
+    finish_run(settings, run_id, RunState.failed, message, attempt=attempt)
     return 1
 
 
-def main(run_id: int) -> int:
-    settings = get_settings()
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="worker.engines.verl.main")
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    settings, run_id, attempt = get_settings(), args.run_id, args.attempt
+    watch_parent(args.parent_pid, lambda: interrupt_run(
+        settings, run_id, attempt, f"its worker (pid {args.parent_pid}) died while it trained"))
     with session_scope(settings.sqlalchemy_url) as session:
         config = RunConfig.model_validate(session.get(Run, run_id).config)
     try:
         preflight(config, socket.gethostname())
     except LaunchError as exc:
-        return _failed(settings, run_id, str(exc))
-    from worker.engines.native.trainer import RunCancelled
+        return _failed(settings, run_id, attempt, str(exc))
+    from worker.engines.native.trainer import RunStopped
     from worker.engines.verl.launcher import VerlLaunch
 
     try:
-        VerlLaunch(settings, run_id).run()
-    except RunCancelled:
+        VerlLaunch(settings, run_id, attempt).run()
+    except RunStopped as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr)
         return 0
     except LaunchError as exc:
-        return _failed(settings, run_id, str(exc))
+        return _failed(settings, run_id, attempt, str(exc))
     except Exception as exc:
         traceback.print_exc()
-        return _failed(settings, run_id, f"{type(exc).__name__}: {exc}")
-    finish_run(settings, run_id, RunState.succeeded)
+        return _failed(settings, run_id, attempt, f"{type(exc).__name__}: {exc}")
+    finish_run(settings, run_id, RunState.succeeded, attempt=attempt)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))

@@ -7,18 +7,27 @@ import gradio as gr
 from studio.services.health import health
 from studio.settings import Settings
 
+TITLE = "Home"
+
 INTRO = """
 # ICRL Studio
 Teach a language model to use a search tool over your own documents with
 **in-context reinforcement learning**: a few worked examples in the prompt
 start the training, and a curriculum removes them (3 → 2 → 0) until the model
 searches on its own.
+
+**Getting started**
+1. **Data**: upload your documents, questions and worked examples, or load the demo pack.
+2. **Exemplars**: check the worked examples and see the prompt the model will read.
+3. **Curriculum**: choose how many examples each part of the training shows (3 → 2 → 0).
+4. **Launch**: pick the model and settings, and start the run.
+5. **Runs**: follow the run live, compare runs, evaluate and export the trained model.
 """
 
 
 def status_markdown(settings: Settings) -> str:
     report = health(settings)
-    mark = {True: "✅", False: "❌"}
+    mark = {True: "✓", False: "✗"}
     lines = [
         f"**Status: {report['status']}**",
         "",
@@ -27,15 +36,14 @@ def status_markdown(settings: Settings) -> str:
     ]
     if report["workers"]:
         for w in report["workers"]:
-            lines.append(f"- ✅ worker `{w['hostname']}` serving {', '.join(w['queues'])}")
+            lines.append(f"- ✓ worker `{w['hostname']}` serving {', '.join(w['queues'])}")
     else:
-        lines.append("- ❌ no worker is running: start one with `studio worker --queues cpu`")
+        lines.append("- ✗ no worker is running: start one with `studio worker --queues cpu`")
     return "\n".join(lines)
 
 
-def build_home(settings: Settings) -> gr.Markdown:
+def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
-    status = gr.Markdown(elem_id="studio-status")
+    status = gr.Markdown(lambda: status_markdown(settings), elem_id="studio-status")
     refresh = gr.Button("Refresh status", size="sm")
     refresh.click(lambda: status_markdown(settings), outputs=status)
-    return status

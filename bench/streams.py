@@ -1,0 +1,407 @@
+"""Benchmark of a run's live stream and its rollout pages, on SQLite and PostgreSQL.
+
+    .venv/bin/python bench/streams.py                 # 100 clients for 60 s, 100k rollouts
+    .venv/bin/python bench/streams.py --smoke         # a few seconds, 4 clients, 2k rollouts
+
+* The web app as production runs it (`studio web`, a child process) on a fresh database
+  (SQLite in a temporary data directory; a new PostgreSQL database, dropped afterwards).
+* Live: this process writes like the trainer, one transaction per step every 1/10 s: a
+  metric row, and on every fifth step a rollout too (10 metric rows and 2 rollouts a
+  second), plus a stage change every 100 steps. N SSE clients (asyncio + httpx, in a
+  child process) follow the run from its start; half of them disconnect once at a random
+  moment and reconnect 0.5 s later with Last-Event-ID. Delivery latency = when a client
+  parsed an event minus when the writer's commit returned (the clients that never
+  disconnect); lost = rows written that a client never received; duplicates = rows a
+  client received twice (every client).
+* Pages: R rollouts (about 1 KB of segments each) stored in one run; p50/p95 of one GET
+  of each kind of page (50 rows and the filtered total) over a keep-alive connection, and
+  of the same service call in this process (the database's share: no HTTP, no token
+  check); the baseline is GET /runs/{id}, one row behind the same token check. On
+  PostgreSQL the bulk insert is followed by VACUUM ANALYZE, as autovacuum would do within
+  a minute (before it, without statistics, the planner picks bitmap scans of the heap).
+
+Nothing here asserts timings; it prints markdown tables (docs/streams.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import psycopg  # noqa: E402
+from sqlalchemy import insert, select  # noqa: E402
+
+from studio import db  # noqa: E402
+from studio.services import auth, run_history, runs  # noqa: E402
+from studio.services.run_history import RolloutFilter  # noqa: E402
+from studio.settings import Settings  # noqa: E402
+from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
+from tests.support.sse import parse_events  # noqa: E402
+
+PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+TABLE_OF_EVENT = {"metric": "metrics", "rollout": "rollouts", "stage_change": "events"}
+
+
+# --- a studio to measure --------------------------------------------------------------------
+
+
+@contextmanager
+def database(kind: str, data_dir: Path):
+    """A fresh, migrated database URL of `kind` (sqlite | postgresql)."""
+    if kind == "sqlite":
+        url = f"sqlite:///{data_dir / 'studio.db'}"
+        db.upgrade(url)
+        yield url
+        return
+    name = f"studio_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(PG_ADMIN_DSN)
+    url = (f"postgresql+psycopg://{info.get('user', 'postgres')}@{info['host']}:"
+           f"{info.get('port', 5432)}/{name}")
+    try:
+        db.upgrade(url)
+        yield url
+    finally:
+        db.engine_for(url).dispose()
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def web_app(url: str, data_dir: Path):
+    """`studio web` on a free port: (base URL, auth headers)."""
+    with db.session_scope(url) as session:
+        token = auth.bootstrap_admin(session).token
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
+    env.update(STUDIO_DATABASE_URL=url, STUDIO_DATA_DIR=str(data_dir),
+               GRADIO_ANALYTICS_ENABLED="False", PYTHONPATH=str(ROOT))
+    log = open(data_dir / "web.log", "w")
+    web = subprocess.Popen([sys.executable, "-m", "studio.cli", "web", "--host", "127.0.0.1",
+                            "--port", str(port), "--data-dir", str(data_dir)],
+                           env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if web.poll() is not None or time.monotonic() > deadline:
+                log_text = (data_dir / "web.log").read_text()
+                raise RuntimeError(f"studio web did not start: {log_text}")
+            time.sleep(0.3)
+        yield base, {"Authorization": f"Bearer {token}"}
+    finally:
+        web.terminate()
+        web.wait(30)
+        log.close()
+
+
+def new_run(url: str, name: str, state: RunState) -> int:
+    with db.session_scope(url) as session:
+        run = Run(name=name, config={"name": name}, state=state)
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def set_state(url: str, run_id: int, state: RunState) -> None:
+    with db.session_scope(url) as session:
+        run = session.get(Run, run_id)
+        run.state, run.finished_at = state, utcnow()
+
+
+SEGMENTS = [
+    {"source": "prompt", "text": "<think>", "tokens": 0},
+    {"source": "model", "text": "I should look this up. </think><search>capital of the "
+     "northern province</search>" * 2, "tokens": 60},
+    {"source": "env", "text": "<information>Doc 1 (Title: Ondrell) " + "words of a passage "
+     * 30 + "</information>", "tokens": 180},
+    {"source": "model", "text": "<think>The passage says so.</think><answer>Ondrell</answer>",
+     "tokens": 20},
+]
+
+
+def rollout_row(run_id: int, step: int, sample: int, rng: random.Random, stages: int) -> dict:
+    stage = min(step * 3 // stages, 2) if stages else 0
+    return {"run_id": run_id, "step": step, "group_index": 0, "sample_index": sample,
+            "stage": stage, "exemplars": (3, 2, 0)[stage], "question": f"question {step}",
+            "golden_answers": ["Ondrell"], "segments": SEGMENTS, "reward": rng.random(),
+            "breakdown": {"acc": 1.0, "format": 1.0}, "advantage": rng.gauss(0, 1),
+            "created_at": utcnow()}
+
+
+# --- live: the writer here, the clients in a child process ----------------------------------
+
+
+def write_live(url: str, run_id: int, seconds: float, written: dict, stop: threading.Event):
+    """One step per 1/10 s: a metric row, a rollout every fifth step, a stage change every
+    100; `written[(table, id)]` = when the commit returned."""
+    rng, step, start = random.Random(0), 0, time.monotonic()
+    while time.monotonic() - start < seconds and not stop.is_set():
+        with db.session_scope(url) as session:
+            metric = RunMetric(run_id=run_id, step=step, values={"reward_mean": rng.random()})
+            rows = [("metrics", metric)]
+            if step % 5 == 0:
+                rows.append(("rollouts", Rollout(**rollout_row(run_id, step, 0, rng, 0))))
+            if step % 100 == 0:
+                rows.append(("events", RunEvent(run_id=run_id, step=step, kind="stage_change",
+                                                message=f"stage at {step}")))
+            session.add_all(row for _, row in rows)
+            session.flush()
+            keys = [(table, row.id) for table, row in rows]
+        done = time.time()
+        written.update(dict.fromkeys(keys, done))
+        step += 1
+        time.sleep(max(0.0, start + step / 10 - time.monotonic()))
+
+
+async def _client(http, url: str, headers: dict, hop_at: float | None, ready: asyncio.Event,
+                  receipts: list) -> None:
+    """Follow until `end`; when `hop_at` (seconds after the start) comes, disconnect once,
+    wait 0.5 s and reconnect with the last event id."""
+    last_id, start = None, time.monotonic()
+    while True:
+        hop = False
+        extra = {"Last-Event-ID": last_id} if last_id else {}
+        async with http.stream("GET", url, headers={**headers, **extra}) as response:
+            lines = _lines(response)
+            async for event in _aparse(lines):
+                last_id = event["id"]
+                if event["event"] == "state":
+                    ready.set()
+                table = TABLE_OF_EVENT.get(event["event"])
+                if table:
+                    receipts.append((table, json.loads(event["data"])["id"], time.time()))
+                if event["event"] == "end":
+                    return
+                if hop_at is not None and time.monotonic() - start > hop_at:
+                    hop, hop_at = True, None
+                    break
+        if hop:
+            await asyncio.sleep(0.5)
+
+
+async def _lines(response):
+    async for line in response.aiter_lines():
+        yield line
+
+
+async def _aparse(lines):
+    """parse_events over an async line iterator, one line at a time."""
+    buffer: list[str] = []
+    async for line in lines:
+        buffer.append(line)
+        if line == "":
+            for event in parse_events(buffer):
+                yield event
+            buffer = []
+
+
+async def _clients(base: str, headers: dict, run_id: int, clients: int, seconds: float) -> list:
+    url = f"{base}/api/v1/runs/{run_id}/events"
+    rng = random.Random(1)
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=120), limits=limits) as http:
+        readies = [asyncio.Event() for _ in range(clients)]
+        receipts = [[] for _ in range(clients)]
+        tasks = [asyncio.create_task(_client(
+            http, url, headers, rng.uniform(0.2, 0.8) * seconds if i % 2 else None,
+            readies[i], receipts[i])) for i in range(clients)]
+        await asyncio.gather(*(r.wait() for r in readies))
+        print("ready", flush=True)
+        await asyncio.gather(*tasks)
+    return receipts
+
+
+def clients_main(args: list[str]) -> int:
+    """The child process: follow the run with N clients, print `ready`, then the receipts."""
+    base, headers, run_id, clients, seconds = json.loads(args[0])
+    receipts = asyncio.run(_clients(base, headers, run_id, clients, seconds))
+    print(json.dumps(receipts), flush=True)
+    return 0
+
+
+def measure_live(url: str, base: str, headers: dict, clients: int, seconds: float) -> dict:
+    run_id = new_run(url, "live", RunState.running)
+    child = subprocess.Popen(
+        [sys.executable, __file__, "_clients", json.dumps([base, headers, run_id, clients,
+                                                           seconds])],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError("the SSE clients did not connect")
+    written: dict = {}
+    write_live(url, run_id, seconds, written, threading.Event())
+    set_state(url, run_id, RunState.succeeded)
+    receipts = json.loads(child.stdout.readline())
+    child.wait(60)
+    latencies, lost, duplicates = [], 0, 0
+    for i, got in enumerate(receipts):
+        keys = [(table, row_id) for table, row_id, _ in got]
+        lost += len(set(written) - set(keys))
+        duplicates += len(keys) - len(set(keys))
+        if i % 2 == 0:  # the clients that never disconnect
+            latencies += [t - written[(table, row_id)] for table, row_id, t in got
+                          if (table, row_id) in written]
+    latencies.sort()
+    return {"clients": clients, "seconds": seconds, "rows": len(written),
+            "events": sum(len(r) for r in receipts), "p50": _pct(latencies, 50),
+            "p95": _pct(latencies, 95), "p99": _pct(latencies, 99),
+            "max": latencies[-1] if latencies else float("nan"),
+            "lost": lost, "duplicates": duplicates}
+
+
+def _pct(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, round(pct / 100 * (len(values) - 1)))]
+
+
+# --- pages -------------------------------------------------------------------------------------
+
+
+def store_rollouts(url: str, count: int) -> tuple[int, float]:
+    """`count` rollouts (4 per step, three stages) in one run; (run id, seconds it took)."""
+    run_id, rng, start = new_run(url, "stored", RunState.succeeded), random.Random(2), time.time()
+    steps = count // 4
+    batch = []
+    for i in range(count):
+        batch.append(rollout_row(run_id, i // 4, i % 4, rng, steps))
+        if len(batch) == 5000 or i == count - 1:
+            with db.session_scope(url) as session:
+                session.execute(insert(Rollout), batch)
+            batch = []
+    return run_id, time.time() - start
+
+
+def measure_pages(url: str, data_dir: Path, base: str, headers: dict, count: int,
+                  repeats: int) -> list[dict]:
+    run_id, took = store_rollouts(url, count)
+    if url.startswith("postgresql"):  # what autovacuum does within a minute of a bulk insert
+        with db.engine_for(url).connect().execution_options(
+                isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE rollouts")
+    steps = count // 4
+    with db.session_scope(url) as session:
+        middle = session.execute(select(Rollout.id, Rollout.step).where(Rollout.run_id == run_id)
+                                 .order_by(Rollout.id).offset(count // 2).limit(1)).one()
+    cursor, detail = f"{middle.step}.{middle.id}", middle.id
+    settings = Settings(data_dir=data_dir, database_url=url)
+    path = f"/api/v1/runs/{run_id}/rollouts"
+
+    def page(**kw):
+        filters = RolloutFilter(**{k: v for k, v in kw.items() if k not in ("cursor", "offset")})
+        return lambda: run_history.rollout_page(settings, run_id, filters, cursor=kw.get(
+            "cursor"), offset=kw.get("offset", 0))
+
+    kinds = [
+        ("newest 50", path, {}),
+        ("50 after a cursor half-way", path, {"cursor": cursor}),
+        (f"50 at offset {count // 2:,}", path, {"offset": count // 2}),
+        ("step range (10 steps)", path, {"step_min": steps // 3, "step_max": steps // 3 + 9}),
+        ("stage = 0 (the oldest)", path, {"stage": 0}),
+        ("exemplars = 2", path, {"exemplars": 2}),
+        ("reward 0.9-1.0", path, {"reward_min": 0.9, "reward_max": 1.0}),
+    ]
+    calls = [(name, where, params, page(**params)) for name, where, params in kinds]
+    calls += [("one rollout's segments", f"{path}/{detail}", {},
+               lambda: run_history.rollout_detail(settings, run_id, detail)),
+              ("baseline: the run itself", f"/api/v1/runs/{run_id}", {},
+               lambda: runs.get_run(settings, run_id))]
+    rows = []
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+        for name, where, params, call in calls:
+            http.get(where, params=params).raise_for_status()  # warm
+            over_http, in_process = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                http.get(where, params=params).raise_for_status()
+                t1 = time.perf_counter()
+                call()
+                over_http.append((t1 - t0) * 1000)
+                in_process.append((time.perf_counter() - t1) * 1000)
+            rows.append({"page": name, "http": _summary(over_http),
+                         "service": _summary(in_process), "insert_s": took})
+    return rows
+
+
+def _summary(times: list[float]) -> tuple[float, float]:
+    times = sorted(times)
+    return statistics.median(times), _pct(times, 95)
+
+
+# --- the tables --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_clients":
+        return clients_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--stored", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--smoke", action="store_true",
+                        help="4 clients for 3 s, 2,000 rollouts, 3 repeats")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.clients, args.seconds, args.stored, args.repeats = 4, 3, 2000, 3
+    live, pages = [], []
+    for kind in args.databases.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp, \
+                database(kind, Path(tmp)) as url, web_app(url, Path(tmp)) as (base, headers):
+            live.append({"database": kind, **measure_live(url, base, headers, args.clients,
+                                                          args.seconds)})
+            pages += [{"database": kind, **row} for row in
+                      measure_pages(url, Path(tmp), base, headers, args.stored, args.repeats)]
+    print(f"\n## Live stream: {args.clients} SSE clients, 10 metric rows + 2 rollouts a second "
+          f"for {args.seconds:g} s (half reconnect once)\n")
+    print("| database | rows written | events received | latency p50 ms | p95 ms | p99 ms | "
+          "max ms | lost | duplicates |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in live:
+        print(f"| {r['database']} | {r['rows']:,} | {r['events']:,} | {r['p50'] * 1000:.0f} | "
+              f"{r['p95'] * 1000:.0f} | {r['p99'] * 1000:.0f} | {r['max'] * 1000:.0f} | "
+              f"{r['lost']} | {r['duplicates']} |")
+    print(f"\n## Rollout pages: {args.stored:,} stored, 50 per page with the filtered total, "
+          f"{args.repeats} requests each\n")
+    print("| database | page | HTTP p50 ms | HTTP p95 ms | service p50 ms | service p95 ms |")
+    print("|---|---|---|---|---|---|")
+    for r in pages:
+        print(f"| {r['database']} | {r['page']} | {r['http'][0]:.1f} | {r['http'][1]:.1f} | "
+              f"{r['service'][0]:.1f} | {r['service'][1]:.1f} |")
+    for kind in dict.fromkeys(r["database"] for r in pages):
+        took = next(r["insert_s"] for r in pages if r["database"] == kind)
+        print(f"\n({kind}: storing {args.stored:,} rollouts took {took:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Small UI helpers every page uses: plain-words errors, empty states, tables, uploads.
+
+Services raise `UserError`s whose messages already name the file, line or
+field and say what to do; these helpers only lay them out for a reader.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import gradio as gr
+
+from studio.services.errors import UserError
+
+_NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
+
+
+def problems(message: str) -> list[str]:
+    """A service message split into its problems.
+
+    Services join several problems with '; ', each starting with its field
+    (`data.train: ...; curriculum.stages[0]...`); a '; ' inside one problem
+    ("line 2: field 'question' is empty; write the question") stays.
+    """
+    return [part.strip() for part in _NEXT_FIELD.split(message) if part.strip()]
+
+
+def escape(text: str) -> str:
+    """Text shown in Markdown as typed: tags like <search> stay visible instead of vanishing."""
+    return html.escape(str(text), quote=False)
+
+
+def error_markdown(message: str, heading: str = "Could not do that") -> str:
+    """An error for a reader: a heading, then one bullet per problem."""
+    items = "\n".join(f"- {escape(p)}" for p in problems(message))
+    return f"**✗ {heading}:**\n\n{items}"
+
+
+def ok_markdown(message: str) -> str:
+    return f"**✓ {escape(message)}**"
+
+
+def empty_state(what: str, next_step: str) -> str:
+    """What a page shows where a list is empty: what is missing and what to do next."""
+    return f"*{what}* {next_step}"
+
+
+def toast_user_errors(fn: Callable) -> Callable:
+    """Turn a service's UserError into an error toast with its message (others stay bugs)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+
+    return wrapper
+
+
+def plain(value: Any) -> Any:
+    """An enum member as its value (str enums print as `Class.member` otherwise)."""
+    return getattr(value, "value", value)
+
+
+def table(rows: Sequence[dict], columns: Sequence[tuple[str, str]]) -> list[list]:
+    """Rows of dicts as a Dataframe value, `columns` as (key, header) pairs."""
+    return [[plain(row.get(key)) for key, _ in columns] for row in rows]
+
+
+def dataframe(columns: Sequence[tuple[str, str]], **kwargs) -> gr.Dataframe:
+    """A read-only table with the headers of `columns`."""
+    return gr.Dataframe(headers=[header for _, header in columns], interactive=False,
+                        wrap=True, **kwargs)
+
+
+def choices(rows: Sequence[dict], label: Callable[[dict], str], value: str = "name"
+            ) -> list[tuple[str, Any]]:
+    """Dropdown choices (label, value) from service rows."""
+    return [(label(row), row[value]) for row in rows]
+
+
+@contextmanager
+def uploaded(path: str | None) -> Iterator[tuple[BinaryIO, str]]:
+    """A gr.File's temp path as the (stream, original filename) the services take."""
+    if not path:
+        raise UserError("file: choose a file to upload first")
+    with open(path, "rb") as stream:
+        yield stream, Path(path).name

@@ -1,0 +1,100 @@
+"""Compare: the curves of several runs overlaid on one step axis, and their configs side by
+side with the settings that differ marked (and listed first)."""
+
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pandas as pd
+
+from frontend import shared
+from frontend.charts import compare_figure, plot_value
+from frontend.components import toast_user_errors
+from frontend.run_picker import run_dropdown_update, run_label
+from studio.services import run_history
+from studio.settings import Settings
+
+TITLE = "Compare"
+METRICS = {  # key -> panel title
+    "reward_mean": "Reward (total)", "acc": "Accuracy", "format": "Format score",
+    "search_calls": "Search calls per rollout", "kl": "KL to the reference",
+    "response_length": "Response length (tokens)", "masked_fraction": "Masked fraction",
+    "em": "Exact match", "f1": "F1", "valid_search_rate": "Valid search rate",
+    "answer_rate": "Answer rate", "entropy": "Entropy",
+}
+DEFAULT_METRICS = ["reward_mean", "acc", "format", "search_calls"]
+EMPTY = "Choose two or more runs above to overlay their curves and compare their configs."
+DIFFERS = "≠"
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, str]:
+    """Dotted keys to printable values: `grpo.lr` -> `1e-06`; a list (of stages) is one JSON
+    value."""
+    flat = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{path}."))
+        elif value is None:
+            flat[path] = "–"
+        else:
+            flat[path] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return flat
+
+
+def config_table(labels: list[str], configs: list[dict], differences: list[str],
+                 only_differences: bool):
+    """One row per setting, one column per run; the settings that differ marked, tinted and
+    listed first."""
+    flat = [flatten(c or {}) for c in configs]
+    keys = sorted(set().union(*flat))
+    differ = set(differences)
+    rows = [[DIFFERS if key in differ else "", key, *(f.get(key, "–") for f in flat)]
+            for key in keys if key in differ or not only_differences]
+    rows.sort(key=lambda row: row[0] != DIFFERS)
+    frame = pd.DataFrame(rows, columns=["", "setting", *labels])
+
+    def tint(row):
+        return ["background-color: #fef3c7" if row.iloc[0] == DIFFERS else ""] * len(row)
+
+    return frame.style.apply(tint, axis=1)
+
+
+def build(settings: Settings) -> None:
+    gr.Markdown("## Compare runs")
+    with gr.Row():
+        chosen = gr.Dropdown(label="Runs", choices=[], multiselect=True, elem_id="compare-runs",
+                             scale=3)
+        metrics = gr.Dropdown(label="Curves", multiselect=True, value=DEFAULT_METRICS,
+                              choices=[(title, key) for key, title in METRICS.items()], scale=3,
+                              elem_id="compare-metrics")
+    message = gr.Markdown(EMPTY, elem_id="compare-message")
+    plot = gr.Plot(show_label=False, elem_id="compare-plot", visible=False)
+    only_differences = gr.Checkbox(label="Show only the settings that differ", value=False)
+    table = gr.Dataframe(interactive=False, wrap=True, elem_id="compare-config", visible=False,
+                         label="Configs (≠ marks a setting that differs; those come first)")
+
+    def refresh_choices(current):
+        return run_dropdown_update(settings, current, multiselect=True)
+
+    shared.on_show(refresh_choices, inputs=chosen, outputs=chosen, show_progress="hidden")
+
+    @toast_user_errors
+    def compare(run_ids, metric_keys, differences_only):
+        if not run_ids or len(run_ids) < 2:
+            return EMPTY, gr.Plot(visible=False), gr.Dataframe(visible=False)
+        found = run_history.compare_runs(settings, [int(i) for i in run_ids])
+        labels = [run_label(r) for r in found["runs"]]
+        keys = [k for k in metric_keys or DEFAULT_METRICS if k in found["series"]]
+        missing = [METRICS[k] for k in metric_keys or [] if k not in found["series"]]
+        note = f"Not recorded by these runs yet: {', '.join(missing)}." if missing else ""
+        figure = compare_figure(labels, found["steps"], found["series"],
+                                [(k, METRICS[k]) for k in keys])
+        table_value = config_table(labels, found["configs"], found["differences"],
+                                   differences_only)
+        return note, gr.Plot(plot_value(figure), visible=bool(keys)), \
+            gr.Dataframe(table_value, visible=True)
+
+    gr.on([chosen.change, metrics.change, only_differences.change], compare,
+          inputs=[chosen, metrics, only_differences], outputs=[message, plot, table])

@@ -1,0 +1,325 @@
+"""The Data page: upload corpora, QA sets and exemplar sets, preview them, try a search.
+
+Every upload goes through the same service as the REST API, so a bad file is
+refused with its line and what to fix, and nothing is stored. A corpus's
+BM25 index is built by a worker; the table polls its row (rows read) while a
+build is waiting or running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from frontend.components import (
+    choices,
+    dataframe,
+    empty_state,
+    error_markdown,
+    escape,
+    ok_markdown,
+    plain,
+    table,
+    toast_user_errors,
+    uploaded,
+)
+from frontend.shared import on_show
+from studio.ingest import QA_FORMATS
+from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.demo import load_demo_pack
+from studio.services.errors import UserError
+from studio.settings import Settings
+
+TITLE = "Data"
+
+INTRO = """
+## Data
+The model learns to answer questions by searching **a corpus** (your documents).
+It trains on **a QA set** (questions with their answers) and starts from a few
+**exemplars** (worked examples of searching), which the curriculum then removes.
+New here? Click **Load the demo pack**: a small made-up corpus, 50 questions and
+3 exemplars, enough to launch a first run.
+"""
+
+CORPUS_COLUMNS = [("id", "#"), ("name", "Name"), ("source_filename", "File"),
+                  ("status", "Status"), ("num_documents", "Documents"),
+                  ("num_passages", "Passages"), ("index", "Index build")]
+QA_COLUMNS = [("id", "#"), ("name", "Name"), ("purpose", "Purpose"), ("num_rows", "Questions"),
+              ("format", "Format"), ("source_filename", "File"), ("notes", "Notes")]
+EXEMPLAR_COLUMNS = [("id", "#"), ("name", "Name"), ("size", "Exemplars"), ("errors", "Errors"),
+                    ("warnings", "Warnings"), ("source_filename", "File")]
+QA_ROW_COLUMNS = [("row", "Row"), ("id", "Id"), ("question", "Question"),
+                  ("answers", "Answers")]
+HIT_COLUMNS = [("rank", "Doc"), ("title", "Title"), ("score", "Score"), ("id", "Passage id")]
+PREVIEW_ROWS = 20
+BUSY = ("pending", "indexing")
+
+
+def index_progress(corpus: dict) -> str:
+    """The index build in words: rows done while it runs, the reason when it failed."""
+    status, progress = plain(corpus["status"]), corpus["progress"]
+    if status == "ready":
+        return f"done: {corpus['num_passages']} passages"
+    if status == "failed":
+        return f"failed: {corpus['error']}"
+    if status == "pending":
+        return "waiting for a worker (start one with `studio worker --queues cpu`)"
+    return (f"{progress['rows_read']} / {corpus['num_documents']} rows done "
+            f"({progress['fraction']:.0%}), {progress['passages_indexed']} passages indexed")
+
+
+def qa_notes(qa_set: dict) -> str:
+    report = qa_set["report"] or {}
+    notes = [f"{report[key]} {words}" for key, words in (
+        ("empty_answer_count", "without an answer"),
+        ("duplicate_question_count", "repeated questions"),
+        ("unanswerable_count", "marked unanswerable")) if report.get(key)]
+    if report.get("split_of"):
+        notes.append(f"split of '{report['split_of']}' (seed {report['seed']})")
+    return ", ".join(notes)
+
+
+def _name(name: str, path: str | None) -> str:
+    """The name typed, or the uploaded file's name without its suffix."""
+    return name.strip() or (Path(path).stem if path else "")
+
+
+# --- the three lists --------------------------------------------------------------------
+
+
+def list_view(rows: list[dict], columns, label, nothing: tuple[str, str]):
+    """A kind's table, its empty state (what is missing, what to do) and its picker."""
+    empty = "" if rows else empty_state(*nothing)
+    return table(rows, columns), empty, gr.Dropdown(choices=choices(rows, label, value="id"))
+
+
+def corpora_view(settings: Settings):
+    """The corpora, and the index timer kept on while a build waits or runs."""
+    rows = [{**row, "index": index_progress(row)} for row in corpora.list_corpora(settings)]
+    busy = any(plain(row["status"]) in BUSY for row in rows)
+    return (*list_view(rows, CORPUS_COLUMNS, lambda c: f"{c['name']} ({plain(c['status'])})",
+                       ("No corpus yet.", "Upload your documents below, or click "
+                        "**Load the demo pack**.")),
+            gr.Timer(active=busy))
+
+
+def qa_view(settings: Settings):
+    rows = [{**row, "notes": qa_notes(row)} for row in qa_sets.list_qa_sets(settings)]
+    return list_view(rows, QA_COLUMNS, lambda q: q["name"],
+                     ("No QA set yet.", "Upload questions with their answers below (JSONL, "
+                      "JSON or CSV)."))
+
+
+def exemplar_view(settings: Settings):
+    return list_view(exemplar_sets.list_exemplar_sets(settings), EXEMPLAR_COLUMNS,
+                     lambda e: e["name"], ("No exemplar set yet.", "Upload worked examples "
+                                           "below, or write them on the **Exemplars** page."))
+
+
+# --- uploads ----------------------------------------------------------------------------
+
+
+def upload_corpus(settings: Settings, path: str | None, name: str, backend: str,
+                  split_on_blank_lines: bool) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            corpus = corpora.create_corpus(settings, stream, filename, _name(name, path),
+                                           backend=backend,
+                                           split_on_blank_lines=split_on_blank_lines)
+    except UserError as exc:
+        return error_markdown(str(exc), "The corpus was not stored")
+    return ok_markdown(f"Stored corpus '{corpus['name']}' ({corpus['num_documents']} "
+                       "documents); its search index is being built, see the table.")
+
+
+def upload_qa(settings: Settings, path: str | None, name: str, purpose: str, fmt: str) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            qa_set = qa_sets.create_qa_set(settings, stream, filename, _name(name, path),
+                                           purpose=purpose, fmt=None if fmt == "auto" else fmt)
+    except UserError as exc:
+        return error_markdown(str(exc), "The QA set was not stored")
+    notes = qa_notes(qa_set)
+    return ok_markdown(f"Stored QA set '{qa_set['name']}' ({qa_set['num_rows']} questions, "
+                       f"{qa_set['format']})") + (f"\n\nNote: {notes}." if notes else "")
+
+
+def upload_exemplars(settings: Settings, path: str | None, name: str) -> str:
+    try:
+        with uploaded(path) as (stream, filename):
+            found = exemplar_sets.upload_exemplar_set(settings, stream, filename,
+                                                      _name(name, path))
+    except UserError as exc:
+        return error_markdown(str(exc), "The exemplar set was not stored")
+    message = ok_markdown(f"Stored exemplar set '{found['name']}' ({found['size']} exemplars)")
+    if found["errors"] or found["warnings"]:
+        message += (f"\n\nIt has {found['errors']} errors and {found['warnings']} warnings: "
+                    "see the preview, and fix them on the **Exemplars** page.")
+    return message
+
+
+def load_demo(settings: Settings) -> str:
+    try:
+        pack = load_demo_pack(settings)
+    except UserError as exc:
+        return error_markdown(str(exc), "The demo pack was not loaded")
+    corpus, qa, ex = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
+    return ok_markdown(
+        f"Demo pack loaded: corpus '{corpus['name']}' ({corpus['num_documents']} documents), "
+        f"QA set '{qa['name']}' ({qa['num_rows']} questions), exemplar set '{ex['name']}' "
+        f"({ex['size']} exemplars)") + (
+        "\n\nNext: when the corpus index is done, try a search below; then design the "
+        "curriculum and launch a run.")
+
+
+# --- previews ---------------------------------------------------------------------------
+
+
+@toast_user_errors
+def search(settings: Settings, corpus_id: int | None, query: str, k: float):
+    if corpus_id is None:
+        raise UserError("corpus: choose a corpus to search first")
+    result = corpora.search(settings, corpus_id, query, int(k))
+    hits = [{"rank": i, **hit, "score": round(hit["score"], 3)}
+            for i, hit in enumerate(result["hits"], 1)]
+    return result["tool_text"].strip("\n"), table(hits, HIT_COLUMNS)
+
+
+@toast_user_errors
+def preview_qa(settings: Settings, qa_set_id: int | None):
+    if qa_set_id is None:
+        return [], ""
+    page = qa_sets.qa_rows(settings, qa_set_id, 0, PREVIEW_ROWS)
+    rows = [{**row, "answers": " | ".join(row["golden_answers"])} for row in page["rows"]]
+    shown = f"The first {len(rows)} of {page['total']} questions."
+    notes = qa_notes(qa_sets.get_qa_set(settings, qa_set_id))
+    return table(rows, QA_ROW_COLUMNS), shown + (f" Note: {notes}." if notes else "")
+
+
+def exemplar_markdown(found: dict) -> str:
+    if not found["exemplars"]:
+        return empty_state("This set is empty.", "Add exemplars on the **Exemplars** page.")
+    parts = []
+    for item in found["exemplars"]:
+        answer = f" (answer: {item['answer']})" if item["answer"] else ""
+        findings = "\n".join(f"  - {'✗' if f['severity'] == 'error' else '⚠'} "
+                             f"{f['severity']}: {escape(f['message'])}" for f in item["findings"])
+        parts.append(f"**{item['number']}.** {escape(item['question'] + answer)}\n"
+                     + (findings or "  - ✓ no problem found"))
+    return "\n\n".join(parts)
+
+
+@toast_user_errors
+def preview_exemplars(settings: Settings, set_id: int | None) -> str:
+    if set_id is None:
+        return ""
+    return exemplar_markdown(exemplar_sets.get_exemplar_set(settings, set_id))
+
+
+# --- layout -----------------------------------------------------------------------------
+
+
+def listing(key: str, heading: str, columns) -> tuple[gr.Markdown, gr.Dataframe]:
+    """A kind of data's heading, empty state (`#{key}-empty`) and table (`#{key}-table`)."""
+    gr.Markdown(f"### {heading}")
+    return gr.Markdown(elem_id=f"{key}-empty"), dataframe(columns, elem_id=f"{key}-table")
+
+
+@dataclass
+class UploadForm:
+    file: gr.File
+    name: gr.Textbox
+    button: gr.Button | None = None
+    message: gr.Markdown | None = None
+
+
+@contextmanager
+def upload_form(key: str, file_label: str, what: str) -> Iterator[UploadForm]:
+    """A column: file and name, the caller's own fields, then the button and its message.
+
+    Element ids: `{key}-file`, `upload-{key}`, `{key}-message`.
+    """
+    with gr.Column():
+        form = UploadForm(gr.File(label=file_label, height=120, elem_id=f"{key}-file"),
+                          gr.Textbox(label="Name", placeholder="default: the file's name"))
+        yield form
+        form.button = gr.Button(f"Upload {what}", elem_id=f"upload-{key}")
+        form.message = gr.Markdown(elem_id=f"{key}-message")
+
+
+def build(settings: Settings) -> None:
+    gr.Markdown(INTRO)
+    with gr.Row():
+        demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
+                                min_width=220, elem_id="load-demo")
+        demo_message = gr.Markdown(elem_id="demo-message")
+
+    corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model searches",
+                                         CORPUS_COLUMNS)
+    with gr.Row():
+        with upload_form("corpus", "Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
+                         "corpus") as corpus:
+            backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
+                                  label="BM25 library")
+            split = gr.Checkbox(label="Plain text: a blank line starts a new document")
+        with gr.Column():
+            gr.Markdown("**Try a search**: exactly what the model reads after it searches.")
+            search_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="search-corpus")
+            query = gr.Textbox(label="Query", placeholder="e.g. lighthouse first lit",
+                               elem_id="search-query")
+            k = gr.Slider(1, 10, value=3, step=1, label="Passages returned (top-k)")
+            search_button = gr.Button("Search", elem_id="search-button")
+            tool_text = gr.Textbox(label="What the model reads", lines=8, interactive=False,
+                                   elem_id="search-result")
+            hits = dataframe(HIT_COLUMNS)
+    index_timer = gr.Timer(1.0, active=False)
+
+    qa_empty, qa_table = listing("qa", "QA sets: questions with their answers", QA_COLUMNS)
+    with gr.Row():
+        with upload_form("qa", "QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
+                         "QA set") as qa:
+            purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
+            fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
+        with gr.Column():
+            qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
+            qa_shown = gr.Markdown()
+            qa_rows = dataframe(QA_ROW_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
+                                elem_id="qa-rows")
+
+    ex_empty, ex_table = listing("exemplar", "Exemplar sets: worked examples shown in the prompt",
+                                 EXEMPLAR_COLUMNS)
+    with gr.Row():
+        with upload_form("exemplar", "Exemplar file (JSONL or '===== Example N =====' text)",
+                         "exemplar set") as ex:
+            pass
+        with gr.Column():
+            ex_pick = gr.Dropdown(label="Preview exemplar set", choices=[],
+                                  elem_id="exemplar-pick")
+            ex_preview = gr.Markdown(elem_id="exemplar-preview")
+
+    corpus_outputs = [corpus_table, corpus_empty, search_corpus, index_timer]
+    qa_outputs = [qa_table, qa_empty, qa_pick]
+    ex_outputs = [ex_table, ex_empty, ex_pick]
+
+    def everything():
+        return *corpora_view(settings), *qa_view(settings), *exemplar_view(settings)
+
+    on_show(everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
+    index_timer.tick(lambda: corpora_view(settings), outputs=corpus_outputs)
+    demo_button.click(lambda: load_demo(settings), outputs=demo_message).then(
+        everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
+    corpus.button.click(lambda *a: upload_corpus(settings, *a),
+                        [corpus.file, corpus.name, backend, split], corpus.message).then(
+        lambda: corpora_view(settings), outputs=corpus_outputs)
+    qa.button.click(lambda *a: upload_qa(settings, *a), [qa.file, qa.name, purpose, fmt],
+                    qa.message).then(lambda: qa_view(settings), outputs=qa_outputs)
+    ex.button.click(lambda *a: upload_exemplars(settings, *a), [ex.file, ex.name],
+                    ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
+    gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
+          [search_corpus, query, k], [tool_text, hits])
+    qa_pick.change(lambda i: preview_qa(settings, i), qa_pick, [qa_rows, qa_shown])
+    ex_pick.change(lambda i: preview_exemplars(settings, i), ex_pick, ex_preview)

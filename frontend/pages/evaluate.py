@@ -1,0 +1,138 @@
+"""Evaluate: the zero-shot evaluation (k = 0) of a run's checkpoint and of its base model on
+chosen QA sets, and the table of base vs trained."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from frontend import shared
+from frontend.components import plain, toast_user_errors
+from frontend.run_picker import run_dropdown_update, tick_while_shown
+from studio.services import corpora, evaluations, qa_sets, runs
+from studio.services.errors import InvalidInput
+from studio.settings import Settings
+
+TITLE = "Evaluate"
+HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
+           "SubEM trained", "F1 base", "F1 trained", "searches base", "searches trained",
+           "status"]
+NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
+          "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
+          "**Launch**, or follow it on **Live run**.")
+REFRESH_SECONDS = 3
+PROTOCOL = ("Zero-shot prompt (no exemplars), temperature 0.1, top-3 passages; the defaults "
+            "below are the paper's evaluation protocol.")
+
+
+def _figure(evaluation: dict | None, key: str, percent: bool = True) -> str:
+    metrics = (evaluation or {}).get("metrics") or {}
+    if key not in metrics:
+        return ""
+    return f"{100 * metrics[key]:.1f}" if percent else f"{metrics[key]:.2f}"
+
+
+def _status(evaluation: dict | None) -> str:
+    if evaluation is None:
+        return "not run"
+    params = evaluation["params"] or {}
+    if evaluation["state"] == "running":
+        return f"running {params.get('done', 0)}/{params.get('total', '?')}"
+    if evaluation["state"] == "failed":
+        return f"failed: {(evaluation['error'] or '').strip().splitlines()[-1:]}"
+    return plain(evaluation["state"])
+
+
+def table_rows(pairs: list[dict]) -> list[list]:
+    rows = []
+    for pair in pairs:
+        base, trained = pair["base"], pair["trained"]
+        change = ""
+        if _figure(base, "em") and _figure(trained, "em"):
+            change = f"{100 * (trained['metrics']['em'] - base['metrics']['em']):+.1f}"
+        questions = ((trained or base)["params"] or {}).get("total", "")
+        rows.append([pair["qa_set"], questions, _figure(base, "em"), _figure(trained, "em"),
+                     change, _figure(base, "subem"), _figure(trained, "subem"),
+                     _figure(base, "f1"), _figure(trained, "f1"),
+                     _figure(base, "search_calls", percent=False),
+                     _figure(trained, "search_calls", percent=False),
+                     f"base {_status(base)} · trained {_status(trained)}"])
+    return rows
+
+
+def build(settings: Settings) -> None:
+    gr.Markdown("## Evaluate\nThe run's latest checkpoint and the model it started from, on the "
+                "same questions: exact match (EM), substring EM and F1, in %.")
+    empty = gr.Markdown(NO_RUN, visible=False, elem_id="evaluate-empty")
+    with gr.Row():
+        run = gr.Dropdown(label="Run (with a checkpoint)", choices=[], elem_id="evaluate-run")
+        base_model = gr.Textbox(label="Base model", elem_id="evaluate-base",
+                                info="What the run started from; any model name or folder")
+    with gr.Row():
+        sets = gr.Dropdown(label="QA sets", multiselect=True, choices=[],
+                           elem_id="evaluate-sets")
+        corpus = gr.Dropdown(label="Corpus the model searches", choices=[],
+                             elem_id="evaluate-corpus")
+        limit = gr.Number(label="Questions per set (empty: all)", precision=0, minimum=1,
+                          value=None, elem_id="evaluate-limit")
+        queue = gr.Radio(["cpu", "gpu"], value="cpu", label="Queue")
+    with gr.Accordion("Protocol", open=False):
+        gr.Markdown(PROTOCOL)
+        with gr.Row():
+            turn_tokens = gr.Number(label="New tokens per turn", value=512, precision=0,
+                                    minimum=1, elem_id="evaluate-turn-tokens")
+            max_turns = gr.Number(label="Tool calls at most", value=6, precision=0, minimum=0,
+                                  elem_id="evaluate-max-turns")
+    start = gr.Button("Evaluate base and trained", variant="primary", elem_id="evaluate-start")
+    message = gr.Markdown(elem_id="evaluate-message")
+    table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
+    shown = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
+    timer = gr.Timer(REFRESH_SECONDS, active=False)
+    tick_while_shown(timer)
+
+    def has_checkpoint(r: dict) -> bool:
+        return bool(r["checkpoint_dir"])
+
+    def refresh_choices(current):
+        update = run_dropdown_update(settings, current, only=has_checkpoint)
+        return update, gr.update(visible=not update["choices"]), \
+            gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
+            gr.update(choices=[c["name"] for c in corpora.list_corpora(settings)
+                               if c["status"] == "ready"])
+
+    shared.on_show(refresh_choices, inputs=run, outputs=[run, empty, sets, corpus],
+                   show_progress="hidden")
+
+    @toast_user_errors
+    def pick_run(run_id):
+        if run_id is None:
+            return gr.skip(), gr.skip(), gr.skip(), [], []
+        config = runs.get_run(settings, int(run_id))["config"]
+        data = config["data"]
+        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id)))
+        return config["model"], data["eval"] or [data["train"]], data["corpus"], rows, rows
+
+    run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown])
+
+    @toast_user_errors
+    def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns):
+        if run_id is None:
+            raise InvalidInput("Choose a run first: its latest checkpoint is what gets evaluated.")
+        created = evaluations.evaluate_base_and_trained(
+            settings, int(run_id), set_names or [], base_model=(model or "").strip() or None,
+            corpus=corpus_name, limit=int(questions) if questions else None,
+            protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
+        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
+        return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
+                "fills in as they finish.", rows, rows)
+
+    start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
+                                max_turns], outputs=[message, table, shown])
+
+    def refresh_table(run_id, model, previous):
+        if run_id is None:
+            return gr.skip(), previous
+        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
+        return (gr.skip(), previous) if rows == previous else (rows, rows)
+
+    timer.tick(refresh_table, inputs=[run, base_model, shown], outputs=[table, shown],
+               show_progress="hidden")

@@ -1,0 +1,251 @@
+"""The Exemplars page: edit one worked example, its tags checked as you type, beside the
+prompt the model will read with k = 0..N exemplars and its length in the model's tokens.
+
+The preview uses the exemplar being edited (not yet saved) in place of the
+stored one, so a change shows in the prompt before it is kept.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from frontend.components import (
+    choices,
+    dataframe,
+    empty_state,
+    error_markdown,
+    escape,
+    ok_markdown,
+    table,
+)
+from frontend.shared import on_show
+from studio.run_config import PromptSpec
+from studio.services import exemplar_sets, qa_sets
+from studio.services.errors import UserError
+from studio.services.prompt_preview import preview_exemplars
+from studio.settings import Settings
+
+TITLE = "Exemplars"
+
+INTRO = """
+## Exemplars
+An exemplar is one worked example: a question, then the whole trace of solving it
+with `<think>`, `<search>`, the `<information>` the search returned, and the final
+`<answer>`. Its tags are checked as you type; on the right is the prompt the model
+will read at each stage of the curriculum (k = how many exemplars it shows).
+"""
+
+NEW = 0
+"""The exemplar choice that starts a new exemplar (stored ones are numbered from 1)."""
+TOKEN_COLUMNS = [("k", "Exemplars shown (k)"), ("tokens", "Prompt tokens")]
+FALLBACK_QUESTION = "Which island is the town of Nettlebarrow on?"
+
+
+def finding_lines(findings: list[dict]) -> str:
+    if not findings:
+        return "**✓ Tags look right:** nothing to fix."
+    errors = sum(f["severity"] == "error" for f in findings)
+    lines = [f"- {'✗ error' if f['severity'] == 'error' else '⚠ warning'}: {escape(f['message'])}"
+             for f in findings]
+    head = f"**{errors} to fix before training**" if errors else "**Only warnings**"
+    return head + "\n\n" + "\n".join(lines)
+
+
+def check(question: str, solution: str, answer: str) -> str:
+    """The findings of the exemplar as typed (nothing stored)."""
+    try:
+        return finding_lines(exemplar_sets.check_exemplar(_item(question, solution, answer)))
+    except UserError as exc:
+        return error_markdown(str(exc), "Not an exemplar yet")
+
+
+def _item(question: str | None, solution: str | None, answer: str | None) -> dict:
+    """The boxes as an exemplar (Gradio sends None for a box it has not filled yet)."""
+    return {"question": question or "", "solution": solution or "",
+            "answer": (answer or "").strip() or None}
+
+
+def draft_set(stored: list[dict], number: int, item: dict) -> list[dict]:
+    """The set as it would be with the edited exemplar saved (replaced, or added at the end)."""
+    if NEW < number <= len(stored):
+        return [item if i == number - 1 else e for i, e in enumerate(stored)]
+    return [*stored, item]
+
+
+def preview(settings: Settings, stored: list[dict] | None, number: int | None, question: str,
+            solution: str, answer: str, model: str, layout: str, asked: str, k: int | None):
+    """Token counts for k = 0..N and the prompt text for the chosen k, or why there are none."""
+    exemplars, item = stored or [], _item(question, solution, answer)
+    if item["question"].strip() and item["solution"].strip():
+        exemplars = draft_set(exemplars, number or NEW, item)
+    ks = list(range(len(exemplars) + 1))
+    k = k if k in ks else ks[-1]
+    try:
+        result = preview_exemplars(settings, exemplars, asked or "", layout=layout,
+                                   model=(model or "").strip() or None,
+                                   assistant_prefix=PromptSpec().assistant_prefix)
+    except UserError as exc:
+        return [], "", gr.Radio(choices=ks, value=k), error_markdown(str(exc), "No preview")
+    prompts = result["prompts"]
+    note = (f"Counted with the tokenizer of `{result['model']}`; layout `{layout}`. "
+            f"k = {k}: {prompts[k]['tokens']} tokens.")
+    return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], gr.Radio(choices=ks, value=k), note
+
+
+def sample_question(settings: Settings) -> str:
+    """The first question of the first QA set, so the preview looks like training."""
+    for qa_set in qa_sets.list_qa_sets(settings):
+        rows = qa_sets.qa_rows(settings, qa_set["id"], 0, 1)["rows"]
+        if rows:
+            return rows[0]["question"]
+    return FALLBACK_QUESTION
+
+
+def set_choices(settings: Settings, selected: int | None):
+    rows = exemplar_sets.list_exemplar_sets(settings)
+    ids = [row["id"] for row in rows]
+    value = selected if selected in ids else (ids[0] if ids else None)
+    empty = "" if rows else empty_state(
+        "No exemplar set yet.", "Load the demo pack or upload a set on the **Data** page, "
+        "or start a new set below.")
+    return gr.Dropdown(choices=choices(rows, lambda e: e["name"], value="id"), value=value), empty
+
+
+def exemplar_choices(stored: list[dict], number: int) -> gr.Dropdown:
+    labels = [(f"{e['number']}. {e['question'][:70]}", e["number"]) for e in stored]
+    return gr.Dropdown(choices=[*labels, ("+ a new exemplar", NEW)], value=number)
+
+
+def open_set(settings: Settings, set_id: int | None, number: int | None = None):
+    """The stored exemplars of a set, and the exemplar to edit (the first, or `number`)."""
+    stored = exemplar_sets.get_exemplar_set(settings, set_id)["exemplars"] if set_id else []
+    if number is None or number > len(stored):
+        number = 1 if stored else NEW
+    return stored, exemplar_choices(stored, number)
+
+
+def fields(stored: list[dict] | None, number: int | None):
+    """The question, solution and answer boxes for exemplar `number` (empty for a new one)."""
+    stored = stored or []
+    if number and number <= len(stored):
+        e = stored[number - 1]
+        return e["question"], e["solution"], e["answer"] or ""
+    return "", "", ""
+
+
+def save(settings: Settings, set_id: int | None, number: int | None, question: str,
+         solution: str, answer: str):
+    """Store the edit (a new exemplar is added at the end); say what the set now holds."""
+    if not set_id:
+        return gr.skip(), gr.skip(), error_markdown("exemplar set: choose or create a set first",
+                                                    "Not saved")
+    item = _item(question, solution, answer)
+    try:
+        if number:
+            found = exemplar_sets.update_exemplar(settings, set_id, number, item)
+        else:
+            found = exemplar_sets.add_exemplar(settings, set_id, item)
+            number = found["size"]
+    except UserError as exc:
+        return gr.skip(), gr.skip(), error_markdown(str(exc), "Not saved")
+    stored = found["exemplars"]
+    message = ok_markdown(f"Saved exemplar {number} of '{found['name']}'")
+    if found["errors"]:
+        message += (f"\n\nThe set has {found['errors']} errors: a run cannot use it until "
+                    "they are fixed.")
+    return stored, exemplar_choices(stored, number), message
+
+
+def delete(settings: Settings, set_id: int | None, number: int | None):
+    if not set_id or not number:
+        return gr.skip(), gr.skip(), error_markdown("exemplar: choose a stored exemplar first",
+                                                    "Nothing deleted")
+    try:
+        found = exemplar_sets.delete_exemplar(settings, set_id, number)
+    except UserError as exc:
+        return gr.skip(), gr.skip(), error_markdown(str(exc), "Nothing deleted")
+    stored = found["exemplars"]
+    return (stored, exemplar_choices(stored, 1 if stored else NEW),
+            ok_markdown(f"Deleted exemplar {number} of '{found['name']}'"))
+
+
+def create_set(settings: Settings, name: str):
+    try:
+        found = exemplar_sets.create_exemplar_set(settings, name)
+    except UserError as exc:
+        return gr.skip(), gr.skip(), error_markdown(str(exc), "No set created")
+    dropdown, empty = set_choices(settings, found["id"])
+    return dropdown, empty, ok_markdown(f"Created the empty set '{found['name']}': write its "
+                                        "first exemplar below")
+
+
+def build(settings: Settings) -> None:
+    gr.Markdown(INTRO)
+    stored = gr.State([])
+    with gr.Row():
+        with gr.Column(scale=1):
+            with gr.Row():
+                set_pick = gr.Dropdown(label="Exemplar set", choices=[], elem_id="exemplar-set")
+                number = gr.Dropdown(label="Exemplar", choices=[], elem_id="exemplar-number")
+            sets_empty = gr.Markdown()
+            question = gr.Textbox(label="Question", elem_id="exemplar-question")
+            solution = gr.Textbox(
+                label="Solution: <think> … </think> <search> … </search> "
+                      "<information> … </information> … <answer> … </answer>",
+                lines=14, max_lines=30, elem_id="exemplar-solution")
+            answer = gr.Textbox(label="Gold answer (optional: checked against the final "
+                                      "<answer>)", elem_id="exemplar-answer")
+            findings = gr.Markdown(elem_id="exemplar-findings")
+            with gr.Row():
+                save_button = gr.Button("Save exemplar", variant="primary",
+                                        elem_id="save-exemplar")
+                delete_button = gr.Button("Delete exemplar", variant="stop", size="md")
+            message = gr.Markdown(elem_id="exemplar-save-message")
+            with gr.Accordion("Start a new exemplar set", open=False):
+                new_name = gr.Textbox(label="Name of the new set")
+                create_button = gr.Button("Create set")
+        with gr.Column(scale=1):
+            with gr.Row():
+                model = gr.Textbox(settings.default_model, label="Count tokens for model",
+                                   info="The bundled model's name, a Hugging Face id or a "
+                                        "folder", elem_id="preview-model")
+                layout = gr.Radio(["chat", "inline"], value=PromptSpec().layout,
+                                  label="Prompt layout",
+                                  info="chat: exemplars as earlier turns; inline: the paper's "
+                                       "one message")
+            asked = gr.Textbox(label="Question at the end of the prompt",
+                               elem_id="preview-question")
+            k = gr.Radio([0], value=0, label="Exemplars shown (k)", elem_id="preview-k")
+            note = gr.Markdown(elem_id="preview-note")
+            tokens = dataframe(TOKEN_COLUMNS, elem_id="prompt-tokens")
+            prompt = gr.Textbox(label="The prompt the model reads", lines=22, max_lines=40,
+                                interactive=False, elem_id="prompt-text")
+
+    editor = [question, solution, answer]
+    preview_inputs = [stored, number, *editor, model, layout, asked, k]
+    preview_outputs = [tokens, prompt, k, note]
+
+    def show_preview(*values):
+        return preview(settings, *values)
+
+    def refresh(selected):
+        dropdown, empty = set_choices(settings, selected)
+        return dropdown, empty, sample_question(settings)
+
+    on_show(refresh, set_pick, [set_pick, sets_empty, asked])
+    set_pick.change(lambda i: open_set(settings, i), set_pick, [stored, number]).then(
+        fields, [stored, number], editor)
+    number.input(fields, [stored, number], editor)
+    # .change, not .input: Gradio's textbox sends no input event for a deletion.
+    for box in editor:
+        box.change(check, editor, findings, trigger_mode="always_last", show_progress="hidden")
+    gr.on([*(box.change for box in editor), stored.change, model.submit, model.blur,
+           layout.input, asked.submit, k.input], show_preview, preview_inputs, preview_outputs,
+          trigger_mode="always_last", show_progress="minimal")
+    save_button.click(lambda *a: save(settings, *a), [set_pick, number, *editor],
+                      [stored, number, message])
+    delete_button.click(lambda *a: delete(settings, *a), [set_pick, number],
+                        [stored, number, message]).then(
+        fields, [stored, number], editor)
+    create_button.click(lambda name: create_set(settings, name), new_name,
+                        [set_pick, sets_empty, message])

@@ -1,0 +1,344 @@
+"""The Launch page: model, data, curriculum and hyper-parameters, then one button.
+
+The form edits a run config (the same schema as the run YAML and the API): a
+base config (the defaults, or an uploaded YAML, so keys the form does not show
+are kept) with the form's values laid over it. The curriculum comes from the
+Curriculum page through the shared state.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from frontend.components import (
+    choices,
+    dataframe,
+    error_markdown,
+    escape,
+    ok_markdown,
+    plain,
+    table,
+)
+from frontend.pages.curriculum import default_design
+from frontend.shared import current, on_show
+from studio.base_models import DEFAULT_MODEL
+from studio.run_config import RunConfig, RunConfigError, parse_run_config
+from studio.services import auth, corpora, exemplar_sets, qa_sets, run_validation, runs
+from studio.services.errors import UserError
+from studio.settings import Settings
+
+TITLE = "Launch"
+
+INTRO = """
+## Launch a run
+Choose the model and the data, check the settings (each says what it does; the
+defaults follow the paper, scaled to the small bundled model), and launch. The
+curriculum is the one on the **Curriculum** page.
+"""
+
+MODEL_SOURCES = {
+    "bundled": "The bundled SmolLM2-135M-Instruct (small, runs on a CPU)",
+    "hub": "A Hugging Face model id (e.g. Qwen/Qwen2.5-0.5B-Instruct)",
+    "folder": "A model folder on the studio's machine",
+}
+NO_EXEMPLARS = ""
+STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
+                 ("tokens", "Prompt tokens (longest sampled question)"), ("fits", "Fits?")]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A config key the form shows, in words a newcomer can act on."""
+
+    path: str
+    label: str
+    explain: str
+
+
+SETTINGS = [
+    Setting("grpo.batch_size", "Questions per step", "How many training questions each step "
+            "answers; more is steadier but slower."),
+    Setting("grpo.group_size", "Answers per question", "Answers sampled for each question and "
+            "compared with each other (GRPO); the paper uses 4."),
+    Setting("grpo.lr", "Learning rate", "How big each update is; 1e-6 in the paper. Larger "
+            "learns faster but can break the model."),
+    Setting("grpo.kl_coef", "Stay-close penalty (KL)", "Keeps the model near where it "
+            "started; 0.001 in the paper."),
+    Setting("grpo.clip", "Clip range", "Limits how far one update moves the model (PPO "
+            "clipping); 0.2 is the usual value."),
+    Setting("grpo.temperature", "Sampling temperature", "Randomness of answers while "
+            "training; 1.0 lets the model try different ways."),
+    Setting("grpo.max_turns", "Searches per answer, at most", "The most times one answer may "
+            "call the search tool."),
+    Setting("grpo.top_k", "Passages per search", "How many passages each search returns."),
+    Setting("grpo.max_response_tokens", "Answer length, at most (tokens)", "Longer answers are "
+            "cut; the searches' results count towards it."),
+    Setting("grpo.max_obs_tokens", "Search result length, at most (tokens)", "Longer search "
+            "results are cut before the model reads them."),
+    Setting("grpo.max_prompt_tokens", "Prompt length, at most (tokens)", "The prompt with its "
+            "exemplars must fit: see the estimate below."),
+    Setting("reward.acc_weight", "Reward for a right answer", "Share of the reward for "
+            "matching the gold answer (0.8)."),
+    Setting("reward.format_weight", "Reward for good form", "Share of the reward for using "
+            "the tags correctly (0.2)."),
+    Setting("engine.checkpoint_every", "Save a checkpoint every (steps)", "A stopped run "
+            "resumes from its last checkpoint."),
+    Setting("seed", "Seed", "The same seed, data and settings give the same run."),
+]
+
+
+def default_config() -> dict:
+    """Every key of a run config at its default (the data names are filled by the form)."""
+    placeholder = {"corpus": "corpus", "train": "train"}
+    return RunConfig(name="run", data=placeholder).model_dump(mode="json")
+
+
+def get_path(config: dict, path: str):
+    for key in path.split("."):
+        config = config[key]
+    return config
+
+
+def set_path(config: dict, path: str, value) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        config = config[key]
+    config[last] = value
+
+
+def model_ref(source: str, typed: str) -> str:
+    return DEFAULT_MODEL if source == "bundled" else (typed or "").strip()
+
+
+def model_fields(ref: str) -> tuple[str, str]:
+    """The model source and text box for a model reference."""
+    if ref == DEFAULT_MODEL:
+        return "bundled", ""
+    return ("folder" if ref.startswith(("/", ".", "~")) else "hub"), ref
+
+
+def curriculum_section(design: dict | None) -> dict:
+    design = design or default_design()
+    return {"preset": None, "stages": design["stages"], "adaptive": design.get("adaptive")}
+
+
+def assemble(base: dict, design: dict | None, name: str, source: str, typed_model: str,
+             corpus: str | None, train: str | None, evals: list[str] | None,
+             exemplars: str | None, backend: str, queue: str, layout: str, *values) -> dict:
+    """The run config the form shows, over `base` (which keeps what the form does not show)."""
+    config = copy.deepcopy(base)
+    config.update(name=(name or "").strip(), model=model_ref(source, typed_model),
+                  backend=backend, queue=queue)
+    config["curriculum"].update(curriculum_section(design))
+    config["data"].update(corpus=corpus or "", train=train or "", eval=list(evals or []),
+                          exemplars=exemplars or None)
+    config["prompt"]["layout"] = layout
+    for setting, value in zip(SETTINGS, values, strict=True):
+        default = get_path(base, setting.path)
+        set_path(config, setting.path, default if value is None else type(default)(value))
+    return config
+
+
+def form_values(config: RunConfig) -> tuple:
+    """The form's fields for a parsed config, in `FORM` order, after the base and design."""
+    dumped = config.model_dump(mode="json")
+    data = dumped["data"]
+    return (dumped, config.curriculum.build().to_dict(), dumped["name"],
+            *model_fields(dumped["model"]), data["corpus"], data["train"], data["eval"],
+            data["exemplars"] or NO_EXEMPLARS, dumped["backend"], dumped["queue"],
+            dumped["prompt"]["layout"], *(get_path(dumped, s.path) for s in SETTINGS))
+
+
+# --- actions ----------------------------------------------------------------------------
+
+
+def curriculum_words(design: dict | None) -> str:
+    design = design or default_design()
+    spec = " → ".join(str(s["exemplars"]) for s in design["stages"])
+    total = sum(s["steps"] for s in design["stages"])
+    mode = ", adaptive" if design.get("adaptive") else ""
+    return (f"**Curriculum:** {spec} exemplars over {total} steps{mode}. Change it on the "
+            "**Curriculum** page.")
+
+
+def estimate(settings: Settings, *form) -> tuple[list, str]:
+    """Each stage's longest prompt in tokens, built as the trainer builds it (the launch check)."""
+    try:
+        report = run_validation.validate_run(settings, assemble(*form))
+    except UserError as exc:
+        return [], error_markdown(str(exc), "No estimate")
+    rows = [{"stage": s["stage"], "exemplars": s["exemplars"], "steps": s["steps"],
+             "tokens": s["prompt_tokens"],
+             "fits": f"no: over {s['max_prompt_tokens']}" if s["cut"] else "yes"}
+            for s in report["stages"]]
+    note = f"Counted with the tokenizer of `{escape(report['config']['model'])}`."
+    if report["warnings"]:
+        note += "\n\n" + "\n".join(f"- {escape(w)}" for w in report["warnings"])
+    return table(rows, STAGE_COLUMNS), note
+
+
+def save_yaml(*form) -> tuple[str | None, str]:
+    try:
+        config = parse_run_config(assemble(*form))
+    except RunConfigError as exc:
+        return None, error_markdown(str(exc), "Not saved")
+    folder = Path(tempfile.mkdtemp(prefix="studio-run-yaml-"))
+    path = folder / f"{config.name}.yaml"
+    path.write_text(config.to_yaml(), encoding="utf-8")
+    return str(path), ok_markdown(f"Saved the config of '{config.name}' as YAML: download it "
+                                  "above")
+
+
+def load_yaml(path: str | None, outputs: int):
+    """Fill the form (and the curriculum) from an uploaded run YAML; the last output says how."""
+    if not path:
+        return (gr.skip(),) * outputs
+    try:
+        config = parse_run_config(Path(path).read_text(encoding="utf-8"))
+    except (RunConfigError, UnicodeDecodeError) as exc:
+        return *(gr.skip(),) * (outputs - 1), error_markdown(
+            f"{Path(path).name}: {exc}", "The YAML was not loaded")
+    return *form_values(config), ok_markdown(f"Loaded '{config.name}' from "
+                                             f"{Path(path).name}; check it and launch")
+
+
+def launch(settings: Settings, username: str | None, follow_on: str, *form
+           ) -> tuple[int | None, str]:
+    """Create and queue the run (its id, or None when refused), and say where to follow it."""
+    try:
+        run = runs.create_run(settings, assemble(*form),
+                              user_id=auth.user_id(settings, username))
+    except UserError as exc:
+        return None, error_markdown(str(exc), "The run was not launched")
+    return run["id"], ok_markdown(
+        f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
+        f"queue ({run['total_steps']} steps)") + f"\n\nFollow it on {follow_on}."
+
+
+def data_choices(settings: Settings, corpus, train, evals, exemplars):
+    """Dropdowns of what is stored now; a choice made earlier stays, else the demo or first."""
+    def pick(names: list[str], chosen):
+        if chosen in names:
+            return chosen
+        return "demo" if "demo" in names else (names[0] if names else None)
+
+    corpus_rows = corpora.list_corpora(settings)
+    qa_rows = qa_sets.list_qa_sets(settings)
+    qa_names = [q["name"] for q in qa_rows]
+    train_names = [q["name"] for q in qa_rows if q["purpose"] == "train"] or qa_names
+    ex_rows = exemplar_sets.list_exemplar_sets(settings)
+    ex_names = [e["name"] for e in ex_rows]
+    missing = [what for what, rows in (("a corpus", corpus_rows), ("a QA set", qa_rows))
+               if not rows]
+    empty = "" if not missing else (
+        f"*Nothing to train on yet:* upload {' and '.join(missing)} on the **Data** page, "
+        "or load the demo pack there.")
+    return (
+        gr.Dropdown(choices=choices(corpus_rows, lambda c: f"{c['name']} ({plain(c['status'])})"),
+                    value=pick([c["name"] for c in corpus_rows], corpus)),
+        gr.Dropdown(choices=train_names, value=pick(train_names, train)),
+        gr.Dropdown(choices=qa_names, value=[e for e in evals or [] if e in qa_names]),
+        gr.Dropdown(choices=[("no exemplars", NO_EXEMPLARS),
+                             *choices(ex_rows, lambda e: f"{e['name']} ({e['size']} exemplars)")],
+                    value=exemplars if exemplars == NO_EXEMPLARS else pick(ex_names, exemplars)),
+        empty)
+
+
+# --- layout -----------------------------------------------------------------------------
+
+
+def build(settings: Settings) -> None:
+    shared = current()
+    base = gr.State(default_config())
+    defaults = default_config()
+    gr.Markdown(INTRO)
+    data_empty = gr.Markdown(elem_id="launch-empty")
+    with gr.Row():
+        with gr.Column():
+            name = gr.Textbox(label="Run name", placeholder="e.g. demo-3-2-0",
+                              elem_id="run-name")
+            default_source, default_ref = model_fields(settings.default_model)
+            source = gr.Radio([(words, key) for key, words in MODEL_SOURCES.items()],
+                              value=default_source, label="Model", elem_id="model-source")
+            typed_model = gr.Textbox(default_ref, label="Model id or folder",
+                                     visible=default_source != "bundled", elem_id="model-ref")
+            with gr.Group():
+                corpus = gr.Dropdown(label="Corpus the model searches", allow_custom_value=True,
+                                     elem_id="launch-corpus")
+                train = gr.Dropdown(label="QA set to train on", allow_custom_value=True,
+                                    elem_id="launch-train")
+                evals = gr.Dropdown(label="QA sets to evaluate on (optional)", multiselect=True,
+                                    allow_custom_value=True)
+                exemplars = gr.Dropdown(label="Exemplar set", allow_custom_value=True,
+                                        elem_id="launch-exemplars")
+            curriculum = gr.Markdown(elem_id="launch-curriculum")
+            with gr.Row():
+                backend = gr.Radio([("native: PyTorch on this studio's workers", "native"),
+                                    ("veRL: a Ray cluster, for big models", "verl")],
+                                   value=defaults["backend"], label="Training backend")
+                queue = gr.Radio([("cpu", "cpu"), ("gpu", "gpu")], value=defaults["queue"],
+                                 label="Queue", info="Which workers take the run")
+            layout = gr.Radio([("chat: exemplars as earlier turns", "chat"),
+                               ("inline: the paper's single message", "inline")],
+                              value=defaults["prompt"]["layout"], label="Prompt layout")
+        with gr.Column():
+            gr.Markdown("**Settings** (defaults in place; each says what it does)")
+            values = []
+            for pair in range(0, len(SETTINGS), 2):
+                with gr.Row(equal_height=True):
+                    for setting in SETTINGS[pair:pair + 2]:
+                        default = get_path(defaults, setting.path)
+                        values.append(gr.Number(
+                            default, label=setting.label, info=setting.explain,
+                            precision=0 if isinstance(default, int) else None,
+                            elem_id="setting-" + setting.path.replace(".", "-")))
+    with gr.Row():
+        estimate_button = gr.Button("Estimate prompt length per stage", elem_id="estimate")
+    estimate_note = gr.Markdown(elem_id="estimate-note")
+    stage_table = dataframe(STAGE_COLUMNS, elem_id="stage-estimate")
+    with gr.Row():
+        with gr.Column():
+            save_button = gr.Button("Save the config as YAML", elem_id="save-yaml")
+            yaml_file = gr.File(label="Run YAML to download", interactive=False,
+                                elem_id="yaml-download", height=80)
+        with gr.Column():
+            upload = gr.UploadButton("Load a run YAML", file_types=[".yaml", ".yml"],
+                                     elem_id="load-yaml")
+            yaml_message = gr.Markdown(elem_id="yaml-message")
+    launch_button = gr.Button("Launch", variant="primary", size="lg", elem_id="launch")
+    launch_message = gr.Markdown(elem_id="launch-message")
+    live_page = "live_run" if "live_run" in shared.page_ids else None
+    follow = gr.Button("Watch it on the Live run page", visible=False, elem_id="follow-run")
+
+    fields = [name, source, typed_model, corpus, train, evals, exemplars, backend, queue, layout,
+              *values]
+    form = [base, shared.curriculum, *fields]
+    follow_on = ("the **Runs** and **Live run** pages" if live_page else
+                 "the API (`GET /api/v1/runs/<id>`)")
+
+    def refresh(*chosen):
+        return data_choices(settings, *chosen)
+
+    on_show(refresh, [corpus, train, evals, exemplars],
+            [corpus, train, evals, exemplars, data_empty])
+    gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
+          curriculum)
+    source.change(lambda s: gr.Textbox(visible=s != "bundled"), source, typed_model)
+    estimate_button.click(lambda *f: estimate(settings, *f), form, [stage_table, estimate_note])
+    save_button.click(save_yaml, form, [yaml_file, yaml_message])
+    loaded = [base, shared.curriculum, *fields, yaml_message]
+    upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
+
+    def start(request: gr.Request, *f):
+        run_id, message = launch(settings, request.username, follow_on, *f)
+        if run_id is None:
+            return gr.skip(), message, gr.Button(visible=False)
+        return run_id, message, gr.Button(visible=live_page is not None)
+
+    launch_button.click(start, form, [shared.focus_run, launch_message, follow])
+    follow.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)

@@ -1,0 +1,260 @@
+"""Live run: the curves of a run as it trains and the stream of its rollouts, updated in place.
+
+Each browser session keeps its own state (the rows it already has): a timer
+asks the services only for metric rows after the last step it holds, and
+redraws nothing when nothing is new.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+
+from frontend import shared
+from frontend.charts import live_figure, plot_value
+from frontend.components import plain, toast_user_errors
+from frontend.rollout_view import (
+    COLOR_MAP,
+    header_markdown,
+    highlighted,
+    token_summary,
+    token_table,
+)
+from frontend.run_picker import run_choices, run_label, tick_while_shown
+from studio.services import run_history, runs
+from studio.services.errors import InvalidInput
+from studio.services.runs import FINAL_STATES
+from studio.settings import Settings
+
+TITLE = "Live run"
+PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
+TICK_SECONDS = 2.0
+NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
+          "**Data**); its curves and rollouts appear here as it trains.")
+CSS = """
+.rollout-card { max-height: 420px; overflow: auto; }
+.rollout-card.full-screen { position: fixed !important; inset: 0; z-index: 1000;
+  max-height: none; background: var(--background-fill-primary); padding: 16px 32px; }
+.rollout-card.full-screen .rollout-card { max-height: none; overflow: visible; }
+.rollout-card .full-only { display: none !important; }
+.rollout-card.full-screen .full-only { display: block !important; }
+.rollout-card.full-screen .card-only { display: none !important; }
+.live-legend span { padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
+  color: white; }
+"""
+
+
+def legend_html() -> str:
+    chips = "".join(f'<span style="background:{colour}">{label}</span>'
+                    for label, colour in COLOR_MAP.items())
+    return f'<div class="live-legend">{chips}</div>'
+
+
+def default_run(settings: Settings) -> int | None:
+    """The newest running run, else the newest run."""
+    all_runs = runs.list_runs(settings)
+    running = [r for r in all_runs if r["state"] == "running"]
+    chosen = (running or all_runs or [None])[0]
+    return chosen["id"] if chosen else None
+
+
+STATE_HELP = {
+    "queued": "waiting for a worker",
+    "interrupted": "its worker stopped: *Resume* on **Runs** continues from its last checkpoint",
+    "failed": "*Resume* on **Runs** continues from its last checkpoint",
+    "cancelled": "*Resume* on **Runs** continues from its last checkpoint",
+}
+
+
+def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
+    """State, step, stage and reward in one line; then what to do, errors and warnings."""
+    last = rows[-1] if rows else None
+    parts = [f"**{run_label(run)}**", f"step {run['current_step']} / {run['total_steps']}"]
+    if last:
+        parts.append(f"stage {last['stage'] + 1} ({last['exemplars']} exemplars)")
+        parts.append(f"reward {last.get('reward_mean') or 0:.2f}")
+    lines = [" · ".join(parts)]
+    state = plain(run["state"])
+    if state in STATE_HELP:
+        position = run.get("queue_position")
+        where = f" (#{position} in the {run['queue']} queue)" if position else ""
+        lines.append(f"{state}{where}: {STATE_HELP[state]}.")
+    if run["error"]:
+        lines.append(f"**Error:** {run['error'].strip().splitlines()[-1]}")
+    lines += [f"⚠️ step {e['step']}: {e['message']}" for e in events if e["kind"] == "warning"]
+    return "  \n".join(lines)
+
+
+def parse_step(text: str | None) -> int | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidInput(f"Step: '{text}' is not a step number; type a whole number such as "
+                           "12, or leave it empty for all steps.")
+    return int(text)
+
+
+def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: float,
+                    reward_max: float, count: int) -> list[dict]:
+    """The newest rollouts (with their segments) matching the filters."""
+    at = parse_step(step)
+    found = run_history.rollout_page(settings, run_id, run_history.RolloutFilter(
+        step_min=at, step_max=at, stage=None if stage in (None, "all") else int(stage) - 1,
+        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True)
+    return found["items"]
+
+
+def _toggle_full_screen(card_id: str, on: bool) -> str:
+    """Client-side: the card already holds the whole rollout, so no request is needed."""
+    return (f"() => document.getElementById('{card_id}').classList"
+            f".{'add' if on else 'remove'}('full-screen')")
+
+
+def rollout_card(rollout: dict) -> None:
+    """One rollout: header, highlighted text, and (shown full screen) its token table."""
+    card_id = f"rollout-{rollout['id']}"
+    with gr.Group(elem_classes=["rollout-card"], elem_id=card_id):
+        closer = gr.Button("✕ Close", size="sm", elem_classes=["full-only", "rollout-close"])
+        gr.Markdown(header_markdown(rollout))
+        gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
+        gr.HTML(legend_html(), elem_classes=["full-only"])
+        gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
+                           show_label=False, elem_classes=["rollout-text"])
+        gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
+        opener = gr.Button("Open full screen", size="sm", elem_classes=["card-only",
+                                                                         "rollout-open"])
+    opener.click(None, js=_toggle_full_screen(card_id, True))
+    closer.click(None, js=_toggle_full_screen(card_id, False))
+
+
+def config_path(settings: Settings, run_id: int) -> str:
+    """The run's YAML as a file to download (`studio run launch` takes it as it is)."""
+    name, text = run_history.run_config_yaml(settings, run_id)
+    folder = Path(tempfile.gettempdir()) / "icrl-studio-run-yaml" / str(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    return str(folder / name)
+
+
+def stage_choices(rows: list[dict]) -> list[str]:
+    return ["all"] + [str(s) for s in sorted({r["stage"] + 1 for r in rows})]
+
+
+def build(settings: Settings) -> None:
+    common = shared.current()
+    state = gr.State(None)  # {"run_id", "rows", "events", "final"} of this browser session
+    with gr.Row(equal_height=True):
+        chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
+        refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
+        config_file = gr.DownloadButton("Run YAML", size="sm", scale=0, min_width=120,
+                                        visible=False, elem_id="live-yaml")
+    status = gr.Markdown(NO_RUN, elem_id="live-status")
+    with gr.Row():
+        with gr.Column(scale=3):
+            plot = gr.Plot(label="Training curves", elem_id="live-plot", show_label=False)
+        with gr.Column(scale=2, elem_id="live-rollouts") as stream:
+            gr.Markdown("#### Rollouts")
+            gr.HTML(legend_html())
+            with gr.Row():
+                step = gr.Textbox(label="Step (then Enter)", placeholder="all steps",
+                                  elem_id="live-filter-step")
+                stage = gr.Dropdown(label="Stage", choices=["all"], value="all",
+                                    elem_id="live-filter-stage")
+                count = gr.Number(label="Show", value=4, precision=0, minimum=1, maximum=50)
+            with gr.Row():
+                reward_min = gr.Slider(0, 1, value=0, step=0.05, label="Reward at least")
+                reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
+            shown = gr.State([])
+
+    with stream:
+        @gr.render(inputs=shown)
+        def cards(rollouts):
+            if not rollouts:
+                gr.Markdown("No rollout matches yet: they appear after each step "
+                            "(or widen the filters).", elem_id="live-no-rollouts")
+            for rollout in rollouts:
+                rollout_card(rollout)
+
+    timer = gr.Timer(TICK_SECONDS, active=False)
+    filters = [step, stage, reward_min, reward_max, count]
+    opened = [state, status, plot, shown, stage, timer]
+
+    def open_run(run_id, *filter_values):
+        """Everything the page shows of a run, read once; the timer then adds what is new."""
+        if run_id is None:
+            return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False),
+                    gr.DownloadButton(visible=False))
+        run = runs.get_run(settings, int(run_id))
+        rows = runs.run_metrics(settings, run["id"])
+        events = runs.run_events(settings, run["id"])
+        final = run["state"] in FINAL_STATES
+        return ({"run_id": run["id"], "rows": rows, "events": events, "final": final},
+                status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
+                filter_rollouts(settings, run["id"], *filter_values),
+                gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
+                gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
+
+    @toast_user_errors
+    def choose(run_id, *filter_values):
+        """Fresh run choices with `run_id` (default: the newest running run) opened."""
+        run_id = run_id if run_id is not None else default_run(settings)
+        return gr.update(choices=run_choices(settings), value=run_id), \
+            *open_run(run_id, *filter_values)
+
+    def on_load(step_value, stage_value, low, high, how_many, request: gr.Request):
+        """`/?run=ID` opens this page on that run (a link to share or bookmark)."""
+        filter_values = step_value, stage_value, low, high, how_many
+        linked = request.query_params.get("run", "")
+        if linked.isdigit():
+            return *choose(int(linked), *filter_values), gr.Tabs(selected=PAGE_ID)
+        return *choose(None, *filter_values), gr.skip()
+
+    gr.on(triggers=None, fn=on_load, inputs=filters,
+          outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
+    # the run launched or opened on another page
+    common.focus_run.change(choose, inputs=[common.focus_run, *filters],
+                            outputs=[chosen, *opened, config_file], show_progress="hidden")
+    chosen.input(toast_user_errors(open_run), inputs=[chosen, *filters],
+                 outputs=[*opened, config_file])
+    gr.on([refresh.click, common.tab.select], lambda: gr.update(choices=run_choices(settings)),
+          outputs=chosen, show_progress="hidden")
+    tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
+
+    def tick(current, *filter_values):
+        """Only the steps after the last one held are fetched; nothing new redraws nothing."""
+        if not current:
+            return [gr.skip()] * 5 + [gr.Timer(active=False)]
+        run = runs.get_run(settings, current["run_id"])
+        next_step = current["rows"][-1]["step"] + 1 if current["rows"] else 0
+        new_rows = runs.run_metrics(settings, run["id"], since_step=next_step)
+        events = runs.run_events(settings, run["id"])
+        final = run["state"] in FINAL_STATES
+        keep_going = gr.Timer(active=not final)
+        if not new_rows and len(events) == len(current["events"]):
+            if final == current["final"]:
+                return [gr.skip()] * 5 + [keep_going]
+            current = {**current, "final": final}
+            return (current, status_markdown(run, current["rows"], events), gr.skip(),
+                    gr.skip(), gr.skip(), keep_going)
+        rows = current["rows"] + new_rows
+        current = {**current, "rows": rows, "events": events, "final": final}
+        try:
+            rollouts = filter_rollouts(settings, run["id"], *filter_values)
+        except InvalidInput:  # a bad filter was already reported when it was typed
+            rollouts = gr.skip()
+        return (current, status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
+                rollouts, gr.update(choices=stage_choices(rows)), keep_going)
+
+    timer.tick(tick, inputs=[state, *filters], outputs=opened, show_progress="hidden")
+
+    @toast_user_errors
+    def refilter(current, *filter_values):
+        if not current:
+            return []
+        return filter_rollouts(settings, current["run_id"], *filter_values)
+
+    gr.on([step.submit, stage.input, reward_min.release, reward_max.release, count.submit],
+          refilter, inputs=[state, *filters], outputs=shown)

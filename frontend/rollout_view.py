@@ -1,0 +1,99 @@
+"""A stored rollout as the viewer shows it: tag kinds styled apart, tool output marked as
+not trained on (the spans the loss mask zeros), its reward and token counts.
+
+Rollout rows come from the runs services: `segments` are
+`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`.
+"""
+
+from __future__ import annotations
+
+NOT_TRAINED = "information (not trained on)"
+PREFIX = "prompt prefix"
+COLOR_MAP = {
+    "think": "#6366f1",
+    "search": "#f97316",
+    "answer": "#16a34a",
+    NOT_TRAINED: "#ca8a04",
+    PREFIX: "#6b7280",
+}
+SOURCE_NAMES = {"prompt": "assistant prefix (from the prompt)", "model": "model",
+                "env": "environment"}
+
+
+def _label(source: str, kind: str) -> str | None:
+    """The environment's text (search results, corrective notes) is all masked."""
+    if source == "env":
+        return NOT_TRAINED
+    if source == "prompt":
+        return PREFIX
+    return kind if kind in COLOR_MAP else None
+
+
+def highlighted(rollout: dict) -> list[tuple[str, str | None]]:
+    """The value of a `gr.HighlightedText`: (text, label) per tag part; plain text unlabelled."""
+    spans: list[tuple[str, str | None]] = []
+    for segment in rollout["segments"]:
+        parts = segment.get("parts") or [{"kind": "text", "text": segment["text"]}]
+        for part in parts:
+            spans.append((part["text"], _label(segment["source"], part["kind"])))
+    return spans
+
+
+def _fmt(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def header_markdown(rollout: dict) -> str:
+    """Step, stage, exemplars, reward and its breakdown, advantage, question and gold answers."""
+    b = rollout.get("breakdown") or {}
+    penalties = b.get("penalties") or {}
+    penalty_text = ", ".join(f"{name.replace('_', ' ')} −{value:g}"
+                             for name, value in penalties.items()) or "none"
+    gold = " / ".join(rollout.get("golden_answers") or []) or "–"
+    return (
+        f"**Step {rollout['step']}** · stage {rollout['stage'] + 1} · "
+        f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} in the prompt"
+        f" · group {rollout['group']}, sample {rollout['sample']}  \n"
+        f"**Reward {_fmt(rollout['reward'])}** (accuracy {_fmt(b.get('acc'))}, "
+        f"format {_fmt(b.get('format'))}; penalties: {penalty_text}) · "
+        f"**advantage {_fmt(rollout['advantage'], signed=True)}**  \n"
+        f"**Question:** {rollout['question']}  \n"
+        f"**Gold:** {gold} · **model's answer:** {b.get('answer') or '–'}"
+    )
+
+
+def token_rows(rollout: dict) -> list[list]:
+    """Per segment: its number, who wrote it, the tag kinds in it, tokens, trained on or not."""
+    rows = []
+    for n, segment in enumerate(rollout["segments"], start=1):
+        kinds = list(dict.fromkeys(part["kind"] for part in segment.get("parts") or []))
+        trained = {"model": "yes", "env": "no (masked)", "prompt": "no (prompt)"}[segment["source"]]
+        preview = " ".join(segment["text"].split())
+        rows.append([n, SOURCE_NAMES[segment["source"]], ", ".join(kinds), segment["tokens"],
+                     trained, preview[:90] + ("…" if len(preview) > 90 else "")])
+    return rows
+
+
+TOKEN_HEADERS = ["#", "written by", "tags", "tokens", "trained on", "text"]
+
+
+def token_table(rollout: dict) -> str:
+    """`token_rows` as a Markdown table (light enough to sit, hidden, in every rollout card)."""
+    def cell(value) -> str:
+        text = str(value).replace("`", "'").replace("|", "\\|")
+        return f"`{text}`" if "<" in text else text
+
+    lines = ["| " + " | ".join(TOKEN_HEADERS) + " |", "|" + "---|" * len(TOKEN_HEADERS)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in token_rows(rollout)]
+    return "\n".join(lines)
+
+
+def token_summary(rollout: dict) -> str:
+    model = sum(s["tokens"] for s in rollout["segments"] if s["source"] == "model")
+    env = sum(s["tokens"] for s in rollout["segments"] if s["source"] == "env")
+    total = model + env
+    share = f"{env / total:.0%}" if total else "–"
+    return (f"**{total} response tokens**: {model} written by the model (trained on), "
+            f"{env} inserted by the environment (masked, not trained on: {share}).")

@@ -1,0 +1,81 @@
+"""Exports of a run's checkpoint: create, follow, retry, download; the model card preview."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query
+from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel, Field
+
+from studio.api.deps import get_settings
+from studio.services import exports, model_card
+from studio.settings import Settings
+
+router = APIRouter(tags=["exports"])
+
+
+class ExportRequest(BaseModel):
+    target: Literal["folder", "zip", "hub"] = "folder"
+    step: int | None = Field(default=None, description="Checkpoint after this many steps; "
+                                                       "default: the latest")
+    repo_id: str | None = Field(default=None, description="Hub repo (target hub)")
+    private: bool = True
+    # Any: a wrongly typed token must not be echoed back in a validation error; the service
+    # checks it is a string
+    token: Any = Field(default=None, json_schema_extra={"type": "string"},
+                       description="Hub access token (target hub); used for this job only, "
+                                   "never stored")
+
+
+class RetryRequest(BaseModel):
+    token: Any = Field(default=None, json_schema_extra={"type": "string"},
+                       description="The Hub token again (target hub)")
+
+
+@router.post("/runs/{run_id}/exports", status_code=201)
+def create(run_id: int, body: ExportRequest, settings: Settings = Depends(get_settings)) -> dict:
+    """Queue an export of the run's checkpoint; follow it at /exports/{id}."""
+    return exports.create_export(settings, run_id, **body.model_dump())
+
+
+@router.get("/runs/{run_id}/model-card")
+def preview_card(run_id: int, step: int | None = Query(None), repo_id: str | None = Query(None),
+                 settings: Settings = Depends(get_settings)) -> dict:
+    """The README.md an export of this run would carry (markdown with YAML front matter)."""
+    return model_card.preview_model_card(settings, run_id, step, repo_id)
+
+
+@router.get("/runs/{run_id}/model-card/reward-curves.png", response_class=Response,
+            responses={200: {"content": {"image/png": {}}}})
+def reward_curves(run_id: int, step: int | None = Query(None),
+                  settings: Settings = Depends(get_settings)) -> Response:
+    """The card's image: training reward, accuracy, format and search calls per step."""
+    return Response(model_card.reward_curves_image(settings, run_id, step),
+                    media_type="image/png")
+
+
+@router.get("/exports")
+def list_all(run_id: int | None = Query(None),
+             settings: Settings = Depends(get_settings)) -> list[dict]:
+    return exports.list_exports(settings, run_id)
+
+
+@router.get("/exports/{export_id}")
+def get(export_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """State, progress (0..1) and `message` (what it is doing), then `location` or `error`."""
+    return exports.get_export(settings, export_id)
+
+
+@router.post("/exports/{export_id}/retry")
+def retry(export_id: int, body: RetryRequest = Body(default_factory=RetryRequest),
+          settings: Settings = Depends(get_settings)) -> dict:
+    """Queue a failed export again (a Hub push needs the token again)."""
+    return exports.retry_export(settings, export_id, token=body.token)
+
+
+@router.get("/exports/{export_id}/download", response_class=FileResponse)
+def download(export_id: int, settings: Settings = Depends(get_settings)) -> FileResponse:
+    """The zip of a finished zip export, streamed."""
+    path, filename = exports.download(settings, export_id)
+    return FileResponse(path, media_type="application/zip", filename=filename)

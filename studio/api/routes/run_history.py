@@ -1,0 +1,60 @@
+"""What a run wrote, read back: metrics and rollouts page by page, one rollout's segments,
+several runs compared, and the run's YAML."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import PlainTextResponse
+
+from studio.api.deps import get_settings
+from studio.services import run_history
+from studio.services.run_history import RolloutFilter
+from studio.settings import Settings
+
+router = APIRouter(tags=["runs"])
+
+
+@router.get("/runs/compare")
+def compare(ids: str = Query(..., description="Run ids, e.g. 1,2,3"),
+            metrics: str | None = Query(None, description="e.g. reward_mean,acc (default: all)"),
+            settings: Settings = Depends(get_settings)) -> dict:
+    """Metric series of several runs on one step axis (null where a run has no row), their
+    configs and the config keys that differ."""
+    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    return run_history.compare_runs(settings, run_history.parse_ids(ids), names)
+
+
+@router.get("/runs/{run_id}/metrics")
+def metrics(run_id: int, from_step: int | None = Query(None), to_step: int | None = Query(None),
+            limit: int = Query(1000), cursor: str | None = Query(None),
+            settings: Settings = Depends(get_settings)) -> dict:
+    """One row per training step, in step order: `{items, total, next_cursor}`."""
+    return run_history.metric_page(settings, run_id, from_step=from_step, to_step=to_step,
+                                   limit=limit, cursor=cursor)
+
+
+@router.get("/runs/{run_id}/rollouts")
+def rollouts(run_id: int, step_min: int | None = Query(None), step_max: int | None = Query(None),
+             stage: int | None = Query(None), exemplars: int | None = Query(None),
+             reward_min: float | None = Query(None), reward_max: float | None = Query(None),
+             limit: int = Query(50), offset: int = Query(0), cursor: str | None = Query(None),
+             settings: Settings = Depends(get_settings)) -> dict:
+    """Sampled rollouts newest first, without their segments: `{items, total, next_cursor}`."""
+    filters = RolloutFilter(step_min, step_max, stage, exemplars, reward_min, reward_max)
+    return run_history.rollout_page(settings, run_id, filters, limit=limit, offset=offset,
+                                    cursor=cursor)
+
+
+@router.get("/runs/{run_id}/rollouts/{rollout_id}")
+def rollout(run_id: int, rollout_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """One rollout's segments, each with `source` (prompt, model, env), `tokens` and `trained`
+    (false for what the loss ignores), and the token counts per source."""
+    return run_history.rollout_detail(settings, run_id, rollout_id)
+
+
+@router.get("/runs/{run_id}/config.yaml", response_class=PlainTextResponse)
+def config_yaml(run_id: int, settings: Settings = Depends(get_settings)) -> PlainTextResponse:
+    """The run's config as a YAML file (`studio run launch` takes it back)."""
+    filename, text = run_history.run_config_yaml(settings, run_id)
+    return PlainTextResponse(text, media_type="application/yaml",
+                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -1,0 +1,37 @@
+"""Curricula as the designer edits them: presets, checks and warnings in one answer.
+
+A design is the `curriculum` part of a run config (`stages`, `adaptive`); the
+answer holds what a page draws (stage starts, total steps) and what it says
+(errors that block a launch, the paper's warnings that do not).
+"""
+
+from __future__ import annotations
+
+from studio.method.curriculum import ADAPTIVE_METRICS, PRESETS, Curriculum, CurriculumError
+from studio.services.errors import InvalidInput
+
+BEST_PRESET = "3-2-0"
+"""method.md, "The curriculum": the schedule that worked best in the paper."""
+
+__all__ = ["ADAPTIVE_METRICS", "BEST_PRESET", "PRESETS", "describe", "preset_design"]
+
+
+def preset_design(name: str, steps_per_stage: int) -> dict:
+    """The stages of a named preset, each `steps_per_stage` steps long."""
+    try:
+        return Curriculum.preset(name, steps_per_stage=steps_per_stage).to_dict()
+    except CurriculumError as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def describe(design: dict, available_exemplars: int | None = None) -> dict:
+    """Check a design; with the plan (starts, total) when it can be built at all."""
+    try:
+        curriculum = Curriculum.from_dict(design)
+    except CurriculumError as exc:
+        return {"ok": False, "errors": exc.errors, "warnings": [], "starts": [],
+                "total_steps": 0, "spec": ""}
+    errors = curriculum.validate(available_exemplars)
+    return {"ok": not errors, "errors": errors, "warnings": curriculum.warnings(),
+            "starts": curriculum.boundaries(), "total_steps": curriculum.total_steps,
+            "spec": curriculum.spec}

@@ -1,0 +1,309 @@
+"""The model card of an exported run: README.md for the Hub and its reward-curve image.
+
+Everything comes from what the studio stored: the run's config, the sizes of
+its corpus, QA sets and exemplar set, its metric rows, and the evaluations
+of the run and of its base model. The UI shows the same card before an
+export (`preview_model_card`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from studio.base_models import DEFAULT_MODEL
+from studio.method.prompt import PromptTemplate, build_prompt
+from studio.run_config import RunConfig
+from studio.services import corpora, evaluations, exemplar_sets, qa_sets, runs
+from studio.services.errors import NotFound
+from studio.services.exports import checkpoint_steps
+from studio.settings import Settings
+from studio.tables import RunState
+
+REWARD_CURVES = "reward_curves.png"
+# What the studio knows of a base model it ships: its Hub id and licence.
+KNOWN_BASES = {DEFAULT_MODEL: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+TAGS = ["icrl", "grpo", "reinforcement-learning", "tool-use", "search", "icrl-studio"]
+EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),
+                ("search calls", "search_calls"), ("answer rate", "answer_rate"))
+EXAMPLE_QUESTION = "Which river flows through the capital of the country where the author was born"
+
+
+@dataclass
+class ModelCard:
+    markdown: str  # README.md, YAML front matter included
+    metadata: dict  # the front matter
+    reward_curves_png: bytes | None  # None when the run has no metric rows yet
+    step: int  # the checkpoint it describes (steps done)
+
+
+def _front_matter_of(folder: Path) -> dict:
+    """A local model folder's README front matter (its licence), if it has one."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return {}
+    text = readme.read_text(errors="replace")
+    if not text.startswith("---"):
+        return {}
+    try:
+        found = yaml.safe_load(text.split("---", 2)[1])
+    except yaml.YAMLError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def base_model_label(ref: str) -> str:
+    """How the card names a base model: a local folder by its name only (no local paths)."""
+    hub_id, _ = base_model_facts(ref)
+    return hub_id or f"local model {Path(ref).name}"
+
+
+def base_model_facts(ref: str) -> tuple[str | None, str | None]:
+    """(Hub id, licence) of a base model reference, each None when unknown."""
+    if ref in KNOWN_BASES:
+        return KNOWN_BASES[ref]
+    folder = Path(ref).expanduser()
+    if folder.is_dir():
+        licence = _front_matter_of(folder).get("license")
+        return None, licence if isinstance(licence, str) else None
+    return ref, None
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _size(find, settings: Settings, name: str | None, describe) -> str:
+    if not name:
+        return "none"
+    try:
+        return f"`{name}`: {describe(find(settings, name))}"
+    except NotFound:
+        return f"`{name}` (no longer stored in the studio)"
+
+
+def _data_section(settings: Settings, config: RunConfig) -> str:
+    rows = [
+        ["corpus (searched with BM25)", _size(corpora.find_corpus, settings, config.data.corpus,
+                                              lambda c: f"{c['num_documents']:,} documents, "
+                                                        f"{c['num_passages']:,} passages")],
+        ["training questions", _size(qa_sets.find_qa_set, settings, config.data.train,
+                                     lambda q: f"{q['num_rows']:,} question/answer pairs")],
+        ["exemplars (in-context, removed over training)",
+         _size(exemplar_sets.find_exemplar_set, settings, config.data.exemplars,
+               lambda e: f"{e['size']} worked examples")],
+    ]
+    rows += [[f"evaluation set {i + 1}", _size(qa_sets.find_qa_set, settings, name,
+                                               lambda q: f"{q['num_rows']:,} questions")]
+             for i, name in enumerate(config.data.eval)]
+    return _table(["data", "set"], rows)
+
+
+def _curriculum_section(config: RunConfig) -> str:
+    curriculum = config.curriculum.build()
+    rows = [[n, stage.exemplars, stage.steps] for n, stage in enumerate(curriculum.stages, 1)]
+    text = _table(["stage", "exemplars in the prompt", "steps"], rows)
+    if curriculum.adaptive:
+        rule = curriculum.adaptive
+        direction = rule.direction.replace("_", " ")
+        text += (f"\n\nStages advance early when `{rule.metric}` is {direction}"
+                 f" {rule.threshold} over {rule.window} steps (between {rule.min_steps} and "
+                 f"{rule.max_steps} steps a stage).")
+    return text
+
+
+def _hyperparameters_section(config: RunConfig) -> str:
+    rows = [[f"grpo.{key}", value] for key, value in config.grpo.model_dump().items()
+            if value is not None]
+    rows += [[f"reward.{key}", value] for key, value in config.reward.model_dump().items()]
+    rows += [["prompt.layout", config.prompt.layout],
+             ["prompt.assistant_prefix", f"`{config.prompt.assistant_prefix or ''}`"],
+             ["backend", config.backend], ["seed", config.seed]]
+    return _table(["parameter", "value"], rows)
+
+
+def _usage_section(config: RunConfig, repo: str) -> str:
+    template = PromptTemplate(instruction=config.prompt.instruction) \
+        if config.prompt.instruction else None
+    prompt = build_prompt(EXAMPLE_QUESTION, [], 0, template, config.prompt.layout,
+                          assistant_prefix=config.prompt.assistant_prefix)
+    prefix = config.prompt.assistant_prefix or ""
+    return f"""The model was trained to answer with this tag protocol: it thinks inside
+`<think>`, writes a query inside `<search>...</search>` and stops; your application runs the
+query (top-{config.grpo.top_k} passages of a BM25 index in training) and appends
+`<information>...</information>` with the passages; the model continues and ends with
+`<answer>...</answer>`. It was trained and evaluated zero-shot with these messages:
+
+```json
+{json.dumps(prompt.messages, indent=2)}
+```
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("{repo}")
+model = AutoModelForCausalLM.from_pretrained("{repo}")
+messages = [...]  # as above
+text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+text += {json.dumps(prefix)}
+inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+out = model.generate(**inputs, max_new_tokens={config.grpo.max_turn_tokens},
+                     stop_strings=["</search>", "</answer>"], tokenizer=tokenizer)
+print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))
+# on </search>: run the query, append "\\n\\n<information>...</information>\\n\\n", generate again
+```"""
+
+
+def _evaluation_section(settings: Settings, run_id: int, config: RunConfig) -> str:
+    names = {q["id"]: q["name"] for q in qa_sets.list_qa_sets(settings)}
+    latest: dict[tuple[str, str], dict] = {}
+    for evaluation in reversed(evaluations.list_evaluations(settings)):  # oldest first
+        if evaluation["state"] != RunState.succeeded:
+            continue
+        if evaluation["run_id"] == run_id:
+            folder = Path(evaluation["model"]).name
+            model = f"this model (after {folder[5:]} steps)" if folder.startswith("step-") \
+                else "this model"
+        elif evaluation["run_id"] is None and evaluation["model"] == config.model:
+            model = f"base ({base_model_label(config.model)})"
+        else:
+            continue
+        qa_name = names.get(evaluation["qa_set_id"], f"QA set {evaluation['qa_set_id']}")
+        latest[(qa_name, model)] = evaluation
+    if not latest:
+        return ("No evaluation was run before this export. `studio eval` (or the Evaluate "
+                "page) measures the base model and this run on held-out questions.")
+    rows = []
+    for (qa_name, model), evaluation in sorted(latest.items(),
+                                               key=lambda item: (item[0][0], "base" not in
+                                                                 item[0][1], item[0][1])):
+        metrics = evaluation["metrics"] or {}
+        rows.append([qa_name, model, metrics.get("questions", "")]
+                    + [f"{metrics[key]:.3f}" if isinstance(metrics.get(key), float) else ""
+                       for _, key in EVAL_COLUMNS])
+    return ("Zero-shot (no exemplars), temperature 0.1, the same search tool:\n\n"
+            + _table(["QA set", "model", "questions"] + [c for c, _ in EVAL_COLUMNS], rows))
+
+
+def reward_curves_png(metrics: list[dict]) -> bytes | None:
+    """Training reward, accuracy, format and search calls per step, stage changes marked."""
+    if not metrics:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [m["step"] for m in metrics]
+    figure = Figure(figsize=(10, 4), dpi=100, layout="constrained")
+    left, right = figure.subplots(1, 2)
+    for key, label in (("reward_mean", "reward (mean)"), ("acc", "accuracy"),
+                       ("format", "format score")):
+        left.plot(steps, [m.get(key, float("nan")) for m in metrics], label=label,
+                  marker="." if len(steps) < 30 else None)
+    calls = [m.get("search_calls", float("nan")) for m in metrics]
+    right.plot(steps, calls, color="tab:purple", marker="." if len(steps) < 30 else None)
+    right.set_ylim(0, max([1.0] + [c * 1.1 for c in calls if c == c]))
+    changes = [(m["step"], m["exemplars"]) for n, m in enumerate(metrics)
+               if n == 0 or metrics[n - 1]["exemplars"] != m["exemplars"]]
+    for axes in (left, right):
+        for step, exemplars in changes:
+            axes.axvline(step, color="grey", linestyle=":", linewidth=1)
+            axes.annotate(f"{exemplars} ex.", (step, 1.0), xycoords=("data", "axes fraction"),
+                          xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
+        axes.set_xlabel("training step")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(alpha=0.3)
+    left.set_title("training reward")
+    left.set_ylim(-0.02, 1.02)
+    left.legend(loc="lower right", fontsize=8)
+    right.set_title("search calls per rollout")
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
+
+
+def build_model_card(settings: Settings, run_id: int, step: int | None = None,
+                     repo_id: str | None = None) -> ModelCard:
+    """The card of run `run_id`'s checkpoint after `step` steps (default: the latest)."""
+    run = runs.get_run(settings, run_id)
+    config = RunConfig.model_validate(run["config"])
+    if step is None:
+        step = max(checkpoint_steps(settings, run_id), default=run["current_step"])
+    hub_id, licence = base_model_facts(config.model)
+    metadata = {"library_name": "transformers", "pipeline_tag": "text-generation"}
+    if hub_id:
+        metadata["base_model"] = hub_id
+    if licence:
+        metadata["license"] = licence
+    metadata["tags"] = TAGS
+    metrics = [m for m in runs.run_metrics(settings, run_id) if m["step"] < step]
+    png = reward_curves_png(metrics)
+    curriculum = " -> ".join(str(s.exemplars) for s in config.curriculum.build().stages)
+    base = f"`{base_model_label(config.model)}`"
+    if png:
+        first, last = metrics[: max(1, len(metrics) // 10)], metrics[-max(1, len(metrics) // 10):]
+        mean = [sum(m.get("reward_mean", 0.0) for m in part) / len(part) for part in (first, last)]
+        curves = (f"![reward curves]({REWARD_CURVES})\n\nMean training reward over the first "
+                  f"and last tenth of the steps: {mean[0]:.3f} -> {mean[1]:.3f}. Training "
+                  "rewards are measured with the exemplars of each stage in the prompt; the "
+                  "evaluation below is zero-shot.")
+    else:
+        curves = "The run has written no metric rows yet."
+    sections = [
+        f"# {run['name']}",
+        f"{base} trained with in-context reinforcement learning (ICRL) in ICRL Studio to answer "
+        f"questions by searching a document collection: GRPO with an exemplar curriculum "
+        f"({curriculum} worked examples in the prompt), so that it ends up calling the search "
+        f"tool zero-shot. This checkpoint is after {step} of {run['total_steps']} training "
+        f"steps (run state: {run['state']}).",
+        "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
+        "## Training data\n\n" + _data_section(settings, config),
+        "## Curriculum\n\n" + _curriculum_section(config),
+        "## Hyper-parameters\n\n" + _hyperparameters_section(config)
+        + "\n\nThe whole run config is `run.yaml` in this repository "
+          "(`studio run launch run.yaml` repeats the run).",
+        "## Reward curves\n\n" + curves,
+        "## Evaluation\n\n" + _evaluation_section(settings, run_id, config),
+        "## Intended use and limits\n\n" + _limits(config),
+    ]
+    front = yaml.safe_dump(metadata, sort_keys=False)
+    return ModelCard(f"---\n{front}---\n\n" + "\n\n".join(sections) + "\n", metadata, png, step)
+
+
+def _limits(config: RunConfig) -> str:
+    return f"""- Intended for research and prototypes of question answering over the documents it
+  was trained to search, with the tag protocol above and a search tool that returns passages.
+  Without the tool it falls back on what the base model knows, and answers less well.
+- It was trained on the questions and corpus named above only; on other documents or kinds of
+  questions its search queries and answers may be poor. The reward checks the final answer
+  against reference answers ({config.reward.acc_weight:g} weight) and the tag format
+  ({config.reward.format_weight:g} weight), not the truth of its reasoning: answers can be wrong,
+  made up or unsupported by the passages it read.
+- It inherits the limits and biases of its base model and of the training data; do not use it
+  for decisions about people, or for medical, legal or financial advice.
+- Figures above come from small evaluation sets where stated; measure on your own held-out
+  questions before relying on it."""
+
+
+def reward_curves_image(settings: Settings, run_id: int, step: int | None = None) -> bytes:
+    """The card's PNG, or a 404 while the run has no metric rows."""
+    png = build_model_card(settings, run_id, step).reward_curves_png
+    if png is None:
+        raise NotFound(f"run {run_id} has written no metric rows yet: no reward curves")
+    return png
+
+
+def preview_model_card(settings: Settings, run_id: int, step: int | None = None,
+                       repo_id: str | None = None) -> dict:
+    """What the UI shows before an export: the README text and whether curves exist."""
+    card = build_model_card(settings, run_id, step, repo_id)
+    return {"run_id": run_id, "step": card.step, "markdown": card.markdown,
+            "metadata": card.metadata, "has_reward_curves": card.reward_curves_png is not None}

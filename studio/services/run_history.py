@@ -1,0 +1,304 @@
+"""What a run wrote, read back: metric series, its event log, rollouts page by page, one
+rollout's segments, several runs side by side, and the run's config as YAML.
+
+Pages answer `{"items", "total", "next_cursor"}`: `total` counts every row the filters
+match; pass `next_cursor` back as `cursor` for the next page (`None` on the last one).
+Rollout pages also take an `offset` (a page number times the limit) for tables that jump
+to page N; the cursor costs the same on every page, the offset grows with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, tuple_
+from sqlmodel import Session, select
+
+from studio.db import session_scope
+from studio.run_config import parse_run_config
+from studio.services.errors import InvalidInput, NotFound
+from studio.services.records import get_or_404
+from studio.settings import Settings
+from studio.tables import Rollout, Run, RunEvent, RunMetric
+
+MAX_METRIC_PAGE = 10_000
+MAX_ROLLOUT_PAGE = 500
+MAX_COMPARED_RUNS = 20
+
+# A rollout without its segments: what a list, a table row or the live stream shows.
+ROLLOUT_SUMMARY_COLUMNS = (
+    Rollout.id, Rollout.step, Rollout.group_index, Rollout.sample_index, Rollout.stage,
+    Rollout.exemplars, Rollout.question, Rollout.golden_answers, Rollout.reward,
+    Rollout.breakdown, Rollout.advantage, Rollout.created_at,
+)
+
+
+def metric_view(row) -> dict:
+    """One step's metrics, flat: `step`, `stage`, `exemplars` and every named value."""
+    return {"id": row.id, "step": row.step, "stage": row.stage, "exemplars": row.exemplars,
+            **(row.values or {})}
+
+
+def event_view(row) -> dict:
+    return {"id": row.id, "step": row.step, "kind": row.kind, "message": row.message,
+            "data": row.data}
+
+
+def rollout_summary(row) -> dict:
+    return {"id": row.id, "step": row.step, "group": row.group_index,
+            "sample": row.sample_index, "stage": row.stage, "exemplars": row.exemplars,
+            "question": row.question, "golden_answers": row.golden_answers,
+            "reward": row.reward, "breakdown": row.breakdown, "advantage": row.advantage}
+
+
+def _check_limit(limit: int, most: int) -> None:
+    if not 1 <= limit <= most:
+        raise InvalidInput(f"limit: give 1 to {most} (got {limit})")
+
+
+def _check_run(session: Session, run_id: int) -> Run:
+    return get_or_404(session, Run, run_id, "run")
+
+
+def _found_or_404(session: Session, run_id: int, found: int) -> None:
+    """Nothing found: is there no such run (404) or nothing yet? One query saved otherwise."""
+    if not found:
+        _check_run(session, run_id)
+
+
+# --- metrics ------------------------------------------------------------------------------
+
+
+def _metric_query(run_id: int, from_step: int | None, to_step: int | None):
+    query = select(RunMetric).where(RunMetric.run_id == run_id)
+    if from_step is not None:
+        query = query.where(RunMetric.step >= from_step)
+    if to_step is not None:
+        query = query.where(RunMetric.step <= to_step)
+    return query
+
+
+def run_metrics(settings: Settings, run_id: int, since_step: int = 0,
+                until_step: int | None = None) -> list[dict]:
+    """The whole series from `since_step` (to `until_step`), in step order: what a chart draws."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        rows = [metric_view(r) for r in session.exec(
+            _metric_query(run_id, since_step, until_step).order_by(RunMetric.step))]
+        _found_or_404(session, run_id, len(rows))
+        return rows
+
+
+def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None,
+                to_step: int | None = None, limit: int = 1000,
+                cursor: str | None = None) -> dict:
+    """Metric rows by step range, in step order; the cursor is the next step to read."""
+    _check_limit(limit, MAX_METRIC_PAGE)
+    start = _int_cursor(cursor)
+    with session_scope(settings.sqlalchemy_url) as session:
+        query = _metric_query(run_id, from_step, to_step)
+        total = session.exec(select(func.count()).select_from(query.subquery())).one()
+        _found_or_404(session, run_id, total)
+        if start is not None:
+            query = query.where(RunMetric.step >= start)
+        rows = list(session.exec(query.order_by(RunMetric.step).limit(limit + 1)))
+    more = len(rows) > limit
+    return {"items": [metric_view(r) for r in rows[:limit]], "total": total,
+            "next_cursor": str(rows[limit].step) if more else None}
+
+
+def _int_cursor(cursor: str | None) -> int | None:
+    if cursor is None or cursor == "":
+        return None
+    try:
+        return int(cursor)
+    except ValueError:
+        raise InvalidInput(f"cursor: {cursor!r} is not a cursor of this list; pass the "
+                           "next_cursor of the previous page") from None
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+def run_events(settings: Settings, run_id: int, kind: str | None = None) -> list[dict]:
+    """The event log (stage changes, warnings, notes) in step order: what the curves mark."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        query = select(RunEvent).where(RunEvent.run_id == run_id)
+        if kind:
+            query = query.where(RunEvent.kind == kind)
+        events = [event_view(e) for e in session.exec(query.order_by(RunEvent.step, RunEvent.id))]
+        _found_or_404(session, run_id, len(events))
+        return events
+
+
+# --- rollouts -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutFilter:
+    """Which rollouts a page holds; every bound is inclusive and None means any."""
+
+    step_min: int | None = None
+    step_max: int | None = None
+    stage: int | None = None
+    exemplars: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+
+    def apply(self, query):
+        for column, low, high in ((Rollout.step, self.step_min, self.step_max),
+                                  (Rollout.reward, self.reward_min, self.reward_max)):
+            if low is not None:
+                query = query.where(column >= low)
+            if high is not None:
+                query = query.where(column <= high)
+        for column, value in ((Rollout.stage, self.stage), (Rollout.exemplars, self.exemplars)):
+            if value is not None:
+                query = query.where(column == value)
+        return query
+
+
+def _rollout_cursor(cursor: str | None) -> tuple[int, int] | None:
+    """`step.id` of the last row of the previous page (pages go newest first)."""
+    if not cursor:
+        return None
+    step, _, row_id = cursor.partition(".")
+    if not (step.isdigit() and row_id.isdigit()):
+        raise InvalidInput(f"cursor: {cursor!r} is not a cursor of this list; pass the "
+                           "next_cursor of the previous page")
+    return int(step), int(row_id)
+
+
+def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = RolloutFilter(), *,
+                 limit: int = 50, offset: int = 0, cursor: str | None = None,
+                 segments: bool = False) -> dict:
+    """Rollouts newest first (step, then id, descending), filtered; summaries unless `segments`."""
+    _check_limit(limit, MAX_ROLLOUT_PAGE)
+    if offset < 0:
+        raise InvalidInput(f"offset: give 0 or more (got {offset})")
+    after = _rollout_cursor(cursor)
+    columns = (*ROLLOUT_SUMMARY_COLUMNS, Rollout.segments) if segments \
+        else ROLLOUT_SUMMARY_COLUMNS
+    with session_scope(settings.sqlalchemy_url) as session:
+        where = filters.apply(select(Rollout.id).where(Rollout.run_id == run_id))
+        total = session.execute(select(func.count()).select_from(where.subquery())).scalar_one()
+        _found_or_404(session, run_id, total)
+        # the page's ids first (the indexes cover it), then only those rows
+        if after is not None:
+            where = where.where(tuple_(Rollout.step, Rollout.id) < after)
+        elif offset:
+            where = where.offset(offset)
+        ids = session.execute(where.order_by(Rollout.step.desc(), Rollout.id.desc())
+                              .limit(limit + 1)).scalars().all()
+        found = {r.id: r for r in session.execute(
+            select(*columns).where(Rollout.id.in_(ids[:limit])))} if ids else {}
+    page = [found[i] for i in ids[:limit] if i in found]
+    items = [_with_segments(rollout_summary(r), r.segments) if segments else rollout_summary(r)
+             for r in page]
+    more = len(ids) > limit
+    return {"items": items, "total": total,
+            "next_cursor": f"{page[-1].step}.{page[-1].id}" if more and page else None}
+
+
+def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
+                 limit: int = 50) -> list[dict]:
+    """The newest rollouts (of one step) with their segments, for callers that want them all."""
+    return rollout_page(settings, run_id, RolloutFilter(step_min=step, step_max=step),
+                        limit=limit, segments=True)["items"]
+
+
+def _with_segments(summary: dict, segments: list | None) -> dict:
+    """Each segment marked `trained` (model tokens) or not (prompt, environment), with token sums.
+
+    The environment's segments are what the loss ignores; their token counts are the
+    loss mask's, so a viewer can highlight exactly the masked spans.
+    """
+    marked = [{**s, "trained": s.get("source") == "model"} for s in segments or []]
+    tokens = {"prompt": 0, "model": 0, "env": 0}
+    for s in marked:
+        source = s.get("source", "env")
+        tokens[source] = tokens.get(source, 0) + int(s.get("tokens") or 0)
+    return {**summary, "segments": marked, "tokens": tokens}
+
+
+def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> dict:
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = session.get(Rollout, rollout_id)
+        if row is None or row.run_id != run_id:
+            _check_run(session, run_id)
+            raise NotFound(f"rollout {rollout_id} of run {run_id} does not exist")
+        return _with_segments(rollout_summary(row), row.segments)
+
+
+# --- comparison ---------------------------------------------------------------------------
+
+
+def parse_ids(text: str, field: str = "ids") -> list[int]:
+    """`1,2,3` -> [1, 2, 3], each once, in the order given."""
+    ids: list[int] = []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part.isdigit():
+            raise InvalidInput(f"{field}: {part!r} is not a run id; give ids like 1,2,3")
+        if int(part) not in ids:
+            ids.append(int(part))
+    return ids
+
+
+def _flatten(config: dict | None, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (config or {}).items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_differences(configs: list[dict | None]) -> list[str]:
+    """Dotted keys (`grpo.lr`) whose value differs between the configs, or is missing in some."""
+    flat = [_flatten(c) for c in configs]
+    keys = sorted(set().union(*flat)) if flat else []
+    missing = object()
+    return [k for k in keys if len({repr(f.get(k, missing)) for f in flat}) > 1]
+
+
+def compare_runs(settings: Settings, run_ids: list[int],
+                 metrics: list[str] | None = None) -> dict:
+    """Metric series of several runs aligned on one step axis (None where a run has no value),
+    with their configs and the keys in which the configs differ."""
+    if not 1 <= len(run_ids) <= MAX_COMPARED_RUNS:
+        raise InvalidInput(f"ids: give 1 to {MAX_COMPARED_RUNS} run ids (got {len(run_ids)})")
+    with session_scope(settings.sqlalchemy_url) as session:
+        runs = [_check_run(session, run_id) for run_id in run_ids]
+        rows = session.exec(select(RunMetric).where(RunMetric.run_id.in_(run_ids)))
+        by_run: dict[int, dict[int, dict]] = {run_id: {} for run_id in run_ids}
+        for row in rows:
+            by_run[row.run_id][row.step] = metric_view(row)
+    recorded = sorted({k for steps in by_run.values() for m in steps.values() for k in m}
+                      - {"id", "step"})
+    names = metrics or recorded
+    unknown = [n for n in names if n not in recorded]
+    if unknown:
+        raise InvalidInput(f"metrics: {', '.join(unknown)} not recorded by runs "
+                           f"{', '.join(map(str, run_ids))}; recorded: {', '.join(recorded)}")
+    steps = sorted({s for by_step in by_run.values() for s in by_step})
+    series = {name: [[by_run[r.id].get(s, {}).get(name) for s in steps] for r in runs]
+              for name in names}
+    return {
+        "runs": [{"id": r.id, "name": r.name, "state": r.state, "current_step": r.current_step,
+                  "total_steps": r.total_steps} for r in runs],
+        "steps": steps, "metrics": names, "series": series,
+        "configs": [r.config for r in runs],
+        "differences": config_differences([r.config for r in runs]),
+    }
+
+
+# --- the config file ----------------------------------------------------------------------
+
+
+def run_config_yaml(settings: Settings, run_id: int) -> tuple[str, str]:
+    """(file name, YAML text) of the run's config: `studio run launch` takes it as it is."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = _check_run(session, run_id)
+        name, config = run.name, run.config
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-.") or "run"
+    return f"run-{run_id}-{safe}.yaml", parse_run_config(config).to_yaml()

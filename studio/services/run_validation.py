@@ -1,0 +1,150 @@
+"""Checks a run config passes before anything is queued, and what its prompts will cost.
+
+Three layers, each naming the field: the schema (`studio.run_config`: types,
+ranges, the curriculum's shape), the references (every name in `data` exists,
+the corpus is indexed, the exemplar set is clean and large enough, the model's
+tokenizer loads), and a token estimate per curriculum stage: instruction + k
+exemplars + the training set's longest question, rendered exactly as the
+trainer renders it, against `grpo.max_prompt_tokens`. A stage whose prompts
+would be cut is a warning, not an error: the run can still be launched.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func
+from sqlmodel import select
+
+from studio.db import session_scope
+from studio.method.curriculum import CurriculumError
+from studio.method.exemplars import Exemplar
+from studio.run_config import RunConfig, RunConfigError, parse_run_config
+from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.errors import InvalidInput, NotFound
+from studio.services.prompt_preview import ModelUnavailable, cached_tokenizer, run_prompt_ids
+from studio.settings import Settings
+from studio.tables import QAItem
+
+LONGEST_QUESTIONS = 5  # the longest questions by characters, token-counted to find the longest
+
+
+def check_references(settings: Settings, config: RunConfig) -> list[Exemplar]:
+    """Every name in `data` must exist, the corpus be indexed, the curriculum fit the set.
+
+    Returns the exemplar set's exemplars (empty without one) for the estimate."""
+    problems = []
+
+    def lookup(find, name: str, field: str) -> dict | None:
+        try:
+            return find(settings, name)
+        except NotFound:
+            problems.append(f"{field}: '{name}' does not exist; upload it first")
+            return None
+
+    corpus = lookup(corpora.find_corpus, config.data.corpus, "data.corpus")
+    if corpus and corpus["status"] != "ready":
+        problems.append(f"data.corpus: '{corpus['name']}' is {corpus['status']}; "
+                        "launch when its index is ready")
+    train = lookup(qa_sets.find_qa_set, config.data.train, "data.train")
+    if train and train["num_rows"] == 0:
+        problems.append(f"data.train: '{train['name']}' holds no questions")
+    for i, name in enumerate(config.data.eval):
+        lookup(qa_sets.find_qa_set, name, f"data.eval[{i}]")
+    exemplars: list[Exemplar] = []
+    curriculum = config.curriculum.build()
+    if not config.data.exemplars and curriculum.max_exemplars:
+        problems.append(f"data.exemplars: the curriculum shows up to {curriculum.max_exemplars} "
+                        "exemplars per prompt; name an exemplar set (or use stages of 0)")
+    elif config.data.exemplars:
+        found = lookup(exemplar_sets.find_exemplar_set, config.data.exemplars, "data.exemplars")
+        if found:
+            exemplars = exemplar_sets.load_exemplars(settings, found["id"])
+            if found["errors"]:
+                problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
+                                "errors; fix them on the exemplars page first")
+    if exemplars:
+        try:
+            curriculum.check(available_exemplars=len(exemplars))
+        except CurriculumError as exc:
+            problems += [f"curriculum.{e}" for e in exc.errors]
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return exemplars
+
+
+def _tokenizer(settings: Settings, model: str):
+    try:
+        return cached_tokenizer(model, str(settings.resolved_data_dir))
+    except ModelUnavailable as exc:
+        raise InvalidInput(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"model: the tokenizer of '{model}' does not load "
+                           f"({type(exc).__name__}: {exc})") from None
+
+
+def _longest_questions(settings: Settings, qa_set_name: str) -> list[str]:
+    qa_set_id = qa_sets.find_qa_set(settings, qa_set_name)["id"]
+    with session_scope(settings.sqlalchemy_url) as session:
+        return list(session.exec(
+            select(QAItem.question).where(QAItem.qa_set_id == qa_set_id)
+            .order_by(func.length(QAItem.question).desc()).limit(LONGEST_QUESTIONS)))
+
+
+def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemplar]:
+    """The exemplars a stage's longest prompt shows first: the set's own order when the
+    first k are shown, the longest first when k are sampled per prompt."""
+    if config.prompt.exemplar_selection == "first":
+        return exemplars
+    return sorted(exemplars, key=lambda e: len(e.question) + len(e.solution), reverse=True)
+
+
+def prompt_estimate(settings: Settings, config: RunConfig,
+                    exemplars: list[Exemplar]) -> list[dict]:
+    """Per curriculum stage: its exemplar count, steps and longest prompt in tokens."""
+    tokenizer = _tokenizer(settings, config.model)
+    questions = _longest_questions(settings, config.data.train)
+    shown = _worst_exemplars(config, exemplars)
+    limit = config.grpo.max_prompt_tokens
+    tokens_for_k: dict[int, int] = {}
+    stages = []
+    for number, stage in enumerate(config.curriculum.build().stages, 1):
+        if stage.exemplars not in tokens_for_k:
+            tokens_for_k[stage.exemplars] = max(
+                len(run_prompt_ids(tokenizer, config.prompt, q, shown, stage.exemplars))
+                for q in questions)
+        tokens = tokens_for_k[stage.exemplars]
+        stages.append({"stage": number, "exemplars": stage.exemplars, "steps": stage.steps,
+                       "prompt_tokens": tokens, "max_prompt_tokens": limit,
+                       "cut": tokens > limit})
+    return stages
+
+
+def _warnings(config: RunConfig, stages: list[dict]) -> list[str]:
+    warnings = []
+    for stage in stages:
+        if stage["cut"]:
+            lead = "the first stage" if stage["stage"] == 1 else f"stage {stage['stage']}"
+            warnings.append(
+                f"grpo.max_prompt_tokens: {lead} ({stage['exemplars']} exemplars) builds prompts "
+                f"of up to {stage['prompt_tokens']} tokens, more than {stage['max_prompt_tokens']}"
+                "; they will be cut from the left (the instruction and the first exemplars go "
+                "first): raise grpo.max_prompt_tokens or show fewer exemplars")
+    warnings += [f"curriculum: {w}" for w in config.curriculum.build().warnings()]
+    return warnings
+
+
+def checked_config(settings: Settings, config: dict | str) -> tuple[RunConfig, dict]:
+    """The parsed config and its report ({stages, warnings}); InvalidInput names each field."""
+    try:
+        parsed = parse_run_config(config)
+    except RunConfigError as exc:
+        raise InvalidInput(str(exc)) from None
+    exemplars = check_references(settings, parsed)
+    stages = prompt_estimate(settings, parsed, exemplars)
+    return parsed, {"stages": stages, "warnings": _warnings(parsed, stages)}
+
+
+def validate_run(settings: Settings, config: dict | str) -> dict:
+    """What launching would store, without storing or queueing anything (the Launch page)."""
+    parsed, report = checked_config(settings, config)
+    return {"config": parsed.model_dump(mode="json"), "total_steps": parsed.total_steps,
+            **report}

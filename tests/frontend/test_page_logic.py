@@ -1,0 +1,135 @@
+"""What the Data, Exemplars, Curriculum and Launch pages compute, without a browser.
+
+The browser tests drive the same functions through the pages; these pin the
+edge cases (a refused edit, a round trip through YAML) in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from frontend.components import error_markdown, problems
+from frontend.pages import curriculum, exemplars, launch
+from studio.demo import EXEMPLARS
+from studio.run_config import parse_run_config
+from studio.services import auth, curricula, exemplar_sets
+from studio.services.errors import InvalidInput
+from studio.services.prompt_preview import preview_exemplars
+from tests.support.tiny_model import build_tiny_model
+
+DEMO = [json.loads(line) for line in EXEMPLARS.read_text().splitlines()]
+
+
+def test_problems_split_per_field_but_keep_one_message_whole():
+    joined = ("data.corpus: 'x' does not exist; upload it first; "
+              "curriculum.stages[0].exemplars: 3 exemplars, but the set holds only 2")
+    assert problems(joined) == ["data.corpus: 'x' does not exist; upload it first",
+                                "curriculum.stages[0].exemplars: 3 exemplars, but the set "
+                                "holds only 2"]
+    one = 'qa.jsonl line 2: field "question" is empty; write the question or remove the row'
+    assert problems(one) == [one]
+    assert "&lt;search&gt;" in error_markdown("unbalanced <search> tags")
+
+
+def stage_counts(design: dict) -> list[int]:
+    return [s["exemplars"] for s in design["stages"]]
+
+
+def test_stage_edits_add_remove_and_move_with_the_selection():
+    design = curricula.preset_design("3-2-0", 100)
+    added, selected = curriculum.add_stage(design, 2)
+    assert stage_counts(added) == [3, 2, 2, 0] and selected == 3
+    moved, selected = curriculum.move_stage(added, 3, +1)
+    assert stage_counts(moved) == [3, 2, 0, 2] and selected == 4
+    removed, selected = curriculum.remove_stage(moved, 4)
+    assert stage_counts(removed) == [3, 2, 0] and selected == 3
+    assert curriculum.set_stage(removed, 1, 4, 50)["stages"][0] == {"exemplars": 4, "steps": 50}
+    assert curriculum.from_table(removed, [[1, 10], ["", ""], [0, 20.0]])["stages"] == [
+        {"exemplars": 1, "steps": 10}, {"exemplars": 0, "steps": 20}]
+
+
+def test_the_last_stage_cannot_be_removed_nor_moved_past_the_end():
+    only = curricula.preset_design("0", 100)
+    with pytest.warns(UserWarning, match="at least one stage"):
+        assert curriculum.remove_stage(only, 1) == (curriculum.gr.skip(), curriculum.gr.skip())
+    assert curriculum.move_stage(only, 1, +1) == (curriculum.gr.skip(), curriculum.gr.skip())
+
+
+def test_adaptive_rule_is_set_and_cleared_on_the_same_stages():
+    design = curricula.preset_design("3-2-0", 100)
+    on = curriculum.set_adaptive(design, True, "valid_search_rate", "at_least", 0.8, 5, 10, 50)
+    assert on["adaptive"] == {"metric": "valid_search_rate", "direction": "at_least",
+                              "threshold": 0.8, "window": 5, "min_steps": 10, "max_steps": 50}
+    assert on["stages"] == design["stages"]
+    assert "averaged over its last 5 steps, is at least 0.8" in curriculum.render(on, 1)[2]
+    assert curriculum.set_adaptive(on, False, *[None] * 6)["adaptive"] is None
+
+
+def test_step_chart_follows_the_stages_and_notes_warn_on_steep_drops():
+    best = curricula.preset_design("3-2-0", 100)
+    table, figure, notes, *_ = curriculum.render(best, 1)
+    assert table == [[3, 100], [2, 100], [0, 100]]
+    line = figure.data[0]
+    assert list(line.x) == [0, 100, 200, 300] and list(line.y) == [3, 2, 0, 0]
+    assert line.line.shape == "hv"
+    assert "No warning" in notes
+    steep = curricula.preset_design("3-0", 100)
+    assert "drops from 3 to 0 exemplars at once" in curriculum.render(steep, 1)[2]
+    broken = {"stages": [{"exemplars": -1, "steps": 0}], "adaptive": None}
+    assert "cannot be used" in curriculum.render(broken, 1)[2]
+
+
+def test_draft_exemplar_replaces_its_stored_one_or_is_added():
+    stored = [{"question": "a"}, {"question": "b"}]
+    draft = {"question": "new"}
+    assert exemplars.draft_set(stored, 2, draft) == [{"question": "a"}, draft]
+    assert exemplars.draft_set(stored, exemplars.NEW, draft) == [*stored, draft]
+
+
+def test_exemplar_check_lists_tag_errors_and_missing_fields():
+    assert exemplar_sets.check_exemplar(DEMO[0]) == []
+    broken = exemplar_sets.check_exemplar({**DEMO[0], "solution": DEMO[0]["solution"]
+                                           + " <search>oops"})
+    assert any("unbalanced <search> tags" in f["message"] for f in broken)
+    assert "Not an exemplar yet" in exemplars.check("", "x", "")
+
+
+def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
+    uploaded = launch.default_config()
+    uploaded.update(name="round-trip", model="/models/tiny", seed=7)
+    uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
+    uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
+    uploaded["curriculum"] = {"preset": None, "steps_per_stage": 100, "adaptive": None,
+                              "stages": [{"exemplars": 2, "steps": 5},
+                                         {"exemplars": 0, "steps": 5}]}
+    config = parse_run_config(uploaded)
+    fields = launch.form_values(config)
+    assert fields[3:5] == ("folder", "/models/tiny")
+    assert launch.assemble(*fields) == uploaded
+
+
+def test_empty_settings_fall_back_to_the_base_config():
+    base = launch.default_config()
+    form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
+            *[None] * len(launch.SETTINGS)]
+    config = launch.assemble(*form)
+    assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
+    assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
+    assert config["model"] == launch.DEFAULT_MODEL
+
+
+def test_draft_previews_count_tokens_and_user_ids_come_from_names(settings, tmp_path):
+    model = str(build_tiny_model(tmp_path / "tiny"))
+    result = preview_exemplars(settings, DEMO[:2], "Where is Fennick Light?", model=model)
+    assert [p["k"] for p in result["prompts"]] == [0, 1, 2]
+    assert result["prompts"][0]["tokens"] < result["prompts"][2]["tokens"]
+    with pytest.raises(InvalidInput, match="outside 0..2"):
+        preview_exemplars(settings, DEMO[:2], "q", ks=[3], model=model)
+
+    from studio.db import session_scope
+    with session_scope(settings.sqlalchemy_url) as session:
+        admin = auth.bootstrap_admin(session)
+    assert auth.user_id(settings, admin.username) is not None
+    assert auth.user_id(settings, "nobody") is None and auth.user_id(settings, None) is None

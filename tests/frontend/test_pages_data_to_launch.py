@@ -1,0 +1,204 @@
+"""The Data, Exemplars, Curriculum and Launch pages in Chromium against a live `studio up`.
+
+The tests run in order on one studio and one page, as a new user would: load
+the demo pack, search, upload a bad file, edit an exemplar, design 3-2-0, and
+launch a tiny run. Screenshots of each page go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from studio.demo import EXEMPLARS
+from studio.services import exemplar_sets, runs
+from studio.settings import Settings
+from tests.support.studio_ui import StudioUI, studio_in_browser
+from tests.support.tiny_model import build_tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny-model")))
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory, tiny_model) -> StudioUI:
+    """The studio, with the tiny model as its default (no 30 s conversion of SmolLM2)."""
+    with studio_in_browser(tmp_path_factory.mktemp("studio-ui"),
+                           default_model=tiny_model) as studio:
+        yield studio
+    assert "Traceback" not in studio.log.read_text(), studio.log.read_text()[-5000:]
+
+
+def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path):
+    ui.open("Data")
+    assert "No corpus yet" in ui.wait_text("#corpus-empty", "No corpus yet")
+    ui.page.click("#load-demo")
+    ui.wait_text("#demo-message", "Demo pack loaded")
+    ui.wait_text("#corpus-table", "done:", timeout=90)
+    assert ui.table_rows("#corpus-table") == [
+        ["1", "demo", "corpus.jsonl", "ready", "150", "150", "done: 150 passages"]]
+    ui.wait_text("#qa-table", "flashrag-jsonl")
+    assert ui.table_rows("#qa-table")[0][1:5] == ["demo", "train", "50", "flashrag-jsonl"]
+    ui.wait_text("#exemplar-table", "exemplars.jsonl")
+    assert ui.table_rows("#exemplar-table") == [
+        ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]
+    assert ui.page.locator("#corpus-empty").inner_text().strip() == ""
+
+    ui.choose("#search-corpus", "demo (ready)")
+    ui.page.fill("#search-query textarea", "lighthouse first lit")
+    ui.page.click("#search-button")
+    told = ui.wait_value("#search-result textarea", "Doc 1(Title:")
+    assert told.startswith("<information>Doc 1(Title: Fennick Light)")
+    assert "Doc 3(Title:" in told and told.endswith("</information>")
+
+    ui.choose("#qa-pick", "demo")
+    assert "In what year was Fennick Light first lit?" in ui.wait_text("#qa-rows", "demo-q01")
+    ui.choose("#exemplar-pick", "demo")
+    assert "no problem found" in ui.wait_text("#exemplar-preview", "Nettlebarrow")
+
+    bad_qa = tmp_path / "questions.jsonl"
+    bad_qa.write_text('{"question": "q1", "golden_answers": ["a"]}\n'
+                      '{"question": "", "golden_answers": ["b"]}\n')
+    ui.page.set_input_files("#qa-file input[type=file]", str(bad_qa))
+    ui.page.click("#upload-qa")
+    told = ui.wait_text("#qa-message", "was not stored")
+    assert 'questions.jsonl line 2: field "question" is empty' in told
+    assert "write the question or remove the row" in told
+
+    bad_corpus = tmp_path / "docs.jsonl"
+    bad_corpus.write_text('{"id": "1", "contents": "A\\nbody"}\n{"id": 2, oops\n')
+    ui.page.set_input_files("#corpus-file input[type=file]", str(bad_corpus))
+    ui.page.click("#upload-corpus")
+    assert "docs.jsonl line 2: not valid JSON" in ui.wait_text("#corpus-message",
+                                                               "was not stored")
+    assert "questions" not in ui.page.locator("#qa-table").inner_text()
+    ui.screenshot("data")
+
+
+def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_model):
+    ui.open("Exemplars")
+    solution_box = "#exemplar-solution textarea"
+    solution = ui.wait_value(solution_box, "<search>")
+    first = json.loads(EXEMPLARS.read_text().splitlines()[0])
+    assert solution == first["solution"]
+    assert ui.page.locator("#preview-model textarea").input_value() == tiny_model
+    ui.wait_text("#preview-note", f"Counted with the tokenizer of {tiny_model}")
+
+    ui.page.fill(solution_box, solution + " <search>oops")
+    findings = ui.wait_text("#exemplar-findings", "to fix before training")
+    assert "unbalanced <search> tags: 2 opening, 1 closing" in findings
+    ui.screenshot("exemplars-tag-error")
+    ui.page.fill(solution_box, solution)
+    ui.wait_text("#exemplar-findings", "Tags look right")
+
+    rows = ui.table_rows("#prompt-tokens")
+    assert [k for k, _ in rows] == ["0", "1", "2", "3"], rows
+    counts = [int(tokens) for _, tokens in rows]
+    assert counts == sorted(counts) and counts[0] > 0, rows  # each exemplar adds tokens
+    ui.page.locator("#preview-k input[value='2']").check()
+    ui.wait_text("#preview-note", "k = 2:")
+    prompt = ui.page.locator("#prompt-text textarea").input_value()
+    assert first["question"] in prompt
+    assert json.loads(EXEMPLARS.read_text().splitlines()[2])["question"] not in prompt
+    ui.screenshot("exemplars")
+
+    edited = first["question"].replace("town", "harbour town")
+    ui.page.fill("#exemplar-question textarea", edited)
+    ui.page.click("#save-exemplar")
+    ui.wait_text("#exemplar-save-message", "Saved exemplar 1 of 'demo'")
+    stored = exemplar_sets.find_exemplar_set(Settings(data_dir=ui.data_dir), "demo")
+    assert stored["exemplars"][0]["question"] == edited and stored["errors"] == 0
+
+
+def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
+    ui.open("Curriculum")
+    notes = "#curriculum-notes"
+    ui.wait_text(notes, "3 → 2 → 0, 300 steps in all")
+    ui.page.click("#preset-3-0")
+    assert "drops from 3 to 0 exemplars at once" in ui.wait_text(notes, "3 → 0, 200 steps")
+
+    steps = ui.page.locator("#preset-steps input[type=number]")
+    steps.fill("2")
+    steps.press("Enter")
+    ui.page.click("#preset-3-2-0")
+    told = ui.wait_text(notes, "3 → 2 → 0, 6 steps in all")
+    assert "premature termination" in told  # 2-step stages remove exemplars too fast
+    chart = ui.page.locator("#curriculum-chart .main-svg").first
+    chart.wait_for(timeout=30_000)
+    ui.wait_text("#curriculum-chart", "stage 3: 0")
+
+    ui.page.click("#adaptive input")
+    assert "averaged over its last 10 steps" in ui.wait_text(notes, "Adaptive: a stage ends")
+    ui.screenshot("curriculum-adaptive")
+    ui.page.click("#adaptive input")
+    ui.page.wait_for_function(
+        "() => !document.querySelector('#curriculum-notes').innerText.includes('Adaptive')")
+
+    ui.page.click("#add-stage")
+    ui.wait_text(notes, "3 → 3 → 2 → 0, 8 steps")
+    ui.page.click("#remove-stage")
+    ui.wait_text(notes, "3 → 2 → 0, 6 steps")
+    ui.screenshot("curriculum")
+
+
+def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model, tmp_path):
+    ui.open("Launch")
+    ui.wait_text("#launch-curriculum", "3 → 2 → 0 exemplars over 6 steps")
+    ui.page.click("#launch")
+    told = ui.wait_text("#launch-message", "was not launched")
+    assert "name:" in told
+
+    ui.page.fill("#run-name textarea", "tiny-demo")
+    assert ui.page.locator("#model-source input[value=folder]").is_checked()
+    assert ui.page.locator("#model-ref textarea").input_value() == tiny_model
+    for key, value in {"grpo-batch_size": "1", "grpo-group_size": "2",
+                       "grpo-max_response_tokens": "32", "grpo-max_turns": "1"}.items():
+        ui.page.fill(f"#setting-{key} input", value)
+    ui.page.click("#estimate")
+    ui.wait_text("#estimate-note", f"Counted with the tokenizer of {tiny_model}")
+    estimate = ui.table_rows("#stage-estimate")
+    assert [(r[1], r[2], r[4]) for r in estimate] == [("3", "2", "yes"), ("2", "2", "yes"),
+                                                      ("0", "2", "yes")], estimate
+    assert int(estimate[0][3]) > int(estimate[1][3]) > int(estimate[2][3]) > 0
+
+    ui.page.click("#save-yaml")
+    ui.wait_text("#yaml-message", "Saved the config of 'tiny-demo'")
+    link = ui.page.locator("#yaml-download a").first.get_attribute("href")
+    saved = yaml.safe_load(ui.page.request.get(link).text())
+    assert saved["name"] == "tiny-demo" and saved["model"] == tiny_model
+    assert saved["curriculum"]["stages"] == [{"exemplars": 3, "steps": 2},
+                                             {"exemplars": 2, "steps": 2},
+                                             {"exemplars": 0, "steps": 2}]
+
+    ui.page.click("#launch")
+    told = ui.wait_text("#launch-message", "Run #")
+    assert "'tiny-demo' is queued on the cpu queue (6 steps)" in told
+    settings = Settings(data_dir=ui.data_dir)
+    (run,) = runs.list_runs(settings)
+    config = run["config"]
+    assert config["model"] == tiny_model and config["data"]["exemplars"] == "demo"
+    assert [s["exemplars"] for s in config["curriculum"]["stages"]] == [3, 2, 0]
+    assert config["grpo"]["batch_size"] == 1 and config["grpo"]["max_turns"] == 1
+    ui.screenshot("launch")
+    if run["state"] in ("queued", "running"):
+        runs.cancel_run(settings, run["id"])
+
+    uploaded = dict(config, name="from-yaml",
+                    curriculum={"stages": [{"exemplars": 2, "steps": 5},
+                                           {"exemplars": 0, "steps": 5}]})
+    path = tmp_path / "from-yaml.yaml"
+    path.write_text(yaml.safe_dump(uploaded))
+    with ui.page.expect_file_chooser() as chooser:
+        ui.page.click("#load-yaml")
+    chooser.value.set_files(str(path))
+    ui.wait_text("#yaml-message", "Loaded 'from-yaml'")
+    assert ui.page.locator("#run-name textarea").input_value() == "from-yaml"
+    ui.wait_text("#launch-curriculum", "2 → 0 exemplars over 10 steps")
+    ui.open("Curriculum")
+    ui.wait_text("#curriculum-notes", "2 → 0, 10 steps in all")

@@ -1,0 +1,154 @@
+"""What the run pages draw, checked on their data: the live panels and the compare overlay
+(valid plotly, stage boundaries, warnings), the rollout viewer's spans and token table, and the
+compare page's config table."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+
+from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
+from frontend.pages.compare import DIFFERS, config_table
+from frontend.rollout_view import (
+    NOT_TRAINED,
+    PREFIX,
+    highlighted,
+    token_rows,
+    token_summary,
+    token_table,
+)
+from studio.services.run_history import config_differences
+
+ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
+         "acc": s / 20, "format": 0.5, "kl": 0.001 * s, "response_length": 100 + s,
+         "search_calls": 1.0, "masked_fraction": 0.3, "penalty_no_search": 0.1,
+         "penalty_missing_answer": 0.4} for s in range(12)]
+EVENTS = [
+    {"step": 0, "kind": "stage_change", "message": "stage 1", "data": {"to": 3}},
+    {"step": 4, "kind": "stage_change", "message": "stage 2", "data": {"from": 3, "to": 2}},
+    {"step": 8, "kind": "stage_change", "message": "stage 3", "data": {"from": 2, "to": 0}},
+    {"step": 10, "kind": "warning", "message": "search calls fell by 60%", "data": {}},
+    {"step": 5, "kind": "info", "message": "resumed", "data": {}},
+]
+
+
+def test_live_figure_is_valid_plotly_with_every_panel_and_penalty():
+    figure = live_figure(ROWS, EVENTS)
+    go.Figure(figure)  # raises on anything plotly does not accept
+    names = [t["name"] for t in figure["data"]]
+    assert names[:3] == ["total", "accuracy", "format"]
+    assert {"missing answer", "no search", "KL", "search calls", "masked"} <= set(names)
+    reward = figure["data"][0]
+    assert reward["x"] == list(range(12)) and reward["y"][-1] == 11 / 12
+    titles = [a["text"] for a in figure["layout"]["annotations"] if a.get("xref") == "paper"]
+    assert titles == [title for title, _ in LIVE_PANELS]
+
+
+def test_stage_boundaries_and_warnings_are_drawn_on_every_panel():
+    figure = live_figure(ROWS, EVENTS)
+    shapes = figure["layout"]["shapes"]
+    dotted = [s for s in shapes if s["line"].get("dash") == "dot"]
+    red = [s for s in shapes if s["line"]["color"] == "#dc2626"]
+    panels = len(LIVE_PANELS)
+    assert sorted({s["x0"] for s in dotted}) == [3.5, 7.5] and len(dotted) == 2 * panels
+    assert {s["x0"] for s in red} == {10} and len(red) == panels
+    labels = [a["text"] for a in figure["layout"]["annotations"] if a.get("xref") == "x"]
+    assert labels == ["3 ex.", "2 ex.", "0 ex."]
+    warning = next(t for t in figure["data"] if t["name"] == "warning")
+    assert warning["x"] == [10] and warning["hovertext"] == ["search calls fell by 60%"]
+
+
+def test_a_run_without_steps_draws_empty_panels():
+    figure = live_figure([], [])
+    go.Figure(figure)
+    assert all(t["x"] == [] for t in figure["data"])
+
+
+def test_plot_value_is_the_figure_as_plotly_json():
+    value = plot_value(live_figure(ROWS, EVENTS))
+    assert value.type == "plotly"
+    assert json.loads(value.plot)["data"][0]["name"] == "total"
+
+
+def test_compare_overlays_one_line_per_run_in_each_panel():
+    steps = [0, 1, 2]
+    series = {"reward_mean": [[0.1, 0.2, 0.3], [0.5, None, None]], "kl": [[0, 0, 0], [1, 1, None]]}
+    figure = compare_figure(["#1 a", "#2 b"], steps, series, [("reward_mean", "Reward"),
+                                                               ("kl", "KL")])
+    go.Figure(figure)
+    assert [(t["name"], t["xaxis"], t["showlegend"]) for t in figure["data"]] == [
+        ("#1 a", "x", True), ("#1 a", "x2", False), ("#2 b", "x", True), ("#2 b", "x2", False)]
+    assert figure["data"][0]["line"]["color"] == figure["data"][1]["line"]["color"]
+    assert figure["data"][2]["x"] == [0] and figure["data"][3]["y"] == [1, 1]
+
+
+def test_config_table_marks_the_settings_that_differ():
+    configs = [{"grpo": {"lr": 1e-6, "clip": 0.2}, "seed": 0,
+                "curriculum": {"stages": [{"exemplars": 3, "steps": 2}]}},
+               {"grpo": {"lr": 1e-5, "clip": 0.2}, "seed": 0, "queue": "gpu",
+                "curriculum": {"stages": [{"exemplars": 3, "steps": 2}]}}]
+    labels = ["#1 a · succeeded", "#2 b · running"]
+    differences = config_differences(configs)
+    frame = config_table(labels, configs, differences, only_differences=False).data
+    marked = dict(zip(frame["setting"], frame[""], strict=True))
+    assert marked == {"grpo.clip": "", "grpo.lr": DIFFERS, "queue": DIFFERS, "seed": "",
+                      "curriculum.stages": ""}
+    assert list(frame.columns) == ["", "setting", *labels]
+    assert list(frame["setting"])[:2] == ["grpo.lr", "queue"], "the differences come first"
+    rows = frame.set_index("setting")
+    assert rows.loc["queue"].tolist()[1:] == ["–", "gpu"]
+    assert rows.loc["curriculum.stages"].tolist()[1] == '[{"exemplars": 3, "steps": 2}]'
+    only = config_table(labels, configs, differences, only_differences=True).data
+    assert list(only["setting"]) == ["grpo.lr", "queue"]
+
+
+ROLLOUT = {
+    "id": 7, "step": 3, "group": 0, "sample": 1, "stage": 1, "exemplars": 2,
+    "question": "Where is Port Ondrell?", "golden_answers": ["Ondrell"], "reward": 0.8,
+    "advantage": -0.25,
+    "breakdown": {"acc": 1.0, "format": 0.85, "answer": "Ondrell",
+                  "penalties": {"no_search": 0.15}},
+    "segments": [
+        {"source": "prompt", "text": "<think>", "tokens": 0,
+         "parts": [{"kind": "think", "text": "<think>"}]},
+        {"source": "model", "text": "hm</think>\n<search>Ondrell</search>", "tokens": 9,
+         "parts": [{"kind": "think", "text": "hm</think>"}, {"kind": "text", "text": "\n"},
+                   {"kind": "search", "text": "<search>Ondrell</search>"}]},
+        {"source": "env", "text": "\n\n<information>Doc 1(Title: O) a port</information>\n\n",
+         "tokens": 14, "parts": [{"kind": "information",
+                                  "text": "\n\n<information>Doc 1(Title: O) a port"
+                                          "</information>\n\n"}]},
+        {"source": "model", "text": "<answer>Ondrell</answer>", "tokens": 5,
+         "parts": [{"kind": "answer", "text": "<answer>Ondrell</answer>"}]},
+    ],
+}
+
+
+def test_highlighted_spans_mark_the_environment_as_not_trained_on():
+    spans = highlighted(ROLLOUT)
+    assert "".join(text for text, _ in spans) == "".join(s["text"] for s in ROLLOUT["segments"])
+    assert [label for _, label in spans] == [PREFIX, "think", None, "search", NOT_TRAINED,
+                                             "answer"]
+
+
+def test_token_table_counts_each_segment_and_what_is_trained():
+    rows = token_rows(ROLLOUT)
+    assert [(r[1], r[3], r[4]) for r in rows] == [
+        ("assistant prefix (from the prompt)", 0, "no (prompt)"), ("model", 9, "yes"),
+        ("environment", 14, "no (masked)"), ("model", 5, "yes")]
+    assert rows[1][2] == "think, text, search"
+    summary = token_summary(ROLLOUT)
+    assert "28 response tokens" in summary and "14 written by the model" in summary
+    assert "14 inserted by the environment" in summary and "50%" in summary
+
+
+def test_token_table_renders_tags_as_code_and_escapes_pipes():
+    rollout = {**ROLLOUT, "segments": ROLLOUT["segments"] + [
+        {"source": "model", "text": "a | b", "tokens": 3, "parts": [{"kind": "text",
+                                                                    "text": "a | b"}]}]}
+    lines = token_table(rollout).splitlines()
+    assert lines[0] == "| # | written by | tags | tokens | trained on | text |"
+    assert len(lines) == 2 + len(rollout["segments"])
+    assert lines[3] == "| 2 | model | think, text, search | 9 | yes | `hm</think> <search>Ondrell</search>` |"
+    assert lines[-1].endswith("| a \\| b |")

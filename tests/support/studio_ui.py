@@ -1,0 +1,93 @@
+"""A live `studio up` on a temporary data directory, logged in from Chromium, for page tests.
+
+One studio and one page per test module keeps the browser tests' wall time
+down; tests then drive the pages in order, as a user would. Screenshots go
+to `artifacts/screenshots/` (ignored by git, kept by CI).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from playwright.sync_api import Page
+
+from tests.conftest import free_port
+from tests.support.browser import chromium
+from tests.support.processes import start_studio, stop, studio_env, wait_for
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+
+@dataclass
+class StudioUI:
+    page: Page
+    base: str
+    data_dir: Path
+    log: Path
+
+    def open(self, tab: str) -> None:
+        self.page.get_by_role("tab", name=tab, exact=True).click()
+
+    def wait_text(self, selector: str, text: str, timeout: float = 30) -> str:
+        """Wait until the element's visible text contains `text`; return that text."""
+        self.page.wait_for_function(
+            "([s, t]) => { const e = document.querySelector(s); "
+            "return e && e.innerText.includes(t); }", arg=[selector, text],
+            timeout=timeout * 1000)
+        return self.page.locator(selector).inner_text()
+
+    def wait_value(self, selector: str, text: str, timeout: float = 30) -> str:
+        """Wait until a textbox's value contains `text`; return the value."""
+        self.page.wait_for_function(
+            "([s, t]) => { const e = document.querySelector(s); "
+            "return e && e.value.includes(t); }", arg=[selector, text], timeout=timeout * 1000)
+        return self.page.locator(selector).input_value()
+
+    def table_rows(self, selector: str) -> list[list[str]]:
+        """The body rows of a gr.Dataframe, each a list of cell texts."""
+        return self.page.evaluate(
+            "(s) => Array.from(document.querySelectorAll(s + ' [role=row]'))"
+            ".map(r => Array.from(r.querySelectorAll('[role=gridcell]'))"
+            ".map(c => c.innerText.trim())).filter(cells => cells.length)", selector)
+
+    def choose(self, dropdown: str, option: str) -> None:
+        """Pick `option` in the gr.Dropdown with elem_id `dropdown` (a '#id' selector)."""
+        self.page.click(f"{dropdown} input")
+        self.page.get_by_role("option", name=option, exact=True).click()
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@contextmanager
+def studio_in_browser(tmp_path: Path, **settings: str) -> Iterator[StudioUI]:
+    """`studio up` (web app + worker) on `tmp_path/data`, and a page logged in as the admin.
+
+    `settings` are STUDIO_* settings for the studio, e.g. `default_model=<tiny model folder>`.
+    """
+    port, log = free_port(), tmp_path / "up.log"
+    env = studio_env(tmp_path / "data", heartbeat_seconds="1", **settings)
+    up = start_studio(["up", "--port", str(port)], env, log)
+    try:
+        wait_for(lambda: "is serving" in log.read_text() or up.poll() is not None, 120,
+                 "studio up to serve")
+        assert up.poll() is None, log.read_text()
+        password = re.search(r"password:\s+(\S+)", log.read_text()).group(1)
+        base = f"http://127.0.0.1:{port}"
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{base}/")
+            page.get_by_label("username").fill("admin")
+            page.get_by_label("password").fill(password)
+            page.get_by_role("button", name="Login").click()
+            page.wait_for_selector("text=ICRL Studio", timeout=30_000)
+            yield StudioUI(page, base, tmp_path / "data", log)
+    finally:
+        stop(up)

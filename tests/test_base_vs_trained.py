@@ -1,0 +1,79 @@
+"""Evaluating a run against its base model: both queued per QA set under one protocol, names
+checked before anything is queued, and the newest pair of figures per set read back."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.db import session_scope
+from studio.services import evaluations
+from studio.services.demo import load_demo_pack
+from studio.services.errors import InvalidInput, NotFound
+from studio.tables import Run, RunState
+from tests.support.synthetic_runs import finished_run
+from tests.support.tiny_model import build_tiny_model
+
+
+@pytest.fixture
+def base_model(tmp_path):
+    return str(build_tiny_model(tmp_path / "tiny"))
+
+
+@pytest.fixture
+def run_id(settings, base_model):
+    load_demo_pack(settings, index_now=True)
+    config = {"name": "r", "model": base_model,
+              "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
+    return finished_run(settings, config, steps=4)
+
+
+def _give_checkpoint(settings, run_id):
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = session.get(Run, run_id)
+        run.checkpoint_dir = f"runs/{run_id}/checkpoints/step-4"
+        session.add(run)
+
+
+def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id, base_model):
+    with pytest.raises(InvalidInput, match="no checkpoint yet"):
+        evaluations.evaluate_base_and_trained(settings, run_id, ["demo"], start=False)
+    _give_checkpoint(settings, run_id)
+    with pytest.raises(NotFound, match="'nope'"):
+        evaluations.evaluate_base_and_trained(settings, run_id, ["demo", "nope"], start=False)
+    assert evaluations.list_evaluations(settings) == [], "nothing queued when a name is wrong"
+    with pytest.raises(InvalidInput, match="at least one QA set"):
+        evaluations.evaluate_base_and_trained(settings, run_id, [], start=False)
+
+    created = evaluations.evaluate_base_and_trained(
+        settings, run_id, ["demo"], limit=3, protocol={"max_turns": 2}, start=False)
+    base, trained = created
+    assert base["model"] == base_model and base["run_id"] is None
+    assert trained["run_id"] == run_id and trained["model"].endswith("step-4")
+    for e in created:
+        assert e["params"]["protocol"] == {"max_turns": 2} and e["params"]["total"] == 3
+        assert e["params"]["corpus"] == "demo"
+
+
+def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, run_id):
+    _give_checkpoint(settings, run_id)
+    assert evaluations.base_vs_trained(settings, run_id) == []
+    old_base, old_trained = evaluations.evaluate_base_and_trained(settings, run_id, ["demo"],
+                                                                  start=False)
+    base, trained = evaluations.evaluate_base_and_trained(settings, run_id, ["demo"],
+                                                          start=False)
+    evaluations.update_evaluation(settings, base["id"], state=RunState.succeeded,
+                                  metrics={"em": 0.1})
+    evaluations.update_evaluation(settings, trained["id"], state=RunState.running,
+                                  progress=(1, 50))
+    other_base = evaluations.create_evaluation(settings, qa_set="demo", corpus="demo",
+                                               model="another/model", start=False)
+
+    (row,) = evaluations.base_vs_trained(settings, run_id)
+    assert row["qa_set"] == "demo"
+    assert row["base"]["id"] == base["id"] and row["base"]["metrics"] == {"em": 0.1}
+    assert row["trained"]["id"] == trained["id"]
+    assert row["trained"]["params"]["done"] == 1
+    assert {old_base["id"], old_trained["id"], other_base["id"]}.isdisjoint(
+        {row["base"]["id"], row["trained"]["id"]})
+    (other,) = evaluations.base_vs_trained(settings, run_id, base_model="another/model")
+    assert other["base"]["id"] == other_base["id"]

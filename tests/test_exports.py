@@ -1,0 +1,307 @@
+"""Exports end to end on a tiny trained run: the folder loads and generates, the zip downloads,
+the Hub push goes through huggingface_hub to a local Hub on 127.0.0.1 (tests/support/hub_server),
+with retries, clear failures and retryable exports that are never half-written."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from fastapi.testclient import TestClient
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from studio import db
+from studio.api.app import create_api
+from studio.run_config import parse_run_config
+from studio.services import corpora, evaluations, exports, runs
+from studio.services.auth import bootstrap_admin
+from studio.services.demo import load_demo_pack
+from studio.services.errors import Conflict, InvalidInput
+from studio.settings import Settings
+from studio.tables import RunState
+from tests.support.hub_server import LocalHub
+from tests.support.processes import run_studio, studio_env
+from tests.support.tiny_model import build_tiny_model
+from worker import export as export_job
+from worker import hub as hub_push
+from worker.engines.native.trainer import Trainer
+from worker.evaluation import run_evaluation
+
+TOKEN = "hf_studioTestToken0123456789abcdef"
+
+
+def trained_studio(data_dir: Path, database_url: str | None = None) -> tuple[Settings, int, Path]:
+    """A migrated studio with the demo pack, a tiny model, a 2-step run (checkpoints after
+    steps 1 and 2) and evaluations of the base model and the run."""
+    settings = Settings(data_dir=data_dir, database_url=database_url)
+    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade(settings.sqlalchemy_url)
+    load_demo_pack(settings, index_now=True)
+    model = build_tiny_model(data_dir / "tiny-base")
+    config = {
+        "name": "tiny export", "model": str(model),
+        "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
+        "curriculum": {"stages": [{"exemplars": 2, "steps": 1}, {"exemplars": 0, "steps": 1}]},
+        "grpo": {"steps": 2, "batch_size": 2, "group_size": 2, "lr": 1e-3, "max_turns": 1,
+                 "max_turn_tokens": 8, "max_response_tokens": 24, "max_obs_tokens": 16,
+                 "micro_batch_size": 2},
+        "engine": {"checkpoint_every": 1},
+    }
+    run_id = runs.create_run(settings, config, start=False)["id"]
+    Trainer(settings, run_id).run()
+    runs.finish_run(settings, run_id, RunState.succeeded)
+    protocol = {"max_turns": 1, "max_turn_tokens": 8, "max_response_tokens": 16}
+    for source in ({"model": str(model), "corpus": "demo"}, {"run_id": run_id}):
+        evaluation = evaluations.create_evaluation(settings, qa_set="demo", limit=2,
+                                                   protocol=protocol, start=False, **source)
+        run_evaluation(settings, evaluation["id"])
+    return settings, run_id, model
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory):
+    return trained_studio(tmp_path_factory.mktemp("exports") / "data")
+
+
+@pytest.fixture
+def local_hub(monkeypatch):
+    """The local Hub, with huggingface_hub pointed at it (HF_ENDPOINT, LFS instead of Xet)."""
+    import huggingface_hub.constants as hf_constants
+
+    with LocalHub({TOKEN: "alice", "hf_otherUser": "bob"}, orgs={"alice": {"icrl-team"}}) as hub:
+        monkeypatch.setattr(hf_constants, "ENDPOINT", hub.url)
+        monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+        monkeypatch.setattr(hub_push, "BACKOFF_S", 0.05)
+        yield hub
+
+
+def export_now(settings, run_id, token=None, **request) -> dict:
+    """Create an export and run its job here, as a worker would."""
+    created = exports.create_export(settings, run_id, token=token, start=False, **request)
+    return export_job.run_export(settings, created["id"])
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_loads_and_generates(folder: Path, checkpoint: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    reference = AutoModelForCausalLM.from_pretrained(checkpoint)
+    ids = tokenizer("<search>capital of France</search>", return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**ids).logits, reference(**ids).logits)
+        out = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1]
+    assert isinstance(tokenizer.decode(out[0]), str)
+
+
+def test_a_folder_export_loads_with_transformers_and_generates(studio):
+    settings, run_id, _ = studio
+    done = export_now(settings, run_id, target="folder")
+    assert done["state"] == RunState.succeeded, done["error"]
+    assert done["progress"] == 1.0 and done["step"] == 2
+    folder = settings.resolved_data_dir / done["location"]
+    assert folder == exports.export_folder(settings, done["id"])
+    names = set(folder_files(folder))
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json", "README.md", "reward_curves.png", "run.yaml"} <= names
+    assert not any(n.endswith((".pt", ".bin")) or "trainer_state" in n for n in names)
+    checkpoint = settings.resolved_data_dir / "runs" / str(run_id) / "checkpoints" / "step-2"
+    assert_loads_and_generates(folder, checkpoint)
+
+    stored = runs.get_run(settings, run_id)["config"]
+    assert parse_run_config((folder / "run.yaml").read_text()).model_dump(mode="json") == stored
+    assert (folder / "reward_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(exports.exports_root(settings).glob(".*partial"))
+
+
+def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(studio):
+    settings, run_id, model = studio
+    card = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card",
+                                         headers=auth(settings)).json()
+    text = card["markdown"]
+    front = yaml.safe_load(text.split("---")[1])
+    assert front["library_name"] == "transformers" and "icrl" in front["tags"]
+    assert "base_model" not in front  # a local folder is not a Hub id
+    assert str(model) not in text  # nor does a local path go public
+    assert card["step"] == 2 and card["has_reward_curves"]
+    corpus = corpora.find_corpus(settings, "demo")
+    for expected in ("# tiny export", "## Training data",
+                     f"`demo`: {corpus['num_documents']} documents, {corpus['num_passages']} passages",
+                     "| 1 | 2 | 1 |", "| 2 | 0 | 1 |", "| grpo.lr | 0.001 |",
+                     "![reward curves](reward_curves.png)", "## Intended use and limits",
+                     "| demo | base (local model tiny-base) | 2 |",
+                     "| demo | this model (after 2 steps) | 2 |"):
+        assert expected in text, expected
+    png = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card/reward-curves.png",
+                                        headers=auth(settings))
+    assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
+
+
+def api(settings):
+    return create_api(settings)
+
+
+def auth(settings) -> dict:
+    """A bearer header for the studio's admin (created once per data directory)."""
+    path = settings.resolved_data_dir / "api-token.txt"
+    if not path.exists():
+        with db.session_scope(settings.sqlalchemy_url) as session:
+            path.write_text(bootstrap_admin(session).token)
+    return {"Authorization": f"Bearer {path.read_text()}"}
+
+
+def test_a_zip_export_downloads_through_the_api_and_loads(studio, tmp_path):
+    settings, run_id, _ = studio
+    client, headers = TestClient(api(settings)), auth(settings)
+    created = client.post(f"/api/v1/runs/{run_id}/exports", json={"target": "zip", "step": 1},
+                          headers=headers)
+    assert created.status_code == 201, created.text
+    export_id = created.json()["id"]
+    early = client.get(f"/api/v1/exports/{export_id}/download", headers=headers)
+    assert early.status_code == 409 and "queued" in early.json()["detail"]
+    export_job.run_export(settings, export_id)  # what the worker does with the queued task
+
+    done = client.get(f"/api/v1/exports/{export_id}", headers=headers).json()
+    assert done["state"] == "succeeded" and done["step"] == 1, done
+    assert not exports.export_folder(settings, export_id).exists()  # the zip is the export
+    response = client.get(f"/api/v1/exports/{export_id}/download", headers=headers)
+    assert response.status_code == 200
+    assert 'filename="tiny-export-step-1.zip"' in response.headers["content-disposition"]
+    with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+        assert archive.testzip() is None
+        archive.extractall(tmp_path)
+    folder = tmp_path / "tiny-export-step-1"
+    assert_loads_and_generates(folder, settings.resolved_data_dir / "runs" / str(run_id)
+                               / "checkpoints" / "step-1")
+    listed = client.get(f"/api/v1/exports?run_id={run_id}", headers=headers).json()
+    assert export_id in [e["id"] for e in listed]
+
+
+def test_bad_requests_answer_4xx_naming_the_field(studio):
+    settings, run_id, _ = studio
+    client, headers = TestClient(api(settings)), auth(settings)
+    cases = [({"target": "hub", "repo_id": "alice/model"}, 422, "token:"),
+             ({"target": "hub", "repo_id": "not a repo", "token": TOKEN}, 422, "repo_id:"),
+             ({"target": "folder", "step": 7}, 422, "after steps 1, 2"),
+             ({"target": "tarball"}, 422, "target"),
+             ({"target": "hub", "repo_id": "alice/m", "token": [TOKEN]}, 422, "token: give")]
+    for body, status, words in cases:
+        response = client.post(f"/api/v1/runs/{run_id}/exports", json=body, headers=headers)
+        assert response.status_code == status and words in response.text, (body, response.text)
+        assert TOKEN not in response.text
+    assert client.post("/api/v1/runs/999/exports", json={}, headers=headers).status_code == 404
+    folder = exports.create_export(settings, run_id, target="folder", start=False)
+    response = client.get(f"/api/v1/exports/{folder['id']}/download", headers=headers)
+    assert response.status_code == 409 and "target zip" in response.json()["detail"]
+    response = client.post(f"/api/v1/exports/{folder['id']}/retry", headers=headers)
+    assert response.status_code == 409 and "only a failed export" in response.json()["detail"]
+
+
+def test_a_push_creates_the_repo_and_uploads_every_file_intact(studio, local_hub):
+    settings, run_id, _ = studio
+    created = exports.create_export(settings, run_id, target="hub", repo_id="icrl-team/tiny",
+                                    private=True, token=TOKEN, start=False)
+    token_file = settings.resolved_data_dir / "secrets" / "export-tokens" / str(created["id"])
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    done = export_job.run_export(settings, created["id"])
+    assert done["state"] == RunState.succeeded, done["error"]
+    assert done["location"] == f"{local_hub.url}/icrl-team/tiny"
+    repo = local_hub.repos["icrl-team/tiny"]
+    assert repo.private and len(repo.commits) == 1
+    assert repo.files == folder_files(exports.export_folder(settings, created["id"]))
+    assert local_hub.tokens_seen == {TOKEN}
+    assert not token_file.exists()
+    assert TOKEN not in json.dumps(exports.list_exports(settings))
+
+
+def test_transient_hub_failures_are_retried(studio, local_hub):
+    settings, run_id, _ = studio
+    local_hub.fail("POST", r"^/api/repos/create$", 500)
+    local_hub.fail("POST", r"/commit/", 503)
+    done = export_now(settings, run_id, token=TOKEN, target="hub", repo_id="alice/retried")
+    assert done["state"] == RunState.succeeded, done["error"]
+    statuses = [(m, s) for m, p, s in local_hub.requests if p == "/api/repos/create"]
+    assert statuses == [("POST", 500), ("POST", 200), ("POST", 409)]  # the retry re-creates
+    assert len(local_hub.repos["alice/retried"].commits) == 1
+
+
+def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(studio, local_hub):
+    settings, run_id, _ = studio
+    done = export_now(settings, run_id, token="hf_revoked", target="hub", repo_id="alice/later")
+    assert done["state"] == RunState.failed and done["retryable"]
+    assert "refused the token (401" in done["error"], done["error"]
+    assert len([p for _, p, _ in local_hub.requests if p == "/api/repos/create"]) == 1
+    assert exports.export_folder(settings, done["id"]).is_dir()  # built once, kept for retry
+    with pytest.raises(InvalidInput, match="token"):
+        exports.retry_export(settings, done["id"], start=False)
+    retried = TestClient(api(settings)).post(f"/api/v1/exports/{done['id']}/retry",
+                                             json={"token": TOKEN}, headers=auth(settings))
+    assert retried.status_code == 200 and retried.json()["state"] == "queued"
+    assert TOKEN not in retried.text
+    again = export_job.run_export(settings, done["id"])  # the worker's part, run here
+    assert again["state"] == RunState.succeeded and again["error"] is None
+    assert "alice/later" in local_hub.repos
+    with pytest.raises(Conflict):
+        exports.retry_export(settings, done["id"], token=TOKEN, start=False)
+
+
+@pytest.mark.parametrize(("repo_id", "words"), [
+    ("bob-corp/model", "may not write to 'bob-corp/model' (403"),
+])
+def test_missing_rights_fail_with_what_to_do(studio, local_hub, repo_id, words):
+    settings, run_id, _ = studio
+    done = export_now(settings, run_id, token=TOKEN, target="hub", repo_id=repo_id)
+    assert done["state"] == RunState.failed and words in done["error"], done["error"]
+
+
+def test_a_hub_that_keeps_failing_gives_up_after_bounded_attempts(studio, local_hub):
+    settings, run_id, _ = studio
+    local_hub.fail("POST", r"^/api/repos/create$", 502, times=100)
+    done = export_now(settings, run_id, token=TOKEN, target="hub", repo_id="alice/down")
+    assert done["state"] == RunState.failed and done["retryable"]
+    assert f"gave up after {hub_push.ATTEMPTS} attempts" in done["error"], done["error"]
+    assert len([p for _, p, _ in local_hub.requests if p == "/api/repos/create"]) \
+        == hub_push.ATTEMPTS
+
+
+def test_a_failure_mid_way_leaves_no_half_written_export(studio, monkeypatch):
+    settings, run_id, _ = studio
+    real_zip = export_job.zip_folder
+
+    def disk_full(folder, target, arcroot, on_progress):
+        target.write_bytes(b"PK half a zip")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export_job, "zip_folder", disk_full)
+    done = export_now(settings, run_id, target="zip")
+    assert done["state"] == RunState.failed and "No space left" in done["error"]
+    root = exports.exports_root(settings)
+    assert not list(root.glob(f".{done['id']}*")) and not exports.export_zip(
+        settings, done["id"]).exists()
+    monkeypatch.setattr(export_job, "zip_folder", real_zip)
+    exports.retry_export(settings, done["id"], start=False)
+    again = export_job.run_export(settings, done["id"])
+    assert again["state"] == RunState.succeeded
+    with zipfile.ZipFile(exports.export_zip(settings, done["id"])) as archive:
+        assert archive.testzip() is None
+
+
+def test_the_cli_refuses_a_push_without_a_token_and_a_bad_target(studio):
+    settings, run_id, _ = studio
+    env = studio_env(settings.resolved_data_dir)
+    env.pop("HF_TOKEN", None)
+    no_token = run_studio(["export", str(run_id), "--to", "hub", "--repo-id", "alice/x",
+                           "--token-env", "NO_SUCH_VARIABLE"], env)
+    assert no_token.returncode == 2
+    assert "--token-env: set NO_SUCH_VARIABLE" in no_token.stderr
+    bad = run_studio(["export", str(run_id), "--to", "tarball"], env)
+    assert bad.returncode == 2 and "target: 'tarball' is not one of" in bad.stderr

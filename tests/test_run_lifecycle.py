@@ -1,0 +1,308 @@
+"""The run lifecycle through the services and the API: heartbeats that turn a dead worker's
+run interrupted, attempts that fence every state change, resume, queue positions, delete,
+and the checks (with a prompt-length estimate per stage) that run before anything is queued.
+Real SQLite and PostgreSQL and the embedded broker; the process tests start real workers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+from sqlmodel import select
+
+from frontend.server import create_app
+from studio import db
+from studio.services import auth, evaluations, exports, run_validation, runs
+from studio.services.demo import load_demo_pack
+from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.settings import Settings
+from studio.tables import (
+    Evaluation,
+    Export,
+    Rollout,
+    Run,
+    RunEvent,
+    RunMetric,
+    RunState,
+    utcnow,
+)
+from tests.engines.test_trainer import CrashingTrainer, _Crash, tiny_config
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native.trainer import Trainer, build_step_prompts, load_training_data
+from worker.evaluation import run_evaluation
+from worker.export import run_export
+from worker.training_process import DeviceSlots
+
+
+@pytest.fixture
+def studio(any_db_url, tmp_path):
+    """A migrated studio on SQLite or PostgreSQL with the demo pack and a tiny model."""
+    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url, heartbeat_seconds=1)
+    settings.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(settings.sqlalchemy_url)
+    load_demo_pack(settings, index_now=True)
+    return settings, build_tiny_model(tmp_path / "tiny")
+
+
+class CrashAfterFirstStep(CrashingTrainer):
+    crash_after = 0
+
+
+def _age_heartbeat(settings, run_id: int, seconds: float) -> None:
+    """Make the run's last heartbeat `seconds` old (what a dead worker leaves behind)."""
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        session.exec(update(Run).where(Run.id == run_id)
+                     .values(heartbeat_at=utcnow() - timedelta(seconds=seconds)))
+
+
+# --- heartbeats and attempts ------------------------------------------------------------------
+
+
+def test_a_running_run_without_heartbeats_becomes_interrupted_and_its_attempt_is_fenced(studio):
+    settings, model = studio
+    dead = runs.create_run(settings, tiny_config(model), start=False)
+    alive = runs.create_run(settings, {**tiny_config(model), "name": "alive"}, start=False)
+    assert runs.claim_run(settings, dead["id"], 1, "cpu@gone")
+    assert runs.claim_run(settings, alive["id"], 1, "cpu@here")
+    assert not runs.claim_run(settings, alive["id"], 1, "cpu@other"), "one attempt, one worker"
+
+    _age_heartbeat(settings, dead["id"], 2.5)  # under three periods of 1 s: still alive
+    assert runs.get_run(settings, dead["id"])["state"] == RunState.running
+    _age_heartbeat(settings, dead["id"], 3.5)
+    assert runs.keep_alive(settings, alive["id"], 1, 4242)
+
+    listed = {r["id"]: r for r in runs.list_runs(settings)}  # reading the runs reaps them
+    assert listed[dead["id"]]["state"] == RunState.interrupted
+    assert "no heartbeat from worker cpu@gone for 3 s" in listed[dead["id"]]["error"]
+    assert f"studio run resume {dead['id']}" in listed[dead["id"]]["error"]
+    assert listed[alive["id"]]["state"] == RunState.running
+
+    # whatever the dead attempt's task or process still tries, the run stays interrupted
+    assert not runs.keep_alive(settings, dead["id"], 1, 4242)
+    assert not runs.finish_run(settings, dead["id"], RunState.succeeded, attempt=1)
+    assert not runs.claim_run(settings, dead["id"], 1, "cpu@redelivered")
+    assert runs.get_run(settings, dead["id"])["state"] == RunState.interrupted
+    assert runs.reap_stale_runs(settings) == [], "reaping twice changes nothing"
+
+
+def test_a_trainer_of_a_superseded_attempt_writes_nothing(studio):
+    settings, model = studio
+    run = runs.create_run(settings, tiny_config(model, steps=2), start=False)
+    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    assert runs.interrupt_run(settings, run["id"], 1, "its worker died")
+    from worker.engines.native.trainer import RunStopped
+
+    with pytest.raises(RunStopped, match="interrupted at attempt 1"):
+        Trainer(settings, run["id"], attempt=1).run()
+    assert runs.run_metrics(settings, run["id"]) == []
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
+    settings, model = studio
+    config = tiny_config(model, steps=4)
+    config["engine"]["checkpoint_every"] = 2
+    run = runs.create_run(settings, config)
+    with pytest.raises(Conflict, match="is queued; only an interrupted, failed or cancelled"):
+        runs.resume_run(settings, run["id"])
+
+    # attempt 1 writes steps 0-2 (a checkpoint after 2) and dies with its worker
+    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    with pytest.raises(_Crash):
+        CrashingTrainer(settings, run["id"], attempt=1).run()
+    with pytest.raises(Conflict, match="is running"):
+        runs.resume_run(settings, run["id"])
+    _age_heartbeat(settings, run["id"], 60)
+    assert runs.get_run(settings, run["id"])["state"] == RunState.interrupted
+    assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1, 2]
+
+    resumed = runs.resume_run(settings, run["id"])
+    assert (resumed["state"], resumed["attempt"], resumed["error"]) == ("queued", 2, None)
+    assert resumed["queue_position"] == 1
+    assert not runs.claim_run(settings, run["id"], 1, "cpu@redelivered"), "old attempt's message"
+    assert runs.claim_run(settings, run["id"], 2, "cpu@b")
+    Trainer(settings, run["id"], attempt=2).run()
+    assert runs.finish_run(settings, run["id"], RunState.succeeded, attempt=2)
+
+    assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1, 2, 3]
+    assert any(e["message"] == "resumed from the checkpoint after step 2"
+               for e in runs.run_events(settings, run["id"]))
+    with pytest.raises(Conflict, match="finished all its steps"):
+        runs.resume_run(settings, run["id"])
+
+
+def test_a_run_resumed_before_its_first_checkpoint_starts_over_cleanly(studio):
+    settings, model = studio
+    config = tiny_config(model, steps=2)
+    config["engine"]["checkpoint_every"] = 5
+    run = runs.create_run(settings, config, start=False)
+    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    with pytest.raises(_Crash):
+        CrashAfterFirstStep(settings, run["id"], attempt=1).run()  # no checkpoint yet
+    runs.cancel_run(settings, run["id"])
+    assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0]
+
+    runs.resume_run(settings, run["id"])
+    assert runs.claim_run(settings, run["id"], 2, "cpu@b")
+    Trainer(settings, run["id"], attempt=2).run()
+    assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1]
+    assert [e["step"] for e in runs.run_events(settings, run["id"])
+            if e["kind"] == "stage_change"] == [0, 1], "step 0's rows were written once"
+
+
+# --- the queue --------------------------------------------------------------------------------
+
+
+def test_queue_positions_follow_each_queue_in_order(studio):
+    settings, model = studio
+    cpu = [runs.create_run(settings, {**tiny_config(model), "name": f"cpu-{i}"})["id"]
+           for i in range(3)]
+    gpu = runs.create_run(settings, {**tiny_config(model), "name": "gpu", "queue": "gpu"})
+
+    def positions():
+        return {r["id"]: r["queue_position"] for r in runs.list_runs(settings)}
+
+    assert positions() == {cpu[0]: 1, cpu[1]: 2, cpu[2]: 3, gpu["id"]: 1}
+    assert runs.claim_run(settings, cpu[0], 1, "cpu@a")
+    runs.cancel_run(settings, cpu[1])
+    assert positions() == {cpu[0]: None, cpu[1]: None, cpu[2]: 1, gpu["id"]: 1}
+    runs.resume_run(settings, cpu[1])  # queued again: behind the runs already waiting
+    assert positions() == {cpu[0]: None, cpu[1]: 2, cpu[2]: 1, gpu["id"]: 1}
+    assert runs.get_run(settings, cpu[1])["queue_position"] == 2
+
+
+def test_a_gpu_worker_lends_each_gpu_to_one_job():
+    slots = DeviceSlots(["0", "1"])
+    with slots.take() as first, slots.take() as second:
+        assert {first, second} == {"0", "1"}
+        with slots.take() as third:
+            assert third is None
+    with slots.take() as again:
+        assert again in ("0", "1")
+
+
+# --- delete -----------------------------------------------------------------------------------
+
+
+def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(studio):
+    settings, model = studio
+    run = runs.create_run(settings, tiny_config(model, steps=1), start=False)
+    with pytest.raises(Conflict, match="is queued; cancel it first"):
+        runs.delete_run(settings, run["id"])
+    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    with pytest.raises(Conflict, match="is running; cancel it first"):
+        runs.delete_run(settings, run["id"])
+    Trainer(settings, run["id"], attempt=1).run()
+    runs.finish_run(settings, run["id"], RunState.succeeded, attempt=1)
+    evaluation = evaluations.create_evaluation(settings, qa_set="demo", run_id=run["id"],
+                                               limit=1, protocol={"max_turns": 1,
+                                                                  "max_turn_tokens": 4},
+                                               start=False)
+    run_evaluation(settings, evaluation["id"])
+    records = evaluations.evaluation_records_path(settings, evaluation["id"])
+    export = exports.create_export(settings, run["id"], target="zip", start=False)
+    run_export(settings, export["id"])
+    exported = exports.export_zip(settings, export["id"])
+    folder = runs.run_dir(settings, run["id"])
+    assert records.exists() and exported.exists()
+    assert (folder / "checkpoints" / "step-1").is_dir()
+
+    runs.delete_run(settings, run["id"])
+    with pytest.raises(NotFound):
+        runs.get_run(settings, run["id"])
+    assert not folder.exists() and not records.exists() and not exported.exists()
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        for table in (RunMetric, RunEvent, Rollout, Evaluation, Export):
+            assert session.exec(select(table).where(table.run_id == run["id"])).all() == []
+
+
+# --- validation before anything is queued ------------------------------------------------------
+
+
+def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
+    settings, model = studio
+    config = tiny_config(model)
+    report = run_validation.validate_run(settings, config)
+    assert [(s["stage"], s["exemplars"], s["steps"]) for s in report["stages"]] == [
+        (1, 2, 1), (2, 0, 2)]
+
+    parsed = run_validation.checked_config(settings, config)[0]
+    data = load_training_data(settings, parsed)
+    from studio.services.prompt_preview import cached_tokenizer
+
+    tokenizer = cached_tokenizer(str(model), str(settings.resolved_data_dir))
+    for stage in report["stages"]:
+        built = build_step_prompts(parsed, tokenizer, data, data.questions, stage["exemplars"], 0)
+        assert stage["prompt_tokens"] == max(len(ids) for ids in built.ids)
+        assert stage["max_prompt_tokens"] == 5000 and stage["cut"] is False
+    assert report["stages"][0]["prompt_tokens"] > report["stages"][1]["prompt_tokens"]
+    assert not any("max_prompt_tokens" in w for w in report["warnings"])
+
+
+def test_prompts_over_the_limit_warn_at_launch_and_are_cut_in_training(studio):
+    settings, model = studio
+    config = tiny_config(model, steps=1, max_prompt_tokens=300)
+    run = runs.create_run(settings, config, start=False)
+    first = run["stages"][0]
+    assert first["cut"] and first["prompt_tokens"] > 300
+    assert run["warnings"][0].startswith(
+        f"grpo.max_prompt_tokens: the first stage (2 exemplars) builds prompts of up to "
+        f"{first['prompt_tokens']} tokens, more than 300")
+    Trainer(settings, run["id"]).run()
+    step = runs.run_metrics(settings, run["id"])[0]
+    assert step["prompts_cut"] == 1.0 and step["prompt_tokens"] == 300
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"data": {"corpus": "nope", "train": "demo", "exemplars": "missing"}},
+     "data.corpus: 'nope' does not exist; upload it first; "
+     "data.exemplars: 'missing' does not exist; upload it first"),
+    ({"grpo": {"lr": -1, "group_size": 0}},
+     "grpo.group_size: Input should be greater than 0; grpo.lr: Input should be greater than 0"),
+    ({"curriculum": {"stages": [{"exemplars": 7, "steps": 2}, {"exemplars": 0, "steps": 1}]}},
+     "curriculum.stages[0].exemplars: 7 exemplars, but the set holds only 3"),
+    ({"model": "/no/such/model-folder"}, "model: No such model folder: /no/such/model-folder"),
+])
+def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, change, message):
+    settings, model = studio
+    with pytest.raises(InvalidInput) as refused:
+        runs.create_run(settings, {**tiny_config(model), **change})
+    assert str(refused.value).startswith(message)
+    assert runs.list_runs(settings) == []
+
+
+# --- the same through the API -------------------------------------------------------------------
+
+
+def test_the_api_validates_launches_resumes_and_deletes(studio):
+    settings, model = studio
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        headers = {"Authorization": f"Bearer {auth.bootstrap_admin(session).token}"}
+    with TestClient(create_app(settings)) as client:
+        def call(method, path, **kw):
+            return client.request(method, f"/api/v1{path}", headers=headers, **kw)
+
+        checked = call("POST", "/runs/validate", json=tiny_config(model, max_prompt_tokens=300))
+        assert checked.status_code == 200
+        assert checked.json()["stages"][0]["cut"] and checked.json()["total_steps"] == 3
+        assert call("GET", "/runs").json() == [], "validating stores nothing"
+
+        bad = call("POST", "/runs/validate", json={**tiny_config(model), "seed": "x"})
+        assert bad.status_code == 422 and bad.json()["detail"].startswith("seed: ")
+
+        launched = call("POST", "/runs", json=tiny_config(model, max_prompt_tokens=300))
+        assert launched.status_code == 201
+        run = launched.json()
+        assert run["queue_position"] == 1 and run["warnings"]
+        assert call("POST", f"/runs/{run['id']}/resume").status_code == 409
+        assert call("DELETE", f"/runs/{run['id']}").status_code == 409
+        assert call("POST", f"/runs/{run['id']}/cancel").json()["state"] == "cancelled"
+        resumed = call("POST", f"/runs/{run['id']}/resume").json()
+        assert (resumed["state"], resumed["attempt"]) == ("queued", 2)
+        call("POST", f"/runs/{run['id']}/cancel")
+        assert call("DELETE", f"/runs/{run['id']}").status_code == 204
+        assert call("GET", f"/runs/{run['id']}").status_code == 404

@@ -1,0 +1,234 @@
+"""Runs on real workers: a worker killed with SIGKILL mid-run (PostgreSQL + Redis), resume to
+the end, and the `studio run` / `studio eval` commands end to end (SQLite + embedded broker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+import redis
+import yaml
+
+from studio import db
+from studio.queue import make_celery
+from studio.services import runs
+from studio.settings import Settings
+from studio.tables import Run, RunState
+from tests.conftest import REDIS_URL
+from tests.engines.test_trainer import tiny_config
+from tests.support.processes import (
+    pid_alive,
+    run_studio,
+    running_worker,
+    start_studio,
+    stop,
+    studio_env,
+    wait_for,
+)
+from tests.support.tiny_model import build_tiny_model
+from tests.test_run_lifecycle import studio  # noqa: F401  (fixture)
+from worker.engines.native.trainer import latest_checkpoint
+
+
+def _row(settings, run_id: int) -> Run:
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        return session.get(Run, run_id)
+
+
+def _steps(settings, run_id: int) -> list[int]:
+    return [m["step"] for m in runs.run_metrics(settings, run_id)]
+
+
+def _forget_unacked(task_id: str) -> None:
+    """Drop the killed worker's unacknowledged message from Redis, so that no later worker on
+    this shared test database restores it when its visibility timeout ends."""
+    client = redis.Redis.from_url(REDIS_URL)
+    for tag, payload in client.hgetall("unacked").items():
+        if task_id.encode() in payload:
+            client.hdel("unacked", tag)
+            client.zrem("unacked_index", tag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("any_db_url", ["postgresql"], indirect=True)
+def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_finishes_it(
+        studio, tmp_path):  # noqa: F811
+    settings, model = studio
+    settings = settings.model_copy(update={"broker_url": REDIS_URL})
+    env = {"database_url": settings.database_url, "broker_url": REDIS_URL,
+           "heartbeat_seconds": "1"}
+    config = tiny_config(model, steps=8)
+    config["engine"]["checkpoint_every"] = 2
+
+    worker = start_studio(["worker", "--queues", "cpu"],
+                          studio_env(settings.resolved_data_dir, **env), tmp_path / "first.log")
+    try:
+        run_id = runs.create_run(settings, config)["id"]
+        wait_for(lambda: runs.get_run(settings, run_id)["current_step"] >= 3, 180, "three steps")
+        first = _row(settings, run_id)
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+    finally:
+        stop(worker)
+    try:
+        interrupted = wait_for(lambda: (r := runs.get_run(settings, run_id))["state"]
+                               == RunState.interrupted and r, 30, "the run to be interrupted")
+        assert f"its worker (pid {worker.pid}) died" in interrupted["error"]
+        wait_for(lambda: not pid_alive(first.pid), 30, "the orphaned training process to stop")
+        kept = _steps(settings, run_id)
+        assert len(kept) >= 3 and kept == list(range(len(kept))), "every written step is kept"
+        checkpoint = latest_checkpoint(runs.run_dir(settings, run_id))
+        assert checkpoint.step >= 2 and checkpoint.step % 2 == 0
+        assert _steps(settings, run_id) == kept, "nothing is written after the interruption"
+
+        with running_worker(settings.resolved_data_dir, tmp_path / "second.log", **env):
+            # the broker may deliver attempt 1's message again: it takes nothing over
+            redelivered = make_celery(settings).send_task(
+                runs.TRAIN_TASK, args=[run_id, 1], queue="cpu")
+            assert redelivered.get(timeout=120) == RunState.interrupted
+            assert runs.get_run(settings, run_id)["state"] == RunState.interrupted
+
+            assert runs.resume_run(settings, run_id)["attempt"] == 2
+            final = wait_for(lambda: (r := runs.get_run(settings, run_id))["state"]
+                             not in runs.ACTIVE_STATES and r, 240, "the resumed run to end")
+    finally:
+        _forget_unacked(first.task_id)
+    assert (final["state"], final["current_step"], final["attempt"]) == ("succeeded", 8, 2)
+    assert _steps(settings, run_id) == list(range(8)), "no step lost, none repeated"
+    assert f"resumed from the checkpoint after step {checkpoint.step}" in [
+        e["message"] for e in runs.run_events(settings, run_id)]
+    log = (runs.run_dir(settings, run_id) / "train.log").read_text()
+    assert "attempt 1 on cpu@" in log and "attempt 2 on cpu@" in log
+
+
+def _studio_cli(tmp_path):
+    data = tmp_path / "data"
+    env = studio_env(data, heartbeat_seconds="1")
+
+    def cli(*args: str, timeout: float = 300):
+        return run_studio(list(args), env, timeout=timeout)
+    return Settings(data_dir=data, heartbeat_seconds=1), cli
+
+
+def _error_line(done) -> str:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_the_run_and_eval_commands_end_to_end(tmp_path):
+    settings, cli = _studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0
+    assert cli("demo").returncode == 0
+    model = build_tiny_model(tmp_path / "tiny")
+    good = tmp_path / "run.yaml"
+    good.write_text(yaml.safe_dump(tiny_config(model, steps=3, max_prompt_tokens=300)))
+
+    # refused before anything is queued: one line naming the file and the field, exit code 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**tiny_config(model), "grpo": {"lr": -1}}))
+    assert _error_line(cli("run", "launch", str(bad))) == (
+        f"studio: error: {bad}: grpo.lr: Input should be greater than 0")
+    bad.write_text(yaml.safe_dump({**tiny_config(model), "data": {"corpus": "nowhere",
+                                                                  "train": "demo"}}))
+    assert _error_line(cli("run", "launch", str(bad))) == (
+        f"studio: error: {bad}: data.corpus: 'nowhere' does not exist; upload it first; "
+        "data.exemplars: the curriculum shows up to 2 exemplars per prompt; name an exemplar "
+        "set (or use stages of 0)")
+    bad.write_text("name: [unclosed\n")
+    assert "run config: not valid YAML" in _error_line(cli("run", "launch", str(bad)))
+    assert "cannot read it" in _error_line(cli("run", "launch", str(tmp_path / "none.yaml")))
+    assert runs.list_runs(settings) == []
+
+    assert _error_line(cli("eval", "--model", str(model), "--qa-set", "nope")) == (
+        "studio: error: --qa-set: QA set 'nope' does not exist")
+    assert _error_line(cli("eval", "--model", str(model), "--qa-set", "demo", "--corpus", "demo",
+                           "--queue", "tpu")) == (
+        "studio: error: queue: 'tpu' is not one of cpu, gpu")
+
+    checked = cli("run", "validate", str(good))
+    assert checked.returncode == 0
+    assert checked.stdout.startswith("stage 1: 2 exemplars, 1 steps, longest prompt ")
+    assert "warning: grpo.max_prompt_tokens: the first stage (2 exemplars)" in checked.stdout
+
+    with running_worker(settings.resolved_data_dir, tmp_path / "worker.log",
+                        heartbeat_seconds="1"):
+        launched = cli("run", "launch", str(good), "--wait")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        out = launched.stdout.splitlines()
+        assert out[0] == "run 1" and any(line.startswith("warning: ") for line in out)
+        assert any(line.startswith("step 3/3  stage 2 (0 exemplars)  reward ") for line in out)
+        assert out[-1] == "run 1 'tiny': succeeded"
+
+        evaluated = cli("eval", "--run", "1", "--qa-set", "demo", "--limit", "2",
+                        "--protocol", "max_turns=1", "--protocol", "max_turn_tokens=8", "--wait")
+        assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
+        table = evaluated.stdout.splitlines()[-2:]
+        assert table[0].split()[:4] == ["QA", "SET", "QUESTIONS", "EM"]
+        assert table[1].split()[:2] == ["demo", "2"]
+
+        # cancel keeps what the run wrote; resume continues from its latest checkpoint
+        long = tmp_path / "long.yaml"
+        config = {**tiny_config(model, steps=500), "name": "long"}
+        config["engine"]["checkpoint_every"] = 2
+        long.write_text(yaml.safe_dump(config))
+        assert cli("run", "launch", str(long)).stdout.splitlines()[0] == "run 2"
+        wait_for(lambda: runs.get_run(settings, 2)["current_step"] >= 3, 180, "three steps")
+        pid = _row(settings, 2).pid
+        cancelled = cli("run", "cancel", "2")
+        assert cancelled.stdout.strip() == "run 2 'long': cancelled", cancelled.stderr
+        wait_for(lambda: _row(settings, 2).pid is None, 60, "the process group to be killed")
+        assert not pid_alive(pid)
+        kept = _steps(settings, 2)
+        assert len(kept) >= 3 and kept == list(range(len(kept)))
+        checkpoint = latest_checkpoint(runs.run_dir(settings, 2)).step
+        assert checkpoint >= 2
+        resumed = cli("run", "resume", "2")
+        assert resumed.stdout.startswith("run 2 'long': queued on the cpu queue, position 1")
+        wait_for(lambda: runs.get_run(settings, 2)["current_step"] > len(kept) + 1, 180,
+                 "the resumed run to pass the cancelled one")
+        assert cli("run", "cancel", "2").returncode == 0
+        wait_for(lambda: _row(settings, 2).pid is None, 60, "the process group to be killed")
+        assert f"resumed from the checkpoint after step {checkpoint}" in [
+            e["message"] for e in runs.run_events(settings, 2)]
+        resumed_steps = _steps(settings, 2)
+        assert resumed_steps == list(range(len(resumed_steps))), "each step once"
+
+        broken = shutil.copytree(model, tmp_path / "broken")
+        (broken / "model.safetensors").write_bytes(b"not weights")
+        failing = tmp_path / "failing.yaml"
+        failing.write_text(yaml.safe_dump({**tiny_config(broken), "name": "failing"}))
+        failed = cli("run", "launch", str(failing), "--wait")
+        assert failed.returncode == 1
+        assert failed.stdout.splitlines()[-1].startswith(
+            "run 3 'failing': failed: ModelNotAvailable: Cannot load")
+
+    listed = cli("run", "list").stdout.splitlines()
+    assert listed[0].split() == ["ID", "NAME", "STATE", "STEP", "QUEUE", "BACKEND", "CREATED",
+                                 "(UTC)"]
+    assert [line.split()[:5] for line in listed[1:]] == [
+        ["3", "failing", "failed", "0/3", "cpu"],
+        ["2", "long", "cancelled", f"{len(resumed_steps)}/500", "cpu"],
+        ["1", "tiny", "succeeded", "3/3", "cpu"]]
+    shown = json.loads(cli("run", "show", "2", "--json").stdout)
+    assert (shown["state"], shown["attempt"], shown["queue_position"]) == ("cancelled", 2, None)
+    assert shown["config"]["grpo"]["steps"] == 500
+    assert cli("run", "show", "2").stdout.startswith("run 2 'long': cancelled")
+    assert _error_line(cli("run", "resume", "1")) == (
+        "studio: error: run 1 has finished all its steps; only an interrupted, failed or "
+        "cancelled run can be resumed")
+    assert _error_line(cli("run", "show", "99")) == "studio: error: run 99 does not exist"
+    assert cli("run", "delete", "3").stdout.strip() == "run 3 deleted"
+    assert [r["id"] for r in runs.list_runs(settings)] == [2, 1]
+
+
+def test_a_gpu_worker_runs_at_most_one_job_per_gpu(tmp_path):
+    env = {**studio_env(tmp_path), "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert _error_line(run_studio(["worker", "--queues", "gpu", "--concurrency", "3"], env)) == (
+        "studio: error: --concurrency: 3 jobs at once, but this worker sees 2 GPU(s) (0, 1); "
+        "one job per GPU")

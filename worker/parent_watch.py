@@ -1,0 +1,41 @@
+"""A training process stops when the worker that spawned it is gone.
+
+The worker starts the training process in a session of its own (so that a
+cancel can kill the whole process group), which also means the process
+outlives a worker killed with SIGKILL. Left alone it would go on writing to a
+run the studio has marked interrupted, or race a resumed attempt. So it
+watches its parent: once re-parented (the worker died), it runs a last
+callback (mark its attempt interrupted) and kills its own process group.
+Everything it wrote before is kept: each step is one transaction and each
+checkpoint a rename, so dying between them loses nothing already written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+POLL_SECONDS = 0.5
+
+
+def watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> threading.Thread:
+    """Poll the parent pid from a daemon thread; when it is no longer `parent_pid`, call
+    `on_orphaned` and kill this process group (SIGKILL: no handler can keep it alive)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(POLL_SECONDS)
+        try:
+            on_orphaned()
+        except Exception as exc:  # the kill below matters more than the record
+            print(f"worker {parent_pid} is gone; not recorded: {exc}", file=sys.stderr)
+        finally:
+            sys.stderr.flush()
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
