@@ -144,7 +144,8 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
         i = r["sample"]  # the first group: responses 0 and 1
         assert r["group"] == 0 and r["question"] == GROUPS[0][0]
         assert r["golden_answers"] == GROUPS[0][1]
-        assert r["segments"] == rollout_segments(rollouts[i], prefix)
+        stored = [{k: v for k, v in seg.items() if k != "trained"} for seg in r["segments"]]
+        assert stored == rollout_segments(rollouts[i], prefix)  # the view adds `trained`
         assert r["reward"] == scores[i] == r["breakdown"]["score"]
         assert r["advantage"] == pytest.approx(group_advantages(scores, [0, 0, 1, 1])[i])
         assert r["exemplars"] == (1 if r["step"] == 0 else 0)
