@@ -44,3 +44,17 @@ def test_the_web_app_and_the_worker_do_not_import_verl():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
+
+
+def test_a_verl_job_takes_gpus_per_node_of_the_workers_gpus():
+    from studio.run_config import parse_run_config
+    from worker.training_process import gpus_wanted
+
+    def run(**config):
+        parsed = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, **config})
+        return {"backend": parsed.backend, "config": parsed.model_dump(mode="json")}
+
+    assert gpus_wanted(run()) == 1
+    assert gpus_wanted(run(backend="verl", verl={"gpus_per_node": 4})) == 4
+    assert gpus_wanted(run(backend="verl", verl={"gpus_per_node": 8, "nnodes": 2,
+                                                 "ray_address": "head:6379"})) == 0
