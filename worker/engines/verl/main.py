@@ -10,18 +10,17 @@ with its reason.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import sys
 import traceback
 
 from studio.db import session_scope
 from studio.run_config import RunConfig
-from studio.services.runs import finish_run, interrupt_run
+from studio.services.runs import finish_run
 from studio.settings import Settings, get_settings
 from studio.tables import Run, RunState
 from worker.engines.verl.preflight import LaunchError, preflight
-from worker.parent_watch import watch_parent
+from worker.parent_watch import start_training_process
 
 
 def _failed(settings: Settings, run_id: int, attempt: int, message: str) -> int:
@@ -31,14 +30,8 @@ def _failed(settings: Settings, run_id: int, attempt: int, message: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="worker.engines.verl.main")
-    parser.add_argument("run_id", type=int)
-    parser.add_argument("--attempt", type=int, required=True)
-    parser.add_argument("--parent-pid", type=int, required=True)
-    args = parser.parse_args(argv)
-    settings, run_id, attempt = get_settings(), args.run_id, args.attempt
-    watch_parent(args.parent_pid, lambda: interrupt_run(
-        settings, run_id, attempt, f"its worker (pid {args.parent_pid}) died while it trained"))
+    run_id, attempt = start_training_process("worker.engines.verl.main", argv)
+    settings = get_settings()
     with session_scope(settings.sqlalchemy_url) as session:
         config = RunConfig.model_validate(session.get(Run, run_id).config)
     try:
