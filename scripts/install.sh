@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev]"
+# --dev: the test tools and veRL without vLLM (its tests run on CPU; torch stays the CPU build).
+[ "${1:-}" = "--dev" ] && extras="[dev,verl-cpu]"
 
 quiet_pip() {
   # pip warns about every local index folder it cannot read; the rest is worth

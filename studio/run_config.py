@@ -8,12 +8,15 @@ except where the studio's small default model needs less (batch, lengths).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
+from studio.method.exemplars import Exemplar
+from studio.method.prompt import Prompt, PromptTemplate, build_prompt
 
 
 class _Strict(BaseModel):
@@ -67,6 +70,14 @@ class PromptSpec(_Strict):
     exemplar_selection: Literal["first", "sample"] = "first"
     instruction: str | None = Field(default=None, description="Replaces the default instruction")
 
+    def build(self, question: str, exemplars: Sequence[Exemplar], k: int,
+              sample_seed: int | None = None) -> Prompt:
+        """The method core's prompt in this layout and wording; `sample_seed` when sampling."""
+        template = PromptTemplate(instruction=self.instruction) if self.instruction else None
+        seed = sample_seed if self.exemplar_selection == "sample" else None
+        return build_prompt(question, exemplars, k, template, self.layout, sample_seed=seed,
+                            assistant_prefix=self.assistant_prefix)
+
 
 class GrpoSpec(_Strict):
     steps: int | None = Field(default=None, gt=0, description="Default: the curriculum's length")
@@ -108,6 +119,32 @@ class EngineSpec(_Strict):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
+class VerlSpec(_Strict):
+    """Where and how the veRL backend runs (ignored by the native engine); see docs/verl.md."""
+
+    nnodes: int = Field(default=1, ge=1, description="Nodes of the Ray cluster to train on")
+    gpus_per_node: int = Field(default=1, ge=1, description="GPUs used on each node")
+    ray_address: str | None = Field(
+        default=None, description="A running Ray cluster's head (host:port); none: a local Ray")
+    studio_url: str | None = Field(
+        default=None, description="The studio's address as the Ray workers reach it (for "
+        "/retrieve); default: the worker's STUDIO_PUBLIC_URL")
+    rollout_engine: Literal["vllm", "sglang"] = "vllm"
+    tensor_parallel: int = Field(default=1, ge=1, description="GPUs per vLLM/SGLang replica")
+    gpu_memory_utilization: float = Field(
+        default=0.5, gt=0, le=1, description="Share of GPU memory the rollout engine takes")
+    overrides: list[str] = Field(
+        default_factory=list, description="Extra Hydra overrides for veRL (key=value), last")
+
+    @model_validator(mode="after")
+    def _overrides_are_assignments(self) -> VerlSpec:
+        for i, item in enumerate(self.overrides):
+            if "=" not in item or item.startswith("="):
+                raise ValueError(f"overrides[{i}]: {item!r} must be key=value, e.g. "
+                                 "actor_rollout_ref.actor.optim.lr=2e-6")
+        return self
+
+
 class RunConfig(_Strict):
     name: str = Field(min_length=1, max_length=128)
     model: str = Field(default="smollm2-135m-instruct",
@@ -120,11 +157,42 @@ class RunConfig(_Strict):
     grpo: GrpoSpec = Field(default_factory=GrpoSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)
     engine: EngineSpec = Field(default_factory=EngineSpec)
+    verl: VerlSpec = Field(default_factory=VerlSpec)
     seed: int = 0
 
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:
         self.curriculum.build()
+        return self
+
+    @model_validator(mode="after")
+    def _fits_the_verl_backend(self) -> RunConfig:
+        """veRL runs on GPU workers, follows the planned schedule, and splits batches evenly."""
+        if self.backend != "verl":
+            return self
+        if "queue" not in self.model_fields_set:
+            self.queue = "gpu"
+        problems = []
+        if self.queue != "gpu":
+            problems.append("queue: the verl backend trains on GPU workers; use queue: gpu")
+        if self.curriculum.adaptive is not None:
+            problems.append("curriculum.adaptive: the verl backend follows the planned schedule "
+                            "(stages by step); remove adaptive or use backend: native")
+        if self.grpo.reset_each_stage:
+            problems.append("grpo.reset_each_stage: not available with the verl backend (one "
+                            "veRL run keeps one optimizer and reference); use backend: native")
+        gpus = self.verl.nnodes * self.verl.gpus_per_node
+        rollouts = self.grpo.batch_size * self.grpo.group_size
+        if rollouts % gpus:
+            problems.append(f"grpo.batch_size: batch_size x group_size ({rollouts}) must be a "
+                            f"multiple of the GPUs (verl.nnodes x verl.gpus_per_node = {gpus})")
+        if gpus % self.verl.tensor_parallel:
+            problems.append(f"verl.tensor_parallel: {self.verl.tensor_parallel} must divide the "
+                            f"GPUs ({gpus})")
+        if (self.grpo.mini_batch_size or 0) > self.grpo.batch_size:
+            problems.append("grpo.mini_batch_size: must not exceed grpo.batch_size")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property
@@ -162,6 +230,6 @@ def parse_run_config(data: dict | str) -> RunConfig:
         for err in exc.errors():
             path = ".".join(str(p) for p in err["loc"]) or "run config"
             cause = err.get("ctx", {}).get("error")
-            message = str(cause) if isinstance(cause, CurriculumError) else err["msg"]
+            message = str(cause) if isinstance(cause, ValueError) else err["msg"]
             lines.append(f"{path}: {message}")
         raise RunConfigError("; ".join(lines)) from None

@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     passage_words: int = Field(
         default=100, gt=0, description="Words per passage when documents are split (wiki-18: 100)."
     )
+    public_url: str | None = Field(
+        default=None,
+        description="The web app's address as other machines reach it (veRL runs search "
+        "through its /retrieve); default http://127.0.0.1:STUDIO_PORT.",
+    )
     default_model: str = Field(
         default="smollm2-135m-instruct",
         description="Model a new run starts from: the bundled SmolLM2, an HF id or a folder.",
@@ -88,6 +93,10 @@ class Settings(BaseSettings):
         if self.celery_broker_url.startswith(("redis://", "rediss://")):
             return self.celery_broker_url
         return f"db+sqlite:///{self.resolved_data_dir / 'celery-results.db'}"
+
+    @property
+    def web_url(self) -> str:
+        return (self.public_url or f"http://127.0.0.1:{self.port}").rstrip("/")
 
     @property
     def queues(self) -> list[str]:

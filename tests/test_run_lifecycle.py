@@ -178,11 +178,15 @@ def test_queue_positions_follow_each_queue_in_order(studio):
 def test_a_gpu_worker_lends_each_gpu_to_one_job():
     slots = DeviceSlots(["0", "1"])
     with slots.take() as first, slots.take() as second:
-        assert {first, second} == {"0", "1"}
+        assert sorted(first + second) == ["0", "1"]
         with slots.take() as third:
-            assert third is None
+            assert third == []
     with slots.take() as again:
-        assert again in ("0", "1")
+        assert again in (["0"], ["1"])
+    with slots.take(2) as both:  # a veRL run with verl.gpus_per_node: 2
+        assert sorted(both) == ["0", "1"]
+        with slots.take() as none_left:
+            assert none_left == []
 
 
 # --- delete -----------------------------------------------------------------------------------

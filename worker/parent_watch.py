@@ -12,6 +12,7 @@ checkpoint a rename, so dying between them loses nothing already written.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -39,3 +40,21 @@ def watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> threading.
     thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+def start_training_process(prog: str, argv: list[str]) -> tuple[int, int]:
+    """An engine's process start: `RUN_ID --attempt N --parent-pid PID`, then watch the worker
+    (its attempt is marked interrupted if the worker dies). Returns (run id, attempt)."""
+    from studio.services.runs import interrupt_run
+    from studio.settings import get_settings
+
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    watch_parent(args.parent_pid, lambda: interrupt_run(
+        settings, args.run_id, args.attempt,
+        f"its worker (pid {args.parent_pid}) died while it trained"))
+    return args.run_id, args.attempt

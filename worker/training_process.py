@@ -6,8 +6,9 @@ resumed since, a cancelled or deleted run) does nothing. The process runs in
 its own process group so that cancelling kills the whole of it; the task keeps
 the attempt's heartbeat while it waits, and stops the process as soon as the
 run is no longer its attempt's (cancelled, interrupted, deleted). On a GPU
-worker each process sees one GPU of its own (`CUDA_VISIBLE_DEVICES`): the
-worker's concurrency is its number of GPUs, one job per GPU.
+worker each process sees GPUs of its own (`CUDA_VISIBLE_DEVICES`): a native
+run one, so the worker's concurrency is its number of GPUs; a veRL run its
+`verl.gpus_per_node` (docs/verl.md).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from studio.gpus import visible_gpus
+from studio.run_config import RunConfig
 from studio.services import runs
 from studio.services.errors import NotFound
 from studio.settings import Settings
@@ -31,7 +33,7 @@ from studio.tables import RunState
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 STOP_GRACE_SECONDS = 10.0
-ENGINES = {"native": "worker.engines.native.main"}
+ENGINES = {"native": "worker.engines.native.main", "verl": "worker.engines.verl.main"}
 
 
 class DeviceSlots:
@@ -41,16 +43,24 @@ class DeviceSlots:
         self._free, self._lock = list(devices), threading.Lock()
 
     @contextmanager
-    def take(self) -> Iterator[str | None]:
-        """A free GPU id, or None when the worker has none to give (the job runs on CPU)."""
+    def take(self, count: int = 1) -> Iterator[list[str]]:
+        """Up to `count` free GPU ids ([] when the worker has none to give: CPU)."""
         with self._lock:
-            device = self._free.pop(0) if self._free else None
+            devices, self._free = self._free[:count], self._free[count:]
         try:
-            yield device
+            yield devices
         finally:
-            if device is not None:
-                with self._lock:
-                    self._free.append(device)
+            with self._lock:
+                self._free.extend(devices)
+
+
+def gpus_wanted(run: dict) -> int:
+    """GPUs a run's process takes on this worker: a native run one, a veRL run its
+    gpus_per_node (none when it drives a Ray cluster, whose GPUs are elsewhere)."""
+    if run["backend"] != "verl":
+        return 1
+    verl = RunConfig.model_validate(run["config"]).verl
+    return 0 if verl.ray_address else verl.gpus_per_node
 
 
 _gpu_slots: DeviceSlots | None = None
@@ -65,17 +75,19 @@ def gpu_slots() -> DeviceSlots:
         return _gpu_slots
 
 
-def _tail(path, lines: int = 20) -> str:
+def log_tail(path, lines: int = 20) -> str:
+    """The last lines of a log file ('' when it cannot be read)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM the process's group, SIGKILL it after `grace` seconds."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=STOP_GRACE_SECONDS)
+        process.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -112,14 +124,14 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
     folder = runs.run_dir(settings, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "train.log"
-    slot = gpu_slots().take() if run["queue"] == "gpu" else nullcontext(None)
-    with slot as gpu, open(log_path, "ab") as out:
+    slot = gpu_slots().take(gpus_wanted(run)) if run["queue"] == "gpu" else nullcontext([])
+    with slot as gpus, open(log_path, "ab") as out:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                "STUDIO_DATA_DIR": str(settings.resolved_data_dir)}
-        if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = gpu
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         out.write(f"--- run {run_id} attempt {attempt} on {hostname}, "
-                  f"GPU {gpu if gpu is not None else 'none'} ---\n".encode())
+                  f"GPU {','.join(gpus) or 'none'} ---\n".encode())
         out.flush()
         process = subprocess.Popen(
             [sys.executable, "-m", ENGINES[run["backend"]], str(run_id),
@@ -129,11 +141,11 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
         while process.poll() is None:
             if not _still_ours(settings, run_id, attempt, process.pid) \
                     and process.poll() is None:
-                _stop(process)
+                stop_process_group(process)
                 break
             time.sleep(interval)
     runs.process_ended(settings, run_id, attempt)
     runs.finish_run(settings, run_id, RunState.failed,
                     f"the training process exited with code {process.returncode} without "
-                    f"recording an outcome:\n{_tail(log_path)}", attempt=attempt)
+                    f"recording an outcome:\n{log_tail(log_path)}", attempt=attempt)
     return _final_state(settings, run_id)

@@ -117,3 +117,27 @@ def user_id(settings: Settings, username: str | None) -> int | None:
     with session_scope(settings.sqlalchemy_url) as session:
         user = session.exec(select(User).where(User.username == username)).first()
         return user.id if user else None
+
+
+def create_process_token(session: Session, name: str, user_id: int | None) -> str:
+    """A token a studio process uses on a user's behalf (a veRL run's calls to /retrieve).
+
+    It belongs to `user_id` (the run's creator) or, when none is known, to the
+    first admin; `revoke_tokens` ends it when the process is done.
+    """
+    user = session.get(User, user_id) if user_id is not None else None
+    if user is None:
+        user = session.exec(select(User).where(User.is_admin).order_by(User.id)).first()
+    if user is None:
+        raise AuthError("no user to issue a token for: run `studio db upgrade` first")
+    return create_token(session, user, name)
+
+
+def revoke_tokens(session: Session, name: str) -> int:
+    """Revoke every live token called `name`; the number revoked."""
+    rows = session.exec(select(ApiToken).where(ApiToken.name == name,
+                                               ApiToken.revoked_at.is_(None))).all()
+    for row in rows:
+        row.revoked_at = utcnow()
+        session.add(row)
+    return len(rows)

@@ -8,26 +8,19 @@ acts on the run only as its attempt N, and stops when its worker PID is gone.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import traceback
 
-from studio.services.runs import finish_run, interrupt_run
+from studio.services.runs import finish_run
 from studio.settings import get_settings
 from studio.tables import RunState
 from worker.engines.native.trainer import RunStopped, Trainer
-from worker.parent_watch import watch_parent
+from worker.parent_watch import start_training_process
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="worker.engines.native.main")
-    parser.add_argument("run_id", type=int)
-    parser.add_argument("--attempt", type=int, required=True)
-    parser.add_argument("--parent-pid", type=int, required=True)
-    args = parser.parse_args(argv)
-    settings, run_id, attempt = get_settings(), args.run_id, args.attempt
-    watch_parent(args.parent_pid, lambda: interrupt_run(
-        settings, run_id, attempt, f"its worker (pid {args.parent_pid}) died while it trained"))
+    run_id, attempt = start_training_process("worker.engines.native.main", argv)
+    settings = get_settings()
     try:
         Trainer(settings, run_id, attempt).run()
     except RunStopped as stopped:

@@ -617,7 +617,7 @@ def _encode(tokenizer, texts: list[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def _information_block(tokenizer, passages, limit: int) -> tuple[str, list[int]] | None:
+def information_block(tokenizer, passages, limit: int) -> tuple[str, list[int]] | None:
     """``format_information(passages)`` cut to ``limit`` tokens in the passages' text.
 
     The opening and closing tags and the newlines around them are kept; the
@@ -829,7 +829,7 @@ class _Engine:
                 )
             for (s, _), passages in zip(searches, results, strict=True):
                 room = cfg.max_response_tokens - s.resp_len - 1  # keep one token for the model
-                block = _information_block(
+                block = information_block(
                     tok, list(passages)[: cfg.top_k_passages], min(cfg.max_obs_tokens, room)
                 )
                 if block is None:

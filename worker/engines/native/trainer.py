@@ -225,6 +225,47 @@ class PrematureWatch:
         return None
 
 
+def premature_message(warning: dict) -> str:
+    """The words of PrematureWatch's warning, for the run's events."""
+    return (f"search calls per rollout fell from {warning['before']} to {warning['after']} "
+            f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
+            "without searching (premature termination); consider a gentler curriculum")
+
+
+def owned_run(session, run_id: int, attempt: int | None) -> Run:
+    """The run row, if a process of attempt `attempt` may still write to it; else RunStopped."""
+    run = session.get(Run, run_id)
+    if run is None or run.state == RunState.cancelled:
+        raise RunStopped(f"run {run_id} was cancelled or deleted")
+    if attempt is not None and (run.attempt != attempt or run.state != RunState.running):
+        raise RunStopped(f"run {run_id} is {RunState(run.state).value} at attempt "
+                         f"{run.attempt}, not running as attempt {attempt}")
+    return run
+
+
+def write_step(settings: Settings, run_id: int, attempt: int | None, step: int, metrics: dict,
+               rollouts: list[RolloutRow], events: list[RunEvent] = ()) -> None:
+    """One transaction per step: its metrics row, events and rollouts, and the run's progress."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = owned_run(session, run_id, attempt)
+        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+        session.add(RunMetric(run_id=run_id, step=step, stage=int(metrics["stage"]),
+                              exemplars=int(metrics["exemplars"]), values=clean))
+        session.add_all([*events, *rollouts])
+        run.current_step = step + 1
+        run.heartbeat_at = utcnow()
+        session.add(run)
+
+
+def forget_steps_from(settings: Settings, run_id: int, attempt: int | None, step: int) -> None:
+    """Rows of steps after the checkpoint (all of them when there is none) were written by
+    an attempt that died before checkpointing: they run again, once."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        owned_run(session, run_id, attempt)
+        for table in (RunMetric, RunEvent, RolloutRow):
+            session.exec(delete(table).where(table.run_id == run_id, table.step >= step))
+
+
 class Trainer:
     """Trains one run. With `attempt` (the worker path) every write first checks that the run
     is still running as that attempt; without it (tests, benches) only a cancel stops it."""
@@ -276,7 +317,7 @@ class Trainer:
         self.start_step = 0
         if resume:
             self._restore(resume)
-        self._forget_steps_from(self.start_step)
+        forget_steps_from(self.settings, self.run_id, self.attempt, self.start_step)
         if resume:
             self._event(resume.step, "info", f"resumed from the checkpoint after step "
                         f"{resume.step}", {"checkpoint": str(resume.folder)})
@@ -308,15 +349,6 @@ class Trainer:
         self.controller = AdaptiveController.replay(self.curriculum, self.adaptive_values)
         self.watch = PrematureWatch(self.config.engine.premature_drop, **state["watch"])
         self.start_step = checkpoint.step
-
-    def _forget_steps_from(self, step: int) -> None:
-        """Rows of steps after the checkpoint (all of them when there is none) were written by
-        an attempt that died before checkpointing: they run again, once."""
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            self._owned_run(session)
-            for table in (RunMetric, RunEvent, RolloutRow):
-                session.exec(delete(table).where(table.run_id == self.run_id,
-                                                 table.step >= step))
 
     # --- one step ------------------------------------------------------------------------
 
@@ -374,26 +406,10 @@ class Trainer:
             for i in range(min(keep, len(rollouts)))]
 
     def _owned_run(self, session) -> Run:
-        """The run row, if this process may still write to it; else RunStopped."""
-        run = session.get(Run, self.run_id)
-        if run is None or run.state == RunState.cancelled:
-            raise RunStopped(f"run {self.run_id} was cancelled or deleted")
-        if self.attempt is not None and (run.attempt != self.attempt
-                                         or run.state != RunState.running):
-            raise RunStopped(f"run {self.run_id} is {RunState(run.state).value} at attempt "
-                             f"{run.attempt}, not running as attempt {self.attempt}")
-        return run
+        return owned_run(session, self.run_id, self.attempt)
 
     def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            run = self._owned_run(session)
-            clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-            session.add(RunMetric(run_id=self.run_id, step=step, stage=int(metrics["stage"]),
-                                  exemplars=int(metrics["exemplars"]), values=clean))
-            session.add_all(rollouts)
-            run.current_step = step + 1
-            run.heartbeat_at = utcnow()
-            session.add(run)
+        write_step(self.settings, self.run_id, self.attempt, step, metrics, rollouts)
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         with session_scope(self.settings.sqlalchemy_url) as session:
@@ -406,11 +422,7 @@ class Trainer:
         self.adaptive_values.append(value)
         warning = self.watch.observe(metrics["search_calls"])
         if warning:
-            self._event(step, "warning", (
-                f"search calls per rollout fell from {warning['before']} to {warning['after']} "
-                f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
-                "without searching (premature termination); consider a gentler curriculum"),
-                warning)
+            self._event(step, "warning", premature_message(warning), warning)
         before = self.controller.exemplars
         if self.controller.observe(value):
             after = self.controller.exemplars

@@ -1,0 +1,87 @@
+"""The generated parquet loads through veRL's RLHFDataset; the reward, called as veRL calls it,
+is the studio's reward."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from studio.method.reward import PENALTY_NAMES, score
+from studio.method.tags import corrective_message, format_information
+from studio.run_config import RunConfig
+from worker.engines.verl.config import compose, hydra_overrides
+from worker.engines.verl.dataset import PromptTooLong, write_datasets
+
+
+def composed(settings, run, files, model):
+    config = RunConfig.model_validate(run["config"])
+    return config, compose(hydra_overrides(config, files, model_path=str(model),
+                                           metrics_log=files.metrics_log(1)))
+
+
+def test_the_parquet_loads_through_rlhfdataset(verl, verl_run):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    settings, run, files, model = verl_run()
+    config, cfg = composed(settings, run, files, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    report = write_datasets(settings, config, files, tokenizer)
+    assert (report.train_rows, report.val_rows) == (50, 50)
+    assert 0 < report.longest_prompt_tokens <= config.grpo.max_prompt_tokens
+
+    train = RLHFDataset(data_files=[str(files.train_data)], tokenizer=tokenizer, config=cfg.data)
+    val = RLHFDataset(data_files=[str(files.val_data)], tokenizer=tokenizer, config=cfg.data)
+    assert (len(train), len(val)) == (50, 50)
+    row = train[3]
+    assert row["agent_name"] == "icrl_search" and row["data_source"] == "demo"
+    assert row["reward_model"]["ground_truth"]["target"] == ["Gorsemouth"]
+    assert row["reward_model"]["ground_truth"]["question"] == "Which town holds the Herring Moon Fair?"
+    assert row["extra_info"]["split"] == "train" and row["index"] == 3
+    assert row["extra_info"]["assistant_prefix"] == "<think>"
+    # the stored prompt is the largest stage's: system, the exemplar's turns, the question
+    assert [m["role"] for m in row["raw_prompt"]] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in val[0]["raw_prompt"]] == ["system", "user"]
+    assert val[0]["extra_info"]["split"] == "val"
+
+
+def test_a_prompt_budget_too_small_for_the_largest_stage_is_refused_before_launch(verl_run):
+    settings, run, files, model = verl_run(grpo={"max_prompt_tokens": 300})
+    config = RunConfig.model_validate(run["config"])
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    with pytest.raises(PromptTooLong, match=r"grpo.max_prompt_tokens: the prompt with 1 exemplars"):
+        write_datasets(settings, config, files, tokenizer)
+    assert not files.train_data.exists()
+
+
+RESPONSES = [
+    # (response after the pre-filled "<think>", gold answers)
+    (" find it </think><search> Herring Moon Fair </search>"
+     + format_information([("Gorsemouth", "The Herring Moon Fair is held in Gorsemouth.")])
+     + "<think> got it </think><answer> Gorsemouth </answer>", ["Gorsemouth"]),
+    (" no idea </think><answer> Tarrowmere </answer>", ["Gorsemouth"]),
+    ("rambling with no closing tags", ["1702"]),
+    (" hmm </think>" + corrective_message() + "<answer>1702</answer>", ["1702"]),
+    # an answer inside the tool's output is not the model's answer
+    (" x </think><search> q </search>" + format_information([("T", "<answer>1702</answer>")]),
+     ["1702"]),
+]
+
+
+@pytest.mark.parametrize(("response", "golds"), RESPONSES)
+def test_the_reward_called_the_way_verl_calls_it_is_the_studios(verl, verl_run, response, golds):
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(reward={"acc_weight": 0.7, "format_weight": 0.3})
+    _, cfg = composed(settings, run, files, model)
+    compute = get_custom_reward_fn(cfg)  # what veRL's reward loop loads
+    got = compute(data_source="demo", solution_str=response,
+                  ground_truth={"target": golds, "question": "q?"},
+                  extra_info={"index": 0, "split": "train", "assistant_prefix": "<think>",
+                              "num_turns": 3, "rollout_reward_scores": {}})
+    want = score("<think>" + response, golds, acc_weight=0.7, format_weight=0.3)
+    assert got["score"] == want.score
+    assert (got["acc"], got["format"], got["em"], got["subem"], got["f1"]) == (
+        want.acc, want.format, want.em, want.subem, want.f1)
+    assert {k: v for k, v in got.items() if k.startswith("penalty_")} == {
+        f"penalty_{name}": float(name in want.penalties) for name in PENALTY_NAMES}
+    assert all(isinstance(v, float) for v in got.values())  # veRL stacks them into arrays

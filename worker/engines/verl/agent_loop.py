@@ -1,0 +1,85 @@
+"""The studio's veRL agent loop: the `<search>`/`<answer>` tag protocol (not veRL's JSON tools).
+
+veRL imports this module in its Ray workers through the registry file the
+launcher writes (`actor_rollout_ref.rollout.agent.agent_loop_config_path`,
+entries `{name, _target_, spec_path}`), builds one `IcrlSearchAgentLoop` per
+sample and awaits `run(sampling_params, **row)`. The row carries the data
+set's columns and, in veRL's V1 trainer, `global_steps`, from which the loop
+takes the stage's exemplar count, so the whole curriculum runs in one veRL
+run. The protocol itself is `protocol.roll_out`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput
+from verl.utils.profiler import simple_timer
+
+from studio.services.prompt_preview import render_prompt
+from worker.engines.verl.protocol import (
+    STOP_STRINGS,
+    Limits,
+    Retriever,
+    load_agent_spec,
+    roll_out,
+)
+
+
+class IcrlSearchAgentLoop(AgentLoopBase):
+    """One rollout of the tag protocol against veRL's rollout servers and the studio's /retrieve."""
+
+    def __init__(self, *args, spec_path: str, **kwargs):
+        kwargs.pop("name", None)  # the registry entry's own key, passed along by hydra
+        kwargs.pop("tools", None)
+        super().__init__(*args, **kwargs)
+        self.spec = load_agent_spec(spec_path)
+        self.limits = Limits.of(self.spec.run_config, self.rollout_config.response_length)
+        self.eos_ids = {t for t in (self.tokenizer.eos_token_id,) if t is not None}
+
+    def prompt_ids(self, question: str, k: int, seed: int) -> list[int]:
+        """The native engine's prompt: the run's layout, k exemplars, the assistant prefix."""
+        prompt = self.spec.run_config.prompt.build(question, self.spec.exemplar_list(), k, seed)
+        text = render_prompt(self.tokenizer, prompt.messages, prompt.assistant_prefix)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._cap_text_prompt_length(list(ids))
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        if "global_steps" not in kwargs:
+            raise RuntimeError("the studio's agent loop needs veRL's V1 trainer "
+                               "(trainer.use_v1=true), which passes global_steps to each sample")
+        steps = int(kwargs["global_steps"])
+        extra = dict(kwargs.get("extra_info") or {})
+        truth = kwargs["reward_model"]["ground_truth"]
+        index = int(extra.get("index", 0))
+        k = self.spec.exemplars_for(str(extra.get("split", "train")), steps)
+        prompt_ids = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
+        token = Path(self.spec.token_file).read_text().strip()
+        retriever = Retriever(self.spec.retrieve_url, token, self.limits.top_k)
+        request_id = uuid4().hex  # one sticky session per rollout: prefix caching across turns
+        metrics: dict[str, float] = {}
+
+        async def generate(context: list[int], max_tokens: int):
+            params = {**sampling_params, "stop": STOP_STRINGS, "max_tokens": max_tokens}
+            with simple_timer("generate_sequences", metrics):
+                out = await self.server_manager.generate(
+                    request_id=request_id, prompt_ids=context, sampling_params=params)
+            return out.token_ids, out.log_probs
+
+        async def search(query: str):
+            with simple_timer("tool_calls", metrics):
+                return await retriever.search(query)
+
+        result = await roll_out(prompt_ids, generate, search, self.tokenizer, self.limits,
+                                self.eos_ids)
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=result.response_ids,
+            response_mask=result.response_mask,
+            response_logprobs=result.response_logprobs,
+            num_turns=1 + result.model_turns + result.env_turns,
+            metrics=metrics,
+            extra_fields={"turn_scores": [], "tool_rewards": []},
+        )

@@ -1,0 +1,119 @@
+"""The run's questions as veRL's `RLHFDataset` reads them (parquet), per the curriculum.
+
+One row per question: `prompt` (the chat messages), `data_source` (the QA
+set's name), `reward_model.ground_truth` (the gold answers and the question,
+which veRL copies into its rollout dumps so the studio can file them),
+`extra_info` (`index`, `split`, the assistant prefix the reward must see) and
+`agent_name`. The agent loop rebuilds each prompt with the exemplar count of
+the step it runs in (`split: train`) or with none (`split: val`); a training
+row's stored prompt is the largest stage's, which is the one veRL's prompt
+budget (`data.max_prompt_length`) has to hold, and `write_datasets` checks
+that it does before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from studio.ingest import QARow
+from studio.method.exemplars import Exemplar
+from studio.run_config import RunConfig
+from studio.services import exemplar_sets, qa_sets
+from studio.services.prompt_preview import count_tokens, render_prompt
+from studio.settings import Settings
+from worker.engines.verl.config import AGENT_NAME, RunFiles
+
+LONGEST_QUESTIONS_MEASURED = 8
+
+
+class PromptTooLong(ValueError):
+    """The largest stage's prompt does not fit the run's prompt budget."""
+
+
+@dataclass(frozen=True)
+class DatasetReport:
+    train_rows: int
+    val_rows: int
+    longest_prompt_tokens: int  # the largest stage's prompt with the longest question
+
+
+def load_exemplars(settings: Settings, config: RunConfig) -> list[Exemplar]:
+    if not config.data.exemplars:
+        return []
+    found = exemplar_sets.find_exemplar_set(settings, config.data.exemplars)
+    return exemplar_sets.load_exemplars(settings, found["id"])
+
+
+def _rows(settings: Settings, name: str) -> list[QARow]:
+    return qa_sets.load_rows(settings, qa_sets.find_qa_set(settings, name)["id"])
+
+
+def dataset_row(config: RunConfig, row: QARow, index: int, source: str, split: str,
+                exemplars: list[Exemplar], k: int) -> dict:
+    """One parquet row (see the module docstring)."""
+    prompt = config.prompt.build(row.question, exemplars, k)
+    return {
+        "data_source": source,
+        "prompt": prompt.messages,
+        "ability": "search",
+        "reward_model": {"style": "rule",
+                         "ground_truth": {"target": list(row.golden_answers),
+                                          "question": row.question}},
+        "extra_info": {"index": index, "split": split, "question_id": row.id,
+                       "assistant_prefix": prompt.assistant_prefix},
+        "agent_name": AGENT_NAME,
+    }
+
+
+def longest_prompt_tokens(config: RunConfig, tokenizer, questions: list[QARow],
+                          exemplars: list[Exemplar], k: int) -> tuple[int, int]:
+    """(tokens, row) of the longest k-exemplar prompt: the longest questions, longest exemplars.
+
+    With sampled exemplars any k of them may be shown, so the k longest are
+    measured; the prompt's length otherwise grows with its question's alone.
+    """
+    shown = exemplars
+    if config.prompt.exemplar_selection == "sample":
+        shown = sorted(exemplars, key=lambda e: -count_tokens(tokenizer, e.question + e.solution))
+    lengths = [count_tokens(tokenizer, q.question) for q in questions]
+    candidates = sorted(range(len(questions)), key=lambda i: -lengths[i])
+    best = (0, 0)
+    for i in candidates[:LONGEST_QUESTIONS_MEASURED]:
+        prompt = config.prompt.build(questions[i].question, shown, k)
+        tokens = count_tokens(tokenizer, render_prompt(tokenizer, prompt.messages,
+                                                       prompt.assistant_prefix))
+        best = max(best, (tokens, i))
+    return best
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    pq.write_table(pa.Table.from_pylist(rows), partial)
+    partial.replace(path)
+
+
+def write_datasets(settings: Settings, config: RunConfig, files: RunFiles,
+                   tokenizer) -> DatasetReport:
+    """Write `train.parquet` (and `val.parquet` when the run names eval sets)."""
+    exemplars = load_exemplars(settings, config)
+    train = _rows(settings, config.data.train)
+    k = config.curriculum.build().max_exemplars
+    tokens, at = longest_prompt_tokens(config, tokenizer, train, exemplars, k)
+    if tokens > config.grpo.max_prompt_tokens:
+        raise PromptTooLong(
+            f"grpo.max_prompt_tokens: the prompt with {k} exemplars and the longest question "
+            f"({config.data.train} row {at + 1}) has {tokens} tokens, more than "
+            f"{config.grpo.max_prompt_tokens}; raise grpo.max_prompt_tokens or shorten the "
+            "exemplars")
+    _write(files.train_data, [dataset_row(config, row, i, config.data.train, "train",
+                                          exemplars, k) for i, row in enumerate(train)])
+    val = [dataset_row(config, row, i, name, "val", exemplars, 0)
+           for name in config.data.eval for i, row in enumerate(_rows(settings, name))]
+    if val:
+        _write(files.val_data, val)
+    return DatasetReport(len(train), len(val), tokens)
