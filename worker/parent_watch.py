@@ -8,6 +8,9 @@ watches its parent: once re-parented (the worker died), it runs a last
 callback (mark its attempt interrupted) and kills its own process group.
 Everything it wrote before is kept: each step is one transaction and each
 checkpoint a rename, so dying between them loses nothing already written.
+
+Both engines' entry points start with `start_training_process` and end with
+`run_attempt`, which records the outcome on the run as their attempt.
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 POLL_SECONDS = 0.5
+
+
+class RunStopped(Exception):
+    """The run is no longer this process's to train: cancelled, interrupted, resumed by a
+    newer attempt, or deleted. The process stops without writing anything more."""
 
 
 def watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> threading.Thread:
@@ -58,3 +67,31 @@ def start_training_process(prog: str, argv: list[str]) -> tuple[int, int]:
         settings, args.run_id, args.attempt,
         f"its worker (pid {args.parent_pid}) died while it trained"))
     return args.run_id, args.attempt
+
+
+def run_attempt(run_id: int, attempt: int, train: Callable[[], None],
+                known_errors: tuple[type[Exception], ...] = ()) -> int:
+    """Run `train()` and record the outcome as `attempt`: succeeded, or failed with its reason
+    (`known_errors` by their message alone, anything else with its type and a traceback in
+    the log). A stopped run is already recorded. Returns the process's exit code."""
+    from studio.services.runs import finish_run
+    from studio.settings import get_settings
+    from studio.tables import RunState
+
+    settings = get_settings()
+    try:
+        train()
+    except RunStopped as stopped:
+        print(f"stopped: {stopped}", file=sys.stderr)
+        return 0
+    except known_errors as exc:
+        reason = str(exc)
+    except Exception as exc:
+        traceback.print_exc()
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        finish_run(settings, run_id, RunState.succeeded, attempt=attempt)
+        return 0
+    print(reason, file=sys.stderr)
+    finish_run(settings, run_id, RunState.failed, reason, attempt=attempt)
+    return 1

@@ -9,30 +9,15 @@ acts on the run only as its attempt N, and stops when its worker PID is gone.
 from __future__ import annotations
 
 import sys
-import traceback
 
-from studio.services.runs import finish_run
 from studio.settings import get_settings
-from studio.tables import RunState
-from worker.engines.native.trainer import RunStopped, Trainer
-from worker.parent_watch import start_training_process
+from worker.engines.native.trainer import Trainer
+from worker.parent_watch import run_attempt, start_training_process
 
 
 def main(argv: list[str]) -> int:
     run_id, attempt = start_training_process("worker.engines.native.main", argv)
-    settings = get_settings()
-    try:
-        Trainer(settings, run_id, attempt).run()
-    except RunStopped as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr)
-        return 0
-    except Exception as exc:
-        traceback.print_exc()
-        finish_run(settings, run_id, RunState.failed, f"{type(exc).__name__}: {exc}",
-                   attempt=attempt)
-        return 1
-    finish_run(settings, run_id, RunState.succeeded, attempt=attempt)
-    return 0
+    return run_attempt(run_id, attempt, lambda: Trainer(get_settings(), run_id, attempt).run())
 
 
 if __name__ == "__main__":

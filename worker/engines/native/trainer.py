@@ -48,15 +48,11 @@ from worker.engines.native.grpo import (
     update_step,
 )
 from worker.engines.native.rollout import Rollout, RolloutConfig, generate_rollouts
+from worker.parent_watch import RunStopped
 
 STATE_FILE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
 PREMATURE_WINDOW = 5  # steps compared before and after a stage change
-
-
-class RunStopped(Exception):
-    """The run is no longer this process's to train: cancelled, interrupted, resumed by a
-    newer attempt, or deleted. The process stops without writing anything more."""
 
 
 @dataclass

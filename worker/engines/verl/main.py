@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import socket
 import sys
-import traceback
 
 from studio.db import session_scope
 from studio.run_config import RunConfig
-from studio.services.runs import finish_run
-from studio.settings import Settings, get_settings
-from studio.tables import Run, RunState
+from studio.settings import get_settings
+from studio.tables import Run
 from worker.engines.verl.preflight import LaunchError, preflight
-from worker.parent_watch import start_training_process
-
-
-def _failed(settings: Settings, run_id: int, attempt: int, message: str) -> int:
-    print(message, file=sys.stderr)
-    finish_run(settings, run_id, RunState.failed, message, attempt=attempt)
-    return 1
+from worker.parent_watch import run_attempt, start_training_process
 
 
 def main(argv: list[str]) -> int:
@@ -34,25 +26,14 @@ def main(argv: list[str]) -> int:
     settings = get_settings()
     with session_scope(settings.sqlalchemy_url) as session:
         config = RunConfig.model_validate(session.get(Run, run_id).config)
-    try:
-        preflight(config, socket.gethostname())
-    except LaunchError as exc:
-        return _failed(settings, run_id, attempt, str(exc))
-    from worker.engines.native.trainer import RunStopped
-    from worker.engines.verl.launcher import VerlLaunch
 
-    try:
+    def train() -> None:
+        preflight(config, socket.gethostname())
+        from worker.engines.verl.launcher import VerlLaunch  # heavy: only once the machine fits
+
         VerlLaunch(settings, run_id, attempt).run()
-    except RunStopped as stopped:
-        print(f"stopped: {stopped}", file=sys.stderr)
-        return 0
-    except LaunchError as exc:
-        return _failed(settings, run_id, attempt, str(exc))
-    except Exception as exc:
-        traceback.print_exc()
-        return _failed(settings, run_id, attempt, f"{type(exc).__name__}: {exc}")
-    finish_run(settings, run_id, RunState.succeeded, attempt=attempt)
-    return 0
+
+    return run_attempt(run_id, attempt, train, known_errors=(LaunchError,))
 
 
 if __name__ == "__main__":
