@@ -52,6 +52,9 @@ def _forget_unacked(task_id: str) -> None:
             client.zrem("unacked_index", tag)
 
 
+STEPS = 40
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("any_db_url", ["postgresql"], indirect=True)
 def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_finishes_it(
@@ -60,7 +63,8 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
     settings = settings.model_copy(update={"broker_url": REDIS_URL})
     env = {"database_url": settings.database_url, "broker_url": REDIS_URL,
            "heartbeat_seconds": "1"}
-    config = tiny_config(model, steps=8)
+    # long enough that the worker dies mid-run: a tiny step can take well under a second
+    config = tiny_config(model, steps=STEPS)
     config["engine"]["checkpoint_every"] = 2
 
     worker = start_studio(["worker", "--queues", "cpu"],
@@ -96,8 +100,8 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
                              not in runs.ACTIVE_STATES and r, 240, "the resumed run to end")
     finally:
         _forget_unacked(first.task_id)
-    assert (final["state"], final["current_step"], final["attempt"]) == ("succeeded", 8, 2)
-    assert _steps(settings, run_id) == list(range(8)), "no step lost, none repeated"
+    assert (final["state"], final["current_step"], final["attempt"]) == ("succeeded", STEPS, 2)
+    assert _steps(settings, run_id) == list(range(STEPS)), "no step lost, none repeated"
     assert f"resumed from the checkpoint after step {checkpoint.step}" in [
         e["message"] for e in runs.run_events(settings, run_id)]
     log = (runs.run_dir(settings, run_id) / "train.log").read_text()
