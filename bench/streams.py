@@ -52,8 +52,8 @@ from studio import db  # noqa: E402
 from studio.services import auth, run_history, runs  # noqa: E402
 from studio.services.run_history import RolloutFilter  # noqa: E402
 from studio.settings import Settings  # noqa: E402
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
-from tests.support.sse import parse_events  # noqa: E402
+from studio.tables import Rollout, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
+from tests.support.sse import new_run, parse_events, set_state  # noqa: E402
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 TABLE_OF_EVENT = {"metric": "metrics", "rollout": "rollouts", "stage_change": "events"}
@@ -120,20 +120,6 @@ def web_app(url: str, data_dir: Path):
         web.terminate()
         web.wait(30)
         log.close()
-
-
-def new_run(url: str, name: str, state: RunState) -> int:
-    with db.session_scope(url) as session:
-        run = Run(name=name, config={"name": name}, state=state)
-        session.add(run)
-        session.flush()
-        return run.id
-
-
-def set_state(url: str, run_id: int, state: RunState) -> None:
-    with db.session_scope(url) as session:
-        run = session.get(Run, run_id)
-        run.state, run.finished_at = state, utcnow()
 
 
 SEGMENTS = [

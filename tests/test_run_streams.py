@@ -20,7 +20,7 @@ from studio.services.errors import InvalidInput
 from studio.services.run_streams import RunStreams, StreamCursor, StreamOptions, TableCursor
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
-from tests.support.sse import parse_events, serving
+from tests.support.sse import new_run, parse_events, serving, set_state
 
 FAST = StreamOptions(poll_seconds=0.05, settle_seconds=1.5, keepalive_seconds=0.5, batch=7)
 TABLE_OF = {"metric": RunMetric, "rollout": Rollout, "stage_change": RunEvent,
@@ -43,24 +43,6 @@ def _served(url: str, tmp_path):
 @pytest.fixture
 def studio(any_db_url, tmp_path):
     yield from _served(any_db_url, tmp_path)
-
-
-
-def new_run(url: str) -> int:
-    with db.session_scope(url) as session:
-        run = Run(name="streamed", config={"name": "streamed"}, total_steps=40)
-        session.add(run)
-        session.flush()
-        return run.id
-
-
-def set_state(url: str, run_id: int, state: RunState) -> None:
-    with db.session_scope(url) as session:
-        run = session.get(Run, run_id)
-        run.state = state
-        if state in (RunState.succeeded, RunState.failed, RunState.cancelled):
-            run.finished_at = utcnow()
-        session.add(run)
 
 
 def write_step(url: str, run_id: int, step: int) -> None:

@@ -1,4 +1,5 @@
-"""The studio's API served by uvicorn in a thread, and a small Server-Sent Events reader."""
+"""The studio's API served by uvicorn in a thread, a small Server-Sent Events reader, and the
+run rows a stream follows (shared by the stream tests and bench/streams.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from contextlib import contextmanager
 
 import uvicorn
 from fastapi import FastAPI
+
+from studio import db
+from studio.tables import Run, RunState, utcnow
 
 
 def _free_port() -> int:
@@ -55,3 +59,23 @@ def parse_events(lines: Iterable[str]) -> Iterator[dict]:
             event["data"] = f"{event['data']}\n{value}" if "data" in event else value
         elif name in ("id", "event"):
             event[name] = value
+
+
+def new_run(url: str, name: str = "streamed", state: RunState = RunState.queued,
+            total_steps: int = 40) -> int:
+    """A bare run row for a stream to follow; returns its id."""
+    with db.session_scope(url) as session:
+        run = Run(name=name, config={"name": name}, state=state, total_steps=total_steps)
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def set_state(url: str, run_id: int, state: RunState) -> None:
+    """Move the run to `state`, stamping `finished_at` for a final one, as workers do."""
+    with db.session_scope(url) as session:
+        run = session.get(Run, run_id)
+        run.state = state
+        if state in (RunState.succeeded, RunState.failed, RunState.cancelled):
+            run.finished_at = utcnow()
+        session.add(run)
