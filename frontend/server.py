@@ -14,7 +14,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend import shared  # noqa: E402
+from frontend import log_filters, shared  # noqa: E402
 from frontend.pages import (  # noqa: E402
     compare,
     curriculum,
@@ -63,6 +63,7 @@ def build_ui(settings: Settings) -> gr.Blocks:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    log_filters.install()
     app = create_api(settings)
 
     def login(username: str, password: str) -> bool:
