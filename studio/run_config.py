@@ -119,6 +119,14 @@ class EngineSpec(_Strict):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
+class MirrorSpec(_Strict):
+    """Copies of the metrics outside the studio (the studio's own tables always get them)."""
+
+    tensorboard: bool = Field(
+        default=False, description="Also write the metrics as TensorBoard event files in the "
+        "run's folder (runs/<id>/tensorboard); the worker needs the tensorboard package")
+
+
 class VerlSpec(_Strict):
     """Where and how the veRL backend runs (ignored by the native engine); see docs/verl.md."""
 
@@ -158,6 +166,7 @@ class RunConfig(_Strict):
     reward: RewardSpec = Field(default_factory=RewardSpec)
     engine: EngineSpec = Field(default_factory=EngineSpec)
     verl: VerlSpec = Field(default_factory=VerlSpec)
+    mirror: MirrorSpec = Field(default_factory=MirrorSpec)
     seed: int = 0
 
     @model_validator(mode="after")

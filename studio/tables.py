@@ -179,13 +179,19 @@ class Run(SQLModel, table=True):
     heartbeat_at: datetime | None = None
 
 
+# What a run writes is followed by row id (the live stream, the TensorBoard mirror): an id
+# must never come back. SQLite hands out a deleted largest id again unless the table is
+# AUTOINCREMENT, and a resumed run deletes and re-writes its latest steps.
+FOLLOWED_BY_ID = {"sqlite_autoincrement": True}
+
+
 class RunMetric(SQLModel, table=True):
     """One row per training step; `values` holds every named metric of that step."""
 
     __tablename__ = "run_metrics"
     # (run_id, id): the live stream reads a run's rows after a cursor, on PostgreSQL too
     __table_args__ = (UniqueConstraint("run_id", "step"),
-                      Index("ix_run_metrics_run_id_id", "run_id", "id"))
+                      Index("ix_run_metrics_run_id_id", "run_id", "id"), FOLLOWED_BY_ID)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int
@@ -199,7 +205,7 @@ class RunEvent(SQLModel, table=True):
     """Stage changes, warnings (e.g. premature termination) and notes, drawn on the curves."""
 
     __tablename__ = "run_events"
-    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"),)
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"), FOLLOWED_BY_ID)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int = 0
@@ -224,7 +230,8 @@ class Rollout(SQLModel, table=True):
                       Index("ix_rollouts_run_id_stage_step_id", "run_id", "stage", "step", "id"),
                       Index("ix_rollouts_run_id_exemplars_step_id", "run_id", "exemplars", "step",
                             "id"),
-                      Index("ix_rollouts_run_id_reward_step_id", "run_id", "reward", "step", "id"))
+                      Index("ix_rollouts_run_id_reward_step_id", "run_id", "reward", "step", "id"),
+                      FOLLOWED_BY_ID)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int

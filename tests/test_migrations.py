@@ -5,10 +5,11 @@ from __future__ import annotations
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
-from sqlmodel import SQLModel
+from sqlmodel import SQLModel, delete, select
 
 import studio.tables  # noqa: F401
 from studio import db
+from studio.tables import Run, RunEvent, RunMetric
 
 DOMAIN_TABLES = {
     "users", "api_tokens", "corpora", "qa_sets", "qa_items", "exemplar_sets", "exemplars",
@@ -43,3 +44,26 @@ def test_sqlite_runs_in_wal_mode(tmp_path):
     db.upgrade(url)
     with db.engine_for(url).connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_a_deleted_run_row_id_never_comes_back(any_db_url):
+    """The stream and the TensorBoard mirror follow run rows by id; a resumed run deletes its
+    latest steps and writes them again. Rows stored before migration 0005 keep their ids."""
+    db.upgrade(any_db_url, "0004_run_attempts")
+    with db.session_scope(any_db_url) as session:
+        session.add(Run(name="r", config={}))
+    with db.session_scope(any_db_url) as session:
+        session.add_all([RunMetric(run_id=1, step=s, values={}) for s in range(3)])
+        session.add(RunEvent(run_id=1, step=0, kind="info", message="kept"))
+    db.upgrade(any_db_url)
+    with db.session_scope(any_db_url) as session:
+        assert [m.id for m in session.exec(select(RunMetric).order_by(RunMetric.id))] == [1, 2, 3]
+        assert session.exec(select(RunEvent.message)).all() == ["kept"]
+        session.exec(delete(RunMetric).where(RunMetric.step >= 1))
+        session.exec(delete(RunEvent))
+    with db.session_scope(any_db_url) as session:
+        session.add(RunMetric(run_id=1, step=1, values={}))
+        session.add(RunEvent(run_id=1, step=1, kind="info", message="new"))
+    with db.session_scope(any_db_url) as session:
+        assert [m.id for m in session.exec(select(RunMetric).order_by(RunMetric.id))] == [1, 4]
+        assert session.exec(select(RunEvent.id)).all() == [2]

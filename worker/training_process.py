@@ -5,7 +5,8 @@ is not there to take (a redelivered message for a run that was interrupted or
 resumed since, a cancelled or deleted run) does nothing. The process runs in
 its own process group so that cancelling kills the whole of it; the task keeps
 the attempt's heartbeat while it waits, and stops the process as soon as the
-run is no longer its attempt's (cancelled, interrupted, deleted). On a GPU
+run is no longer its attempt's (cancelled, interrupted, deleted); a run that asks for
+it has its metrics mirrored to TensorBoard meanwhile (`worker.metrics_mirror`). On a GPU
 worker each process sees GPUs of its own (`CUDA_VISIBLE_DEVICES`): a native
 run one, so the worker's concurrency is its number of GPUs; a veRL run its
 `verl.gpus_per_node` (docs/verl.md).
@@ -29,6 +30,7 @@ from studio.services import runs
 from studio.services.errors import NotFound
 from studio.settings import Settings
 from studio.tables import RunState
+from worker.metrics_mirror import TensorBoardMirror
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
@@ -138,12 +140,18 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
              "--attempt", str(attempt), "--parent-pid", str(os.getpid())],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         interval = min(POLL_SECONDS, settings.heartbeat_seconds)
+        mirror = TensorBoardMirror(settings, run_id) \
+            if RunConfig.model_validate(run["config"]).mirror.tensorboard else None
         while process.poll() is None:
             if not _still_ours(settings, run_id, attempt, process.pid) \
                     and process.poll() is None:
                 stop_process_group(process)
                 break
+            if mirror:
+                mirror.sync()
             time.sleep(interval)
+        if mirror:
+            mirror.close()
     runs.process_ended(settings, run_id, attempt)
     runs.finish_run(settings, run_id, RunState.failed,
                     f"the training process exited with code {process.returncode} without "

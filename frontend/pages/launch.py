@@ -89,6 +89,8 @@ SETTINGS = [
     Setting("engine.checkpoint_every", "Save a checkpoint every (steps)", "A stopped run "
             "resumes from its last checkpoint."),
     Setting("seed", "Seed", "The same seed, data and settings give the same run."),
+    Setting("mirror.tensorboard", "Also write TensorBoard logs", "Copies every step's metrics "
+            "to the run's folder (runs/<id>/tensorboard) for `tensorboard --logdir`."),
 ]
 
 
@@ -293,10 +295,13 @@ def build(settings: Settings) -> None:
                 with gr.Row(equal_height=True):
                     for setting in SETTINGS[pair:pair + 2]:
                         default = get_path(defaults, setting.path)
-                        values.append(gr.Number(
+                        element = "setting-" + setting.path.replace(".", "-")
+                        values.append(gr.Checkbox(
+                            default, label=setting.label, info=setting.explain,
+                            elem_id=element) if isinstance(default, bool) else gr.Number(
                             default, label=setting.label, info=setting.explain,
                             precision=0 if isinstance(default, int) else None,
-                            elem_id="setting-" + setting.path.replace(".", "-")))
+                            elem_id=element))
     with gr.Row():
         estimate_button = gr.Button("Estimate prompt length per stage", elem_id="estimate")
     estimate_note = gr.Markdown(elem_id="estimate-note")

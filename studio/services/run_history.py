@@ -88,6 +88,17 @@ def run_metrics(settings: Settings, run_id: int, since_step: int = 0,
         return rows
 
 
+def metrics_written_after(settings: Settings, run_id: int, after_id: int = 0,
+                          limit: int = 1000) -> list[dict]:
+    """Metric rows in the order they were written (by id): what a follower reads. A step
+    run again after a resume comes back with a new id and its step number."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        rows = session.exec(select(RunMetric).where(RunMetric.run_id == run_id,
+                                                    RunMetric.id > after_id)
+                            .order_by(RunMetric.id).limit(limit))
+        return [metric_view(r) for r in rows]
+
+
 def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None,
                 to_step: int | None = None, limit: int = 1000,
                 cursor: str | None = None) -> dict:

@@ -256,3 +256,10 @@ def finish_run(settings: Settings, run_id: int, state: RunState, error: str | No
         values["error"] = error
     with session_scope(settings.sqlalchemy_url) as session:
         return session.exec(update(Run).where(*conditions).values(**values)).rowcount == 1
+
+
+def record_event(settings: Settings, run_id: int, kind: str, message: str,
+                 step: int = 0, data: dict | None = None) -> None:
+    """One entry of the run's event log (warnings, notes) from outside the training process."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.add(RunEvent(run_id=run_id, step=step, kind=kind, message=message, data=data))
