@@ -212,8 +212,9 @@ def build(settings: Settings) -> None:
             return *choose(int(linked), *filter_values), gr.Tabs(selected=PAGE_ID)
         return *choose(None, *filter_values), gr.skip()
 
-    gr.on(triggers=None, fn=on_load, inputs=filters,
-          outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
+    # the page's load only: gr.on(triggers=None) would also run it on every filter change
+    common.blocks.load(on_load, inputs=filters,
+                       outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
     # the run launched or opened on another page
     common.focus_run.change(choose, inputs=[common.focus_run, *filters],
                             outputs=[chosen, *opened, config_file], show_progress="hidden")

@@ -15,6 +15,7 @@ import yaml
 from studio.demo import EXEMPLARS
 from studio.services import exemplar_sets, runs
 from studio.settings import Settings
+from tests.support.processes import wait_for
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.tiny_model import build_tiny_model
 
@@ -97,8 +98,10 @@ def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_mod
     ui.page.fill(solution_box, solution)
     ui.wait_text("#exemplar-findings", "Tags look right")
 
-    rows = ui.table_rows("#prompt-tokens")
-    assert [k for k, _ in rows] == ["0", "1", "2", "3"], rows
+    # the preview table refreshes after the findings: wait for its four rows
+    rows = wait_for(lambda: (r := ui.table_rows("#prompt-tokens"))
+                    and [k for k, _ in r] == ["0", "1", "2", "3"] and r, 30,
+                    "the token counts for k = 0..3")
     counts = [int(tokens) for _, tokens in rows]
     assert counts == sorted(counts) and counts[0] > 0, rows  # each exemplar adds tokens
     ui.page.locator("#preview-k input[value='2']").check()

@@ -169,6 +169,9 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     page.fill("#live-filter-step textarea", "two")
     page.keyboard.press("Enter")
     page.get_by_text("Step: 'two' is not a step number").first.wait_for(timeout=15_000)
+    time.sleep(2)  # a second report (a handler bound twice) would have come by now
+    toasts = page.locator(".toast-body").all_inner_texts()
+    assert len(toasts) == 1 and "(2)" not in toasts[0], f"reported once: {toasts}"
 
 
 def _choose(page, dropdown: str, run_name: str) -> None:
