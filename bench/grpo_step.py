@@ -6,14 +6,17 @@
 
 The same step for both: SmolLM2-135M-Instruct (fp32, one thread), 8 prompts
 (demo questions through the chat template, ~40-60 tokens) x 4 completions,
-exactly 128 sampled tokens each (``min_new_tokens`` = ``max_new_tokens``, so
-both score the same number of tokens), temperature 1, single turn, the
+128 sampled tokens each (TRL: ``min_new_tokens`` = ``max_new_tokens``; native:
+EOS is no stop; the table prints the mean each side sampled), temperature 1,
+single turn, the
 studio's reward, a frozen reference model loaded (KL coefficient 0.001),
 micro-batches of 4 sequences, one optimizer step (AdamW) per step, gradient
 checkpointing off.
 
-* native: ``model.generate`` sampling (rollout), then
-  ``worker.engines.native.grpo``: ``reference_logprobs`` and ``update_step``.
+* native: the engine's rollout loop (``generate_rollouts``: what the trainer
+  runs, with its shared prompt prefill and grouped attention; one turn, no
+  tool), then ``worker.engines.native.grpo``: ``reference_logprobs`` and
+  ``update_step``.
 * TRL: ``GRPOTrainer`` (per-device batch 4, gradient accumulation 8, so one
   generation of 32 completions per optimizer step, ``beta`` 0.001); the
   rollout is its ``_generate``, the reference its no-grad log-prob pass, the
@@ -42,7 +45,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-INSTRUCTION = "Answer inside <answer> </answer>.\nQuestion: "
+# No tags in the prompt: the native rollout stops at </search> and </answer> (TRL's generate
+# does not), so a prompt that asks for them would let the native side sample fewer tokens.
+INSTRUCTION = "Answer the question in a few sentences.\nQuestion: "
 
 
 def vm_hwm_gib() -> float:
@@ -81,6 +86,7 @@ def run_native(args) -> dict:
     from studio.base_models import load_causal_lm, load_tokenizer
     from studio.method.grpo import group_advantages
     from worker.engines.native import grpo as G
+    from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
     tok = load_tokenizer(args.model, args.data_dir)
     model = load_causal_lm(args.model, args.data_dir, dtype=torch.float32)
@@ -99,42 +105,30 @@ def run_native(args) -> dict:
     ]
     prompt_ids = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompt_ids]
     pad = tok.pad_token_id
+    rollout_config = RolloutConfig(max_turns=0, max_turn_tokens=args.new_tokens,
+                                   max_response_tokens=args.new_tokens, temperature=1.0)
+
+    def no_search(queries):  # a single turn: never called
+        return [[] for _ in queries]
+
     steps = []
     last_batch = None
     for step in range(args.warmup + args.steps):
         c0, t0 = time.process_time(), time.perf_counter()
-        # rollout: left-pad the prompts, G samples each
-        width = max(len(p) for p in prompt_ids)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids])
-        att = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-        model.eval()
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=att,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=args.new_tokens,
-                min_new_tokens=args.new_tokens,
-                num_return_sequences=args.group,
-                pad_token_id=pad,
-            )
+        # rollout: the engine's own loop (what the trainer runs), one turn, no tool; EOS is
+        # not a stop (an id that is never sampled), as min_new_tokens does for TRL
+        rollouts = generate_rollouts(
+            model, tok, [p for p in prompt_ids for _ in range(args.group)], no_search,
+            rollout_config, generator=torch.Generator().manual_seed(step), eos_token_id=-1)
         c1, t1 = time.process_time(), time.perf_counter()
         prompts, responses, masks, rewards, groups = [], [], [], [], []
-        eos = tok.eos_token_id
-        for k in range(out.shape[0]):
+        for k, rollout in enumerate(rollouts):
             q = k // args.group
-            resp = out[k, width:].tolist()
-            if eos in resp:  # keep the eos, drop what follows
-                resp = resp[: resp.index(eos) + 1]
             prompts.append(prompt_ids[q])
-            responses.append(resp)
-            masks.append([1] * len(resp))
-            rewards.append(
-                reward_fn(tok.decode(resp, skip_special_tokens=True), rows[q]["golden_answers"])
-            )
+            responses.append(rollout.response_ids)
+            masks.append(rollout.response_mask)
+            rewards.append(reward_fn(tok.decode(rollout.response_ids, skip_special_tokens=True),
+                                     rows[q]["golden_answers"]))
             groups.append(q)
         adv = group_advantages(rewards, groups)
         batch = G.make_batch(prompts, responses, masks, adv, pad)
@@ -154,6 +148,7 @@ def run_native(args) -> dict:
                 "update_cpu": c4 - c3 + (c2 - c1),
                 "step_cpu": c4 - c0,
                 "tokens": stats["num_tokens"],
+                "completion_tokens": statistics.mean(len(r) for r in responses),
                 "prompt_tokens": float(batch.prompt_lengths.float().mean()),
                 "kl": stats["kl"],
                 "grad_norm": stats["grad_norm"],
@@ -391,7 +386,7 @@ def table(args, native: dict | str | None, trl: dict | str | None) -> str:
         "|---|---|---|---|",
     ]
     rows = (
-        ("rollout", "rollout (`model.generate`)"),
+        ("rollout", "rollout (native: its rollout loop; TRL: `model.generate`)"),
         ("reference", "reference log-probs"),
         ("update", "policy update (rewards, fwd + bwd, AdamW)"),
         ("train", "training part (step - rollout)"),
@@ -433,8 +428,9 @@ def table(args, native: dict | str | None, trl: dict | str | None) -> str:
     if isinstance(native, dict):
         s = native["steps"][-1]
         notes.append(
-            f"native: {s['tokens']:.0f} scored tokens/step, prompts {s['prompt_tokens']:.0f} "
-            f"tokens on average, torch threads {native['threads']}"
+            f"native: mean completion length {s['completion_tokens']:.1f}, {s['tokens']:.0f} "
+            f"scored tokens/step, prompts {s['prompt_tokens']:.0f} tokens on average, torch "
+            f"threads {native['threads']}"
         )
     if isinstance(trl, dict):
         notes.append(

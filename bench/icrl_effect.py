@@ -4,7 +4,7 @@ Both arms train for the same steps on HotpotQA train questions with their own
 passages as the corpus (../shared/data/hotpotqa-train100), then the base
 model and each trained model are evaluated zero-shot on held-out questions of
 the same set: valid-search rate, answer rate and EM. Prints a table, writes
-the per-step curves as an HTML plot, and a JSON of everything.
+the per-step curves as an HTML plot and a PNG, and a JSON of everything.
 
     python bench/icrl_effect.py --steps 30
 """
@@ -72,6 +72,34 @@ def evaluate(settings: Settings, args, **target) -> dict:
     return run_evaluation(settings, created["id"])["metrics"]
 
 
+def plot_png(curves: dict[str, list[dict]], path: Path) -> None:
+    """The training curves as a picture for the docs: valid-search rate and reward per step,
+    one line per arm, with the exemplar count of each step as a step line beneath."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1]})
+    for arm, rows in curves.items():
+        steps = [r["step"] for r in rows]
+        line = top.plot(steps, [r["valid_search_rate"] for r in rows], marker="o",
+                        label=f"{arm}: valid-search rate")[0]
+        top.plot(steps, [r["reward_mean"] for r in rows], linestyle=":",
+                 color=line.get_color(), label=f"{arm}: reward mean")
+        bottom.step(steps, [r["exemplars"] for r in rows], where="post",
+                    color=line.get_color(), label=arm)
+    top.set_ylabel("training rollouts")
+    top.set_title("Training: 3-2-0 curriculum against exemplar-free RL")
+    top.legend(fontsize=8)
+    bottom.set_ylabel("exemplars")
+    bottom.set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -118,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                          xaxis_title="step")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     figure.write_html(args.out.with_suffix(".html"), include_plotlyjs=True)
+    plot_png(curves, args.out.with_suffix(".png"))
     args.out.with_suffix(".json").write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "results": results,
          "curves": curves}, indent=1))
