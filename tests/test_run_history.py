@@ -162,6 +162,20 @@ def test_compare_aligns_steps_and_lists_config_differences(api):
         assert answer.status_code == status and words in answer.json()["detail"]
 
 
+def test_compare_fills_keys_added_since_a_run_was_launched(api):
+    """A run stored before `mirror` existed ran without mirroring: no difference there."""
+    settings, client = api
+    url = settings.sqlalchemy_url
+    old, new = add_run(url, "old", [0]), add_run(url, "new", [0])
+    with db.session_scope(url) as session:
+        run = session.get(Run, old)
+        run.config = {k: v for k, v in run.config.items() if k != "mirror"}
+        session.add(run)
+    body = client.get("/runs/compare", params={"ids": f"{old},{new}"}).json()
+    assert body["differences"] == ["name"]
+    assert body["configs"][0]["mirror"] == {"tensorboard": False}
+
+
 def test_config_yaml_downloads_what_launch_takes_back(api):
     settings, client = api
     run_id = add_run(settings.sqlalchemy_url, "demo 3/2/0", [], lr=3e-6)

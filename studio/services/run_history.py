@@ -15,7 +15,7 @@ from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
 
 from studio.db import session_scope
-from studio.run_config import parse_run_config
+from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import get_or_404
 from studio.settings import Settings
@@ -272,6 +272,16 @@ def config_differences(configs: list[dict | None]) -> list[str]:
     return [k for k in keys if len({repr(f.get(k, missing)) for f in flat}) > 1]
 
 
+def with_defaults(config: dict | None) -> dict | None:
+    """A stored config with every key the schema has now (a key added since the run was
+    launched takes its default, which is what the run ran with); as stored if it no longer
+    parses."""
+    try:
+        return parse_run_config(config).model_dump(mode="json")
+    except RunConfigError:
+        return config
+
+
 def compare_runs(settings: Settings, run_ids: list[int],
                  metrics: list[str] | None = None) -> dict:
     """Metric series of several runs aligned on one step axis (None where a run has no value),
@@ -294,12 +304,13 @@ def compare_runs(settings: Settings, run_ids: list[int],
     steps = sorted({s for by_step in by_run.values() for s in by_step})
     series = {name: [[by_run[r.id].get(s, {}).get(name) for s in steps] for r in runs]
               for name in names}
+    configs = [with_defaults(r.config) for r in runs]
     return {
         "runs": [{"id": r.id, "name": r.name, "state": r.state, "current_step": r.current_step,
                   "total_steps": r.total_steps} for r in runs],
         "steps": steps, "metrics": names, "series": series,
-        "configs": [r.config for r in runs],
-        "differences": config_differences([r.config for r in runs]),
+        "configs": configs,
+        "differences": config_differences(configs),
     }
 
 
