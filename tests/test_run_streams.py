@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 from sqlalchemy import text
+from sqlmodel import delete
 
 from studio import db
 from studio.api.app import create_api
@@ -142,6 +143,31 @@ def test_reconnecting_clients_get_everything_exactly_once_in_order(studio):
     again = []
     follow(base, headers, run_id, again, last_event_id=last)
     assert [kind for kind, _ in again] == ["end"]
+
+
+def test_steps_a_resumed_run_writes_again_reach_a_client_that_saw_the_first_ones(studio):
+    """A resumed attempt deletes the rows after its checkpoint and writes those steps again:
+    the new rows have new ids (SQLite included, migration 0005), so a client resuming from
+    its cursor gets them."""
+    settings, base, headers = studio
+    url = settings.sqlalchemy_url
+    run_id = new_run(url)
+    set_state(url, run_id, RunState.running)
+    for step in range(6):
+        write_step(url, run_id, step)
+    first = []
+    last = follow(base, headers, run_id, first, stop_after=1 + 6 + 6 + 2)  # state, rows
+    assert sorted(d["step"] for k, d in first if k == "metric") == list(range(6))
+    with db.session_scope(url) as session:
+        for table in (RunMetric, Rollout, RunEvent):
+            session.exec(delete(table).where(table.run_id == run_id, table.step >= 3))
+    for step in range(3, 6):
+        write_step(url, run_id, step)
+    set_state(url, run_id, RunState.succeeded)
+    again = []
+    follow(base, headers, run_id, again, last_event_id=last)
+    assert [d["step"] for k, d in again if k == "metric"] == [3, 4, 5]
+    assert [d["step"] for k, d in again if k == "rollout"] == [4, 4]
 
 
 @pytest.mark.parametrize("any_db_url", ["postgresql"], indirect=True)
