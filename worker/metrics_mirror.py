@@ -20,6 +20,7 @@ from studio.settings import Settings
 log = logging.getLogger(__name__)
 SCALAR_PREFIX = "train/"
 NOT_SCALARS = ("id", "step")
+PAGE_ROWS = 1000  # metric rows read per query
 
 
 def tensorboard_folder(settings: Settings, run_id: int) -> Path:
@@ -59,13 +60,15 @@ class TensorBoardMirror:
         if self._broken:
             return 0
         try:
-            written = 0
-            while rows := run_history.metrics_written_after(self.settings, self.run_id,
-                                                            self._after_id):
+            written, page_full = 0, True
+            while page_full:  # a short page is the last: no extra query to learn that
+                rows = run_history.metrics_written_after(self.settings, self.run_id,
+                                                         self._after_id, limit=PAGE_ROWS)
                 for row in rows:
                     self._write(row)
                     self._after_id = row["id"]
                 written += len(rows)
+                page_full = len(rows) == PAGE_ROWS
             if self._writer is not None:
                 self._writer.flush()
             return written

@@ -56,13 +56,12 @@ class DeviceSlots:
                 self._free.extend(devices)
 
 
-def gpus_wanted(run: dict) -> int:
+def gpus_wanted(config: RunConfig) -> int:
     """GPUs a run's process takes on this worker: a native run one, a veRL run its
     gpus_per_node (none when it drives a Ray cluster, whose GPUs are elsewhere)."""
-    if run["backend"] != "verl":
+    if config.backend != "verl":
         return 1
-    verl = RunConfig.model_validate(run["config"]).verl
-    return 0 if verl.ray_address else verl.gpus_per_node
+    return 0 if config.verl.ray_address else config.verl.gpus_per_node
 
 
 _gpu_slots: DeviceSlots | None = None
@@ -126,7 +125,8 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
     folder = runs.run_dir(settings, run_id)
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "train.log"
-    slot = gpu_slots().take(gpus_wanted(run)) if run["queue"] == "gpu" else nullcontext([])
+    config = RunConfig.model_validate(run["config"])
+    slot = gpu_slots().take(gpus_wanted(config)) if run["queue"] == "gpu" else nullcontext([])
     with slot as gpus, open(log_path, "ab") as out:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                "STUDIO_DATA_DIR": str(settings.resolved_data_dir)}
@@ -140,8 +140,7 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
              "--attempt", str(attempt), "--parent-pid", str(os.getpid())],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         interval = min(POLL_SECONDS, settings.heartbeat_seconds)
-        mirror = TensorBoardMirror(settings, run_id) \
-            if RunConfig.model_validate(run["config"]).mirror.tensorboard else None
+        mirror = TensorBoardMirror(settings, run_id) if config.mirror.tensorboard else None
         while process.poll() is None:
             if not _still_ours(settings, run_id, attempt, process.pid) \
                     and process.poll() is None:

@@ -254,6 +254,15 @@ def data_choices(settings: Settings, corpus, train, evals, exemplars):
 # --- layout -----------------------------------------------------------------------------
 
 
+def setting_field(setting: Setting, default):
+    """A checkbox for a yes/no setting, a number box for the rest."""
+    common = {"label": setting.label, "info": setting.explain,
+              "elem_id": "setting-" + setting.path.replace(".", "-")}
+    if isinstance(default, bool):
+        return gr.Checkbox(default, **common)
+    return gr.Number(default, precision=0 if isinstance(default, int) else None, **common)
+
+
 def build(settings: Settings) -> None:
     shared = current()
     base = gr.State(default_config())
@@ -294,14 +303,7 @@ def build(settings: Settings) -> None:
             for pair in range(0, len(SETTINGS), 2):
                 with gr.Row(equal_height=True):
                     for setting in SETTINGS[pair:pair + 2]:
-                        default = get_path(defaults, setting.path)
-                        element = "setting-" + setting.path.replace(".", "-")
-                        values.append(gr.Checkbox(
-                            default, label=setting.label, info=setting.explain,
-                            elem_id=element) if isinstance(default, bool) else gr.Number(
-                            default, label=setting.label, info=setting.explain,
-                            precision=0 if isinstance(default, int) else None,
-                            elem_id=element))
+                        values.append(setting_field(setting, get_path(defaults, setting.path)))
     with gr.Row():
         estimate_button = gr.Button("Estimate prompt length per stage", elem_id="estimate")
     estimate_note = gr.Markdown(elem_id="estimate-note")

@@ -51,8 +51,7 @@ def test_a_verl_job_takes_gpus_per_node_of_the_workers_gpus():
     from worker.training_process import gpus_wanted
 
     def run(**config):
-        parsed = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, **config})
-        return {"backend": parsed.backend, "config": parsed.model_dump(mode="json")}
+        return parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, **config})
 
     assert gpus_wanted(run()) == 1
     assert gpus_wanted(run(backend="verl", verl={"gpus_per_node": 4})) == 4

@@ -34,7 +34,7 @@ from studio.method.reward import PENALTY_NAMES, RewardBreakdown, score
 from studio.method.tags import parse
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
-from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services import corpora, exemplar_sets, qa_sets, runs
 from studio.services.prompt_preview import run_prompt_ids
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
@@ -271,7 +271,7 @@ class Trainer:
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
             self.config = RunConfig.model_validate(run.config)
-        self.run_dir = settings.resolved_data_dir / "runs" / str(run_id)
+        self.run_dir = runs.run_dir(settings, run_id)
         self.curriculum: Curriculum = self.config.curriculum.build()
         self.total_steps = self.config.total_steps
 
@@ -408,9 +408,7 @@ class Trainer:
         write_step(self.settings, self.run_id, self.attempt, step, metrics, rollouts)
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            session.add(RunEvent(run_id=self.run_id, step=step, kind=kind, message=message,
-                                 data=data))
+        runs.record_event(self.settings, self.run_id, kind, message, step=step, data=data)
 
     def _after_step(self, step: int, metrics: dict) -> None:
         rule = self.curriculum.adaptive
