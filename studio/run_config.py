@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
@@ -119,6 +126,68 @@ class EngineSpec(_Strict):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
+#: The attention and MLP projections of Llama/Qwen/Mistral-style models.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_MAX_RANK = 256
+
+
+class LoraSpec(_Strict):
+    """Low-rank adapters (LoRA) instead of full fine-tuning: the base weights stay frozen and
+    each targeted projection W learns an update (alpha / rank) * B A of rank `rank`. Updates
+    and checkpoints are a small fraction of the model's; it needs a higher learning rate
+    (around 1e-4 instead of 1e-6)."""
+
+    rank: int = Field(default=16, description=f"Rank of each adapter, 1..{LORA_MAX_RANK}; "
+                      "8-64 is typical, more is closer to full fine-tuning")
+    alpha: int = Field(default=32, description="Scale of the update (alpha / rank), > 0; "
+                       "twice the rank is usual")
+    dropout: float = Field(
+        default=0.0, description="Dropout on the adapters' input, in [0, 1). GRPO's ratio "
+        "assumes one network computes the old and new log-probs: dropout above 0 makes the "
+        "ratio and the KL noisy, so keep 0 unless you know you want it")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        default_factory=lambda: list(LORA_TARGETS),
+        description="Names of the linear layers that get adapters (a list or "
+        "comma-separated), or all-linear")
+
+    @field_validator("rank")
+    @classmethod
+    def _rank_in_range(cls, rank: int) -> int:
+        if not 1 <= rank <= LORA_MAX_RANK:
+            raise ValueError(f"{rank} is out of range: use 1..{LORA_MAX_RANK} (8-64 is typical)")
+        return rank
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha_positive(cls, alpha: int) -> int:
+        if alpha <= 0:
+            raise ValueError(f"{alpha} must be > 0 (the update is scaled by alpha / rank; "
+                             "twice the rank is usual)")
+        return alpha
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout_in_range(cls, dropout: float) -> float:
+        if not 0 <= dropout < 1:
+            raise ValueError(f"{dropout} must be in [0, 1); 0 keeps GRPO's ratio exact")
+        return dropout
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _comma_separated(cls, targets: object) -> object:
+        """"q_proj, v_proj" (a form field, a CLI value) means the list of those names."""
+        if isinstance(targets, str) and targets != "all-linear":
+            return [t.strip() for t in targets.split(",") if t.strip()]
+        return targets
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_targets(cls, targets: list[str] | str) -> list[str] | str:
+        if not targets or (isinstance(targets, list) and not all(t.strip() for t in targets)):
+            raise ValueError("name at least one layer (e.g. q_proj, v_proj) or all-linear")
+        return targets
+
+
 class MirrorSpec(_Strict):
     """Copies of the metrics outside the studio (the studio's own tables always get them)."""
 
@@ -167,11 +236,22 @@ class RunConfig(_Strict):
     engine: EngineSpec = Field(default_factory=EngineSpec)
     verl: VerlSpec = Field(default_factory=VerlSpec)
     mirror: MirrorSpec = Field(default_factory=MirrorSpec)
+    lora: LoraSpec | None = Field(default=None, description="LoRA adapters; none: full "
+                                  "fine-tuning")
     seed: int = 0
 
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:
         self.curriculum.build()
+        return self
+
+    @model_validator(mode="after")
+    def _lora_keeps_one_reference(self) -> RunConfig:
+        """With LoRA the KL reference is the base model with the adapters off, so it cannot
+        move to each stage's start."""
+        if self.lora is not None and self.grpo.reset_each_stage:
+            raise ValueError("grpo.reset_each_stage: not available with lora (the KL reference "
+                             "is the base model with the adapters off); remove one of them")
         return self
 
     @model_validator(mode="after")
@@ -200,6 +280,8 @@ class RunConfig(_Strict):
                             f"GPUs ({gpus})")
         if (self.grpo.mini_batch_size or 0) > self.grpo.batch_size:
             problems.append("grpo.mini_batch_size: must not exceed grpo.batch_size")
+        if self.lora is not None and self.lora.dropout:
+            problems.append("lora.dropout: veRL's LoRA has no dropout; use 0 or backend: native")
         if problems:
             raise ValueError("; ".join(problems))
         return self

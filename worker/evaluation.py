@@ -7,7 +7,7 @@ import json
 import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
-from studio.services import corpora, qa_sets
+from studio.services import corpora, qa_sets, runs
 from studio.services.evaluations import (
     evaluation_records_path,
     get_evaluation,
@@ -17,12 +17,19 @@ from studio.settings import Settings
 from studio.tables import RunState
 from worker.engines.native.evaluate import EvalConfig, evaluate
 from worker.engines.native.trainer import search_fn
+from worker.lora import load_checkpoint
 
 
-def _model_source(settings: Settings, model_ref: str) -> str:
-    """A run's checkpoint is stored relative to the data directory; anything else as given."""
-    candidate = settings.resolved_data_dir / model_ref
-    return str(candidate) if candidate.is_dir() else model_ref
+def _load_model(settings: Settings, evaluation: dict):
+    """(model, tokenizer): a run's checkpoint (stored relative to the data directory; a LoRA
+    run's adapter merged into the run's base model), or a model reference as given."""
+    data_dir = settings.resolved_data_dir
+    candidate = data_dir / evaluation["model"]
+    if evaluation["run_id"] is not None:
+        base = runs.get_run(settings, evaluation["run_id"])["config"]["model"]
+        return load_checkpoint(candidate, base, data_dir)
+    ref = str(candidate) if candidate.is_dir() else evaluation["model"]
+    return load_causal_lm(ref, data_dir), load_tokenizer(ref, data_dir)
 
 
 def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
@@ -34,9 +41,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         corpus = corpora.find_corpus(settings, params["corpus"])
         index = corpora.open_index(settings, corpus["id"])
         config = EvalConfig(**params.get("protocol", {}))
-        source = _model_source(settings, evaluation["model"])
-        tokenizer = load_tokenizer(source, settings.resolved_data_dir)
-        model = load_causal_lm(source, settings.resolved_data_dir)
+        model, tokenizer = _load_model(settings, evaluation)
         if torch.cuda.is_available():
             model = model.to("cuda")
         result = evaluate(model, tokenizer, rows, search_fn(index, config.top_k), config,

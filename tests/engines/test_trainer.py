@@ -6,13 +6,15 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from transformers import AutoModelForCausalLM
+import torch
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from studio.services import runs
 from studio.services.demo import load_demo_pack
 from studio.tables import RunState
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
+from worker.engines.native import grpo, rollout
 from worker.engines.native.trainer import Trainer, latest_checkpoint
 
 
@@ -103,6 +105,61 @@ def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):
                for e in runs.run_events(settings, run["id"]))
     assert len([r for r in runs.run_rollouts(settings, run["id"], limit=100)
                 if r["step"] == 2]) == 2
+
+
+LORA = {"rank": 4, "alpha": 8}
+# An entropy bonus gives the adapters a gradient even when every group's rewards are equal.
+LORA_GRPO = {"entropy_coef": 0.01, "kl_coef": 0.1}
+
+
+def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_adapter(studio):
+    settings, model = studio
+    run = runs.create_run(settings, {**tiny_config(model, steps=2, **LORA_GRPO), "lora": LORA},
+                          start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+
+    assert trainer.reference is None, "no second model: the reference is the base, adapters off"
+    assert type(trainer.model) is LlamaForCausalLM
+    assert grpo._plain_head(trainer.model) is not None, "GRPO's fast path applies"
+    with rollout._grouped_sdpa_enabled(trainer.model, True) as grouped:
+        assert grouped, "the rollout's attention switch applies"
+    trained = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    adapters = {id(p) for name, p in trainer.model.named_parameters() if "lora_" in name}
+    assert trained == adapters and len(adapters) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+    base = AutoModelForCausalLM.from_pretrained(model).state_dict()
+    weights = trainer.model.state_dict()
+    assert torch.equal(weights["model.layers.0.self_attn.q_proj.base_layer.weight"],
+                       base["model.layers.0.self_attn.q_proj.weight"]), "the base stays frozen"
+    assert weights["model.layers.0.self_attn.q_proj.lora_B.default.weight"].abs().sum() > 0
+
+    metrics = runs.run_metrics(settings, run["id"])
+    assert metrics[0]["kl"] == 0.0, "B starts at 0: the policy is its reference"
+    assert metrics[1]["kl"] > 0.0, "after an update the adapters move the policy off its base"
+    checkpoint = latest_checkpoint(settings.resolved_data_dir / "runs" / str(run["id"]))
+    files = {p.name for p in checkpoint.folder.iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json", "trainer_state.pt",
+            "tokenizer.json"} <= files
+    assert "model.safetensors" not in files and "config.json" not in files
+
+
+def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
+    settings, model = studio
+    config = {**tiny_config(model, steps=4, **LORA_GRPO), "lora": LORA}
+    config["engine"]["checkpoint_every"] = 2
+    run = runs.create_run(settings, config, start=False)
+    with pytest.raises(_Crash):
+        CrashingTrainer(settings, run["id"]).run()
+    before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
+
+    Trainer(settings, run["id"]).run()
+    after = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in after] == [0, 1, 2, 3]
+    assert before[1]["kl"] > 0.0, "the adapters had moved before the checkpoint"
+    def measured(row):  # every figure of the step but its row id and its timings
+        return {k: v for k, v in row.items() if k != "id" and not k.startswith("time_")}
+
+    assert measured(after[2]) == measured(before[2]), "step 2 ran again identically"
 
 
 @pytest.mark.slow

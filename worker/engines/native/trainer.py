@@ -5,9 +5,9 @@ x G samples are rolled out with the search tool; the method core scores each
 response and computes group advantages; one loss-masked GRPO update follows.
 Every step writes one metrics row, its events (stage changes, warnings) and a
 sample of rollouts in one transaction; checkpoints hold the weights
-(Hugging Face format), the optimizer and the scheduler. All randomness of a
-step is seeded from (run seed, step), so a resumed run repeats nothing and
-skips nothing.
+(Hugging Face format; with `lora:` the adapter only), the optimizer and the
+scheduler. All randomness of a step is seeded from (run seed, step), so a
+resumed run repeats nothing and skips nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from worker.engines.native.grpo import (
     update_step,
 )
 from worker.engines.native.rollout import Rollout, RolloutConfig, generate_rollouts
+from worker.lora import add_adapters, inner, load_adapters
 from worker.parent_watch import RunStopped
 
 STATE_FILE = "trainer_state.pt"
@@ -176,7 +177,8 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler,
                     extra: dict) -> Path:
-    """Weights (HF format), tokenizer, optimizer and scheduler; written whole or not at all."""
+    """Weights (HF format; a `PeftModel` saves its adapter only), tokenizer, optimizer and
+    scheduler; written whole or not at all."""
     root = run_dir / "checkpoints"
     final = root / f"step-{step}"
     partial = root / f".step-{step}.partial"
@@ -292,8 +294,7 @@ class Trainer:
         data_dir = self.settings.resolved_data_dir
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
         resume = latest_checkpoint(self.run_dir)
-        source = str(resume.folder) if resume else cfg.model
-        self.model = load_causal_lm(source, data_dir, dtype=dtype).to(self.device)
+        self._load_policy(resume, dtype)
         self.grpo = GrpoConfig(clip=cfg.grpo.clip, kl_coef=cfg.grpo.kl_coef,
                                entropy_coef=cfg.grpo.entropy_coef,
                                micro_batch_size=cfg.grpo.micro_batch_size,
@@ -318,9 +319,26 @@ class Trainer:
             self._event(resume.step, "info", f"resumed from the checkpoint after step "
                         f"{resume.step}", {"checkpoint": str(resume.folder)})
 
+    def _load_policy(self, resume: Checkpoint | None, dtype: torch.dtype) -> None:
+        """`self.model`, the causal LM that rolls out and trains. With LoRA it is the model
+        inside `self.peft` (the base, frozen, with adapters in place; see worker.lora), and
+        only the adapters train."""
+        cfg, data_dir = self.config, self.settings.resolved_data_dir
+        self.peft = None
+        if cfg.lora is None:
+            source = str(resume.folder) if resume else cfg.model
+            self.model = load_causal_lm(source, data_dir, dtype=dtype).to(self.device)
+            return
+        base = load_causal_lm(cfg.model, data_dir, dtype=dtype)
+        self.peft = load_adapters(base, resume.folder, trainable=True) if resume \
+            else add_adapters(base, cfg.lora, derive_seed(cfg.seed, "lora"))
+        self.model = inner(self.peft.to(self.device))
+
     def _reference_model(self, resume: Checkpoint | None):
-        """The frozen KL reference: the initial weights (or, with reset_each_stage, the stage's)."""
-        if self.config.grpo.kl_coef == 0:
+        """The frozen KL reference: the initial weights (or, with reset_each_stage, the stage's).
+        None without a KL term, and with LoRA: there the reference is the policy's own base,
+        its adapters switched off (`_reference_logprobs`), not a second model."""
+        if self.config.grpo.kl_coef == 0 or self.peft is not None:
             return None
         if resume is None:
             return frozen_copy(self.model)
@@ -372,8 +390,7 @@ class Trainer:
         batch = make_batch(prompt_ids, [r.response_ids for r in rollouts],
                            [r.response_mask for r in rollouts], advantages,
                            tokenizer.pad_token_id)
-        ref_logp = reference_logprobs(self.reference, batch, cfg.grpo.micro_batch_size) \
-            if self.reference is not None else None
+        ref_logp = self._reference_logprobs(batch)
         t2 = time.perf_counter()
         self.model.train()
         update = update_step(self.model, self.optimizer, self.scheduler, batch, ref_logp,
@@ -389,6 +406,15 @@ class Trainer:
         logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k)
         self._write_step(step, metrics, logged)
         return metrics
+
+    def _reference_logprobs(self, batch) -> torch.Tensor | None:
+        if self.config.grpo.kl_coef == 0:
+            return None
+        micro = self.config.grpo.micro_batch_size
+        if self.peft is None:
+            return reference_logprobs(self.reference, batch, micro)
+        with self.peft.disable_adapter():
+            return reference_logprobs(self.model, batch, micro)
 
     def _rollout_rows(self, step, rows, rollouts, rewards, advantages, prefix, k):
         group = self.config.grpo.group_size
@@ -433,7 +459,8 @@ class Trainer:
         with session_scope(self.settings.sqlalchemy_url) as session:
             self._owned_run(session)
         folder = save_checkpoint(
-            self.run_dir, steps_done, self.model, self.tokenizer, self.optimizer, self.scheduler,
+            self.run_dir, steps_done, self.model if self.peft is None else self.peft,
+            self.tokenizer, self.optimizer, self.scheduler,
             {"adaptive_values": self.adaptive_values,
              "watch": {"history": self.watch.history, "change_at": self.watch.change_at,
                        "before": self.watch.before}})
