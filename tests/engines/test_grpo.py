@@ -366,6 +366,121 @@ def test_shared_prompt_gives_the_same_update(tiny_dir):
         assert s_shared[key] == pytest.approx(s_plain[key], rel=1e-4, abs=1e-7), key
 
 
+def step_batch(seed: int = 0, groups: int = 3, size: int = 3, shared: int = 48) -> G.PolicyBatch:
+    """A step with exemplars: every prompt starts with the same ``shared`` tokens (instruction
+    and exemplars), then its own question; ``size`` responses per question with env spans."""
+    g = torch.Generator().manual_seed(seed)
+    common = torch.randint(3, 400, (shared,), generator=g).tolist()
+    prompts, responses, masks = [], [], []
+    for q in range(groups):
+        question = torch.randint(3, 400, (3 + 2 * q,), generator=g).tolist()
+        for k in range(size):
+            r = torch.randint(3, 400, (5 + 3 * k + q,), generator=g).tolist()
+            m = [1] * len(r)
+            if k != 0:
+                m[2:4] = [0, 0]
+            prompts.append(common + question)
+            responses.append(r)
+            masks.append(m)
+    adv = [(-1.0) ** i * (0.4 + 0.1 * i) for i in range(groups * size)]
+    return G.make_batch(prompts, responses, masks, adv, PAD)
+
+
+class GradientRecorder(torch.optim.Optimizer):
+    """An optimizer whose step only keeps a copy of each parameter's gradient (weights stay)."""
+
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.0})
+        self.grads: list[torch.Tensor] = []
+
+    def step(self, closure=None):
+        self.grads += [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                       for group in self.param_groups for p in group["params"]]
+
+
+def gradients(tiny_dir, batch, config, ref_logp):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    recorder = GradientRecorder(m.parameters())
+    stats = G.update_step(m, recorder, None, batch, ref_logp, config)
+    return recorder.grads, stats
+
+
+def decoder_tokens(model, monkeypatch) -> list[int]:
+    """Counts the tokens every decoder call runs on (how often the prefix is computed)."""
+    decoder = model.get_decoder()
+    seen: list[int] = []
+    forward = decoder.forward
+
+    def counting(*args, **kwargs):
+        seen.append(int(kwargs["input_ids"].numel()))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(decoder, "forward", counting)
+    return seen
+
+
+def test_step_prefix_is_the_prompts_common_start_short_of_the_shortest(model):
+    b = step_batch(0, shared=48)
+    prefix = G.step_prefix(model, b, torch.arange(len(b)), grad=False)
+    assert prefix is not None and prefix.length == 48  # the questions differ from token 48
+    assert prefix.kv[0][0].shape[0] == 1 and prefix.kv[0][0].shape[2] == 48
+    # one distinct prompt (one group), or a short common start: nothing to share per step
+    assert G.step_prefix(model, b, torch.arange(3), grad=False) is None
+    assert G.step_prefix(model, step_batch(0, shared=8), torch.arange(9), grad=False) is None
+
+
+def test_step_prefix_gives_the_same_log_probs_and_runs_the_prefix_once(model, monkeypatch):
+    b = step_batch(1, groups=3, size=3, shared=60)
+    expected = full_reference_logprobs(model, b) * b.loss_mask
+    seen = decoder_tokens(model, monkeypatch)
+    shared, ent_s = G.token_logprobs(model, b, 3, with_entropy=True)
+    shared_tokens = sum(seen)
+    seen.clear()
+    plain, ent_p = G.token_logprobs(model, b, 3, with_entropy=True, share_prompt=False)
+    torch.testing.assert_close(shared, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_s, ent_p, atol=1e-5, rtol=1e-5)
+    # the 60 shared tokens run once, not once per row (9) or per group (3)
+    assert sum(seen) - shared_tokens >= 8 * 60
+    assert seen and shared_tokens < sum(seen)
+
+
+@pytest.mark.parametrize("mini_batch_size", [None, 6])
+def test_step_prefix_gives_the_same_parameter_gradients(tiny_dir, mini_batch_size):
+    """fp32: the shared step prefix's gradients equal running the prefix in every pass."""
+    from transformers import AutoModelForCausalLM
+
+    b = step_batch(2, groups=3, size=3, shared=50)
+    other = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(3)))
+    ref_logp = G.reference_logprobs(G.frozen_copy(other), b, 2)
+    cfg = dict(micro_batch_size=2, mini_batch_size=mini_batch_size, kl_coef=0.5,
+               entropy_coef=0.05, max_grad_norm=None)
+    shared, s_shared = gradients(tiny_dir, b, G.GrpoConfig(share_prompt=True, **cfg), ref_logp)
+    plain, s_plain = gradients(tiny_dir, b, G.GrpoConfig(share_prompt=False, **cfg), ref_logp)
+    assert any(float(g.abs().max()) > 1e-4 for g in plain)  # a real gradient to compare
+    for x, y in zip(shared, plain, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    for key in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "num_tokens"):
+        assert s_shared[key] == pytest.approx(s_plain[key], rel=1e-5, abs=1e-7), key
+
+
+def test_step_prefix_update_runs_the_prefix_once_per_mini_batch(tiny_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    b = step_batch(3, groups=4, size=2, shared=64)
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    seen = decoder_tokens(m, monkeypatch)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    G.update_step(m, opt, None, b, None, G.GrpoConfig(micro_batch_size=2, kl_coef=0.0))
+    assert seen.count(64) == 1  # the prefix pass, alone
+    assert all(n < 64 for n in seen if n != 64)  # every other pass starts after it
+
+
 def test_generic_logits_path_matches_the_plain_head(model, monkeypatch):
     b = batch_of(3, 4)
     plain, _ = G.token_logprobs(model, b, 3, with_entropy=False)

@@ -30,9 +30,16 @@ context for the model's later tokens, they are just never scored.
 Cost: the model's full-vocabulary logits are only computed for the scored
 positions (the positions whose *next* token has mask 1), never for the prompt,
 and log-probabilities are ``gather(logits) - logsumexp(logits)`` without a
-full log-softmax tensor. The responses of a group share micro-batches and
-their common prompt goes through the model once per micro-batch (its KV cache
-repeated over the responses), not once per response. Other sequences are
+full log-softmax tensor. The prompts of a step share their first tokens
+(instruction and exemplars: most of a prompt with exemplars); that common
+prefix goes through the model once per step in the reference pass and once
+per mini-batch in the update (:class:`StepPrefix`: its keys and values are
+reused by every micro-batch and its gradient flows back through it once), not
+once per group. The responses of a group share micro-batches and the rest of
+their prompt (the question) goes through the model once per micro-batch (its
+KV cache repeated over the responses), not once per response. Both give the
+unshared computation's log-probs and gradients up to float rounding
+(tests/engines/test_grpo.py). Other sequences are
 sorted by length and each micro-batch is cut to its own longest sequence, so
 padding costs little. The device (and bf16 autocast on CUDA) is taken from the model; the
 batch tensors live on CPU and are moved one micro-batch at a time; returned
@@ -93,9 +100,10 @@ class GrpoConfig:
     accumulation). ``mini_batch_size``: sequences per optimizer step; ``None``
     means the whole batch (one optimizer step per training step).
     ``max_grad_norm``: the total gradient norm is clipped to it (``None`` or
-    ``<= 0``: measured, not clipped). ``share_prompt``: run the prompt of a
-    group once for all its responses in a micro-batch (see
-    :func:`token_logprobs`); same result up to float rounding.
+    ``<= 0``: measured, not clipped). ``share_prompt``: run the step's common
+    prompt prefix once (:func:`step_prefix`) and the rest of a group's prompt
+    once for all its responses in a micro-batch (see :func:`token_logprobs`);
+    same result up to float rounding.
     """
 
     clip: float = 0.2
@@ -303,6 +311,7 @@ def _forward_scores(
     entropy: str = "none",
     chunk_tokens: int | None = None,
     prefix_len: int | None = None,
+    context: StepPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) ``[b, t]`` at the positions where ``score_mask`` > 0, 0 elsewhere.
 
@@ -313,9 +322,12 @@ def _forward_scores(
     scored positions at a time; meant for scoring without gradients, where
     it bounds the memory of the full-vocabulary block. ``prefix_len``: all
     rows share their first ``prefix_len`` tokens (the prompt, unscored); the
-    prefix then goes through the decoder once (see :func:`_shared_prefix_hidden`).
-    Ignored where it cannot apply (generic head, one row, gradient
-    checkpointing, scored tokens inside the prefix).
+    prefix then goes through the decoder once (see :func:`_prefix_hidden`).
+    ``context``: the keys and values of the first ``context.length`` tokens,
+    which every row starts with, computed once for the whole step
+    (:func:`step_prefix`); the decoder runs only on what follows them.
+    Both are ignored where they cannot apply (generic head, one row for
+    ``prefix_len``, gradient checkpointing, scored tokens inside the prefix).
     """
     b, t = input_ids.shape
     logp_full = torch.zeros((b, t), dtype=torch.float32, device=input_ids.device)
@@ -327,24 +339,34 @@ def _forward_scores(
         return logp_full, ent_full
     targets = input_ids[:, 1:][sel]
     plain = _plain_head(model)
+    checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if prefix_len is not None and not (
         plain is not None
         and b > 1
         and 1 <= prefix_len < t
         and not bool(sel[:, : prefix_len - 1].any())
-        and not getattr(model, "is_gradient_checkpointing", False)
+        and not checkpointing
     ):
         prefix_len = None
+    if context is not None and not (
+        plain is not None
+        and context.length < min(t, prefix_len or t)
+        and not bool(sel[:, : context.length].any())
+        and not checkpointing
+    ):
+        context = None
     with _autocast(input_ids.device):
         if plain is not None:
             decoder, head = plain
-            if prefix_len is None:
+            if prefix_len is None and context is None:
                 hidden = decoder(
                     input_ids=input_ids, attention_mask=attention_mask, use_cache=False
                 ).last_hidden_state[:, :-1][sel]
             else:
-                hidden = _shared_prefix_hidden(decoder, input_ids, attention_mask, prefix_len)
-                hidden = hidden[:, :-1][sel[:, prefix_len - 1 :]]
+                first, hidden = _prefix_hidden(
+                    decoder, input_ids, attention_mask, prefix_len, context
+                )
+                hidden = hidden[:, :-1][sel[:, first:]]
             step = chunk_tokens or hidden.shape[0]
             parts = [
                 _logprob_entropy(head(h), y, entropy)
@@ -365,21 +387,42 @@ def _forward_scores(
     return logp_full, ent_full
 
 
-def _shared_prefix_hidden(
+def _prefix_hidden(
     decoder: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
-    prefix_len: int,
-) -> torch.Tensor:
-    """Last hidden states ``[b, t - prefix_len + 1, H]`` at positions ``prefix_len - 1 .. t - 1``.
+    prefix_len: int | None,
+    context: StepPrefix | None,
+) -> tuple[int, torch.Tensor]:
+    """``(first, hidden)``: the last hidden states ``[b, t - first, H]`` from position ``first``.
 
-    The shared prefix (row 0's first ``prefix_len`` tokens) runs once with a
-    KV cache; the cache is repeated over the ``b`` rows and the rest of each
-    row runs on top of it. Autograd flows through the repeat, so the prefix's
-    gradient is the sum over the rows, exactly as in ``b`` separate passes.
+    Two levels of sharing, either or both:
+
+    * ``context``: the step's common prefix, already in keys and values; the
+      decoder starts after it (its own hidden states are never scored).
+    * ``prefix_len``: the rows' common prompt (a GRPO group) runs once, as one
+      row, with a KV cache that is then repeated over the ``b`` rows, and the
+      rest of each row runs on top of it; ``first`` is ``prefix_len - 1`` (the
+      prompt's last position scores the response's first token).
+
+    Autograd flows through the repeats, so the gradient of what is shared is
+    the sum over the rows, exactly as in ``b`` separate passes.
     """
     b = input_ids.shape[0]
-    head = decoder(input_ids=input_ids[:1, :prefix_len], use_cache=True)
+    start = 0 if context is None else context.length
+    if prefix_len is None:
+        tail = decoder(
+            input_ids=input_ids[:, start:],
+            attention_mask=attention_mask,
+            past_key_values=context.cache(b),
+            use_cache=True,
+        ).last_hidden_state
+        return start, tail
+    head = decoder(
+        input_ids=input_ids[:1, start:prefix_len],
+        past_key_values=None if context is None else context.cache(1),
+        use_cache=True,
+    )
     cache = head.past_key_values
     cache.batch_repeat_interleave(b)
     tail = decoder(
@@ -389,7 +432,94 @@ def _shared_prefix_hidden(
         use_cache=True,
     ).last_hidden_state
     last = head.last_hidden_state[:, -1:]
-    return torch.cat([last.expand(b, 1, last.shape[-1]), tail], dim=1)
+    return prefix_len - 1, torch.cat([last.expand(b, 1, last.shape[-1]), tail], dim=1)
+
+
+@dataclass
+class StepPrefix:
+    """Keys and values of the tokens every prompt of a step starts with (instruction, exemplars).
+
+    With exemplars in the prompt these are most of each prompt's tokens
+    (~1,430 of ~1,580 for three), and the same for every question of a
+    step. They go through the model once per step (once per mini-batch in
+    the update: the weights change between mini-batches) instead of once per
+    group. In the update the cached keys and values are detached leaves
+    (``kv``) that every micro-batch reads; their gradients accumulate there,
+    and :meth:`backward` sends the sum back through the one prefix pass
+    (``graph``), which gives the same parameter gradients as running the
+    prefix inside every micro-batch.
+    """
+
+    length: int
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [1, kv heads, length, head dim]
+    graph: list[torch.Tensor] | None = None  # the prefix pass's own keys/values (update only)
+
+    def cache(self, rows: int):
+        """A fresh cache holding the prefix for ``rows`` rows (the leaves, expanded)."""
+        from transformers.cache_utils import DynamicCache
+
+        return DynamicCache(ddp_cache_data=[
+            (k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in self.kv
+        ])
+
+    def backward(self) -> None:
+        """Send the gradients gathered on the leaves back through the prefix pass, once."""
+        if self.graph is None:
+            return
+        leaves = [x for pair in self.kv for x in pair]
+        pairs = [(g, x.grad) for g, x in zip(self.graph, leaves, strict=True)
+                 if x.grad is not None]
+        if pairs:
+            torch.autograd.backward([g for g, _ in pairs], [d for _, d in pairs])
+        self.graph = None
+
+
+#: Below this many shared tokens a step prefix saves less than its bookkeeping costs.
+MIN_STEP_PREFIX = 32
+
+
+def step_prefix(
+    model: torch.nn.Module, batch: PolicyBatch, rows: torch.Tensor, *, grad: bool
+) -> StepPrefix | None:
+    """Run the common prefix of the prompts of ``rows`` once; None where sharing cannot help.
+
+    The prefix is the longest common token prefix of the distinct prompts,
+    stopped one token short of the shortest (its last hidden state scores
+    the first response token and must be computed with the rest). None with
+    one distinct prompt (a group shares its prompt already), a prefix under
+    :data:`MIN_STEP_PREFIX` tokens, a generic head or gradient checkpointing.
+    ``grad``: keep the pass's graph for :meth:`StepPrefix.backward`.
+    """
+    plain = _plain_head(model)
+    if plain is None or getattr(model, "is_gradient_checkpointing", False):
+        return None
+    starts = _prompt_lengths(batch)
+    prompts = {tuple(batch.input_ids[r, : int(starts[r])].tolist()) for r in rows.tolist()}
+    if len(prompts) < 2:
+        return None
+    length = min(_common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+    if length < MIN_STEP_PREFIX:
+        return None
+    decoder, _ = plain
+    ids = batch.input_ids[rows[:1], :length].to(_model_device(model))
+    with _autocast(ids.device), nullcontext() if grad else torch.no_grad():
+        cache = decoder(input_ids=ids, use_cache=True).past_key_values
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
+    if not grad:
+        return StepPrefix(length, kv)
+    graph = [x for pair in kv for x in pair]
+    leaves = [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in kv]
+    return StepPrefix(length, leaves, graph)
+
+
+def _common_prefix_length(sequences) -> int:
+    """Length of the longest common prefix of token sequences."""
+    first, *rest = sequences
+    n = len(first)
+    for other in rest:
+        n = next((i for i in range(min(n, len(other))) if other[i] != first[i]),
+                 min(n, len(other)))
+    return n
 
 
 def _prompt_lengths(batch: PolicyBatch) -> torch.Tensor:
@@ -473,6 +603,7 @@ def token_logprobs(
     chunk_tokens = max(1, _NO_GRAD_LOGITS_ELEMENTS // int(vocab))
     plan = _micro_batches(batch, torch.arange(n), micro_batch_size, share_prompt)
     with torch.no_grad():
+        context = step_prefix(model, batch, torch.arange(n), grad=False) if share_prompt else None
         for rows, width, prefix_len in plan:
             logp, entropy = _forward_scores(
                 model,
@@ -482,6 +613,7 @@ def token_logprobs(
                 entropy="stats" if with_entropy else "none",
                 chunk_tokens=chunk_tokens,
                 prefix_len=prefix_len,
+                context=context,
             )
             out[rows, :width] = logp.float().cpu()
             if with_entropy:
@@ -608,7 +740,9 @@ def update_step(
     mini-batch is run in micro-batches of ``config.micro_batch_size``
     sequences (a group's sequences together, sharing one pass over their
     prompt when ``config.share_prompt``; the others sorted by length), whose
-    gradients accumulate; each micro-batch's loss is divided by the token
+    gradients accumulate; with ``share_prompt`` the mini-batch's common prompt
+    prefix runs once before them and takes its gradient once after them
+    (:class:`StepPrefix`). Each micro-batch's loss is divided by the token
     count of the *whole* mini-batch, so the accumulated gradient is the
     gradient of the token mean over the mini-batch. Then the gradient norm is clipped to
     ``max_grad_norm``, ``optimizer.step()`` and ``scheduler.step()`` run (a
@@ -662,6 +796,8 @@ def update_step(
             mb_tokens = float(batch.loss_mask[rows_all].sum().item())
             optimizer.zero_grad(set_to_none=True)
             plan = _micro_batches(batch, rows_all, config.micro_batch_size, config.share_prompt)
+            context = (step_prefix(model, batch, rows_all, grad=True)
+                       if config.share_prompt else None)
             for rows, width, prefix_len in plan:
                 ids = batch.input_ids[rows, :width].to(device)
                 att = batch.attention_mask[rows, :width].to(device)
@@ -675,6 +811,7 @@ def update_step(
                     lmask,
                     entropy="grad" if want_entropy else "stats",
                     prefix_len=prefix_len,
+                    context=context,
                 )
                 if old_all is None:
                     old = logp.detach()
@@ -702,6 +839,8 @@ def update_step(
                     sums[key] = sums.get(key, 0.0) + stats[key] * k
                 sums["loss"] = sums.get("loss", 0.0) + float(loss.item()) * max(mb_tokens, 1.0)
                 sums["ratio_max"] = max(sums.get("ratio_max", -math.inf), stats["ratio_max"])
+            if context is not None:
+                context.backward()
             lrs.append(float(optimizer.param_groups[0]["lr"]))
             max_norm = (
                 config.max_grad_norm
