@@ -124,6 +124,9 @@ class EngineSpec(_Strict):
         description="Warn when search calls per rollout fall by this share after a stage change")
     threads: int = Field(default=1, gt=0, description="CPU threads for PyTorch (1 is fastest here)")
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    evaluate_at_end: bool = Field(
+        default=False, description="When training succeeds, evaluate the base model and the "
+        "final checkpoint zero-shot on each data.eval set (the run's own token budgets)")
 
 
 #: The attention and MLP projections of Llama/Qwen/Mistral-style models.

@@ -77,3 +77,52 @@ def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, r
         {row["base"]["id"], row["trained"]["id"]})
     (other,) = evaluations.base_vs_trained(settings, run_id, base_model="another/model")
     assert other["base"]["id"] == other_base["id"]
+
+
+def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, base_model):
+    load_demo_pack(settings, index_now=True)
+    config = {"name": "r", "model": base_model,
+              "data": {"corpus": "demo", "train": "demo", "eval": ["demo"],
+                       "exemplars": "demo"},
+              "prompt": {"assistant_prefix": "<think> I will look it up.",
+                         "instruction": "Use the tags."},
+              "grpo": {"max_turns": 2, "max_turn_tokens": 48, "max_response_tokens": 300,
+                       "max_obs_tokens": 120, "top_k": 2},
+              "engine": {"evaluate_at_end": True}}
+    asked = finished_run(settings, config, steps=4)
+    quiet = finished_run(settings, {**config, "engine": {}}, steps=4)
+    for run_id in (asked, quiet):
+        _give_checkpoint(settings, run_id)
+    assert evaluations.evaluate_finished_run(settings, quiet) == []
+    base, trained = evaluations.evaluate_finished_run(settings, asked)
+    assert base["model"] == base_model and trained["run_id"] == asked
+    protocol = trained["params"]["protocol"]
+    assert protocol == base["params"]["protocol"]
+    assert protocol == {"max_turn_tokens": 48, "max_turns": 2, "max_response_tokens": 300,
+                        "max_obs_tokens": 120, "top_k": 2, "layout": "chat",
+                        "assistant_prefix": "<think>", "instruction": "Use the tags.",
+                        "seed": 0}, "the training prefix is cut to <think>"
+    from studio.services import runs
+
+    (note,) = [e for e in runs.run_events(settings, asked) if e["kind"] == "info"]
+    assert note["data"]["evaluations"] == [base["id"], trained["id"]]
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = session.get(Run, asked)
+        run.state = RunState.failed
+        session.add(run)
+    assert evaluations.evaluate_finished_run(settings, asked) == []
+
+
+def test_an_evaluation_prefills_at_most_think(settings, run_id):
+    from worker.engines.native.evaluate import EvalConfig
+
+    _give_checkpoint(settings, run_id)
+    for prefix in ("<search>", "<think> I should search </think> <search>"):
+        with pytest.raises(InvalidInput, match="protocol.assistant_prefix: .*at most '<think>'"):
+            evaluations.create_evaluation(settings, qa_set="demo", run_id=run_id,
+                                          protocol={"assistant_prefix": prefix}, start=False)
+        with pytest.raises(ValueError, match="at most '<think>'"):
+            EvalConfig(assistant_prefix=prefix)
+    assert evaluations.list_evaluations(settings) == []
+    for prefix in (None, "", "<think>"):
+        assert EvalConfig(assistant_prefix=prefix).assistant_prefix == prefix

@@ -26,7 +26,7 @@ from contextlib import contextmanager, nullcontext
 
 from studio.gpus import visible_gpus
 from studio.run_config import RunConfig
-from studio.services import runs
+from studio.services import evaluations, runs
 from studio.services.errors import NotFound
 from studio.settings import Settings
 from studio.tables import RunState
@@ -155,4 +155,7 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
     runs.finish_run(settings, run_id, RunState.failed,
                     f"the training process exited with code {process.returncode} without "
                     f"recording an outcome:\n{log_tail(log_path)}", attempt=attempt)
-    return _final_state(settings, run_id)
+    state = _final_state(settings, run_id)
+    if state == RunState.succeeded.value:
+        evaluations.evaluate_finished_run(settings, run_id)
+    return state

@@ -42,6 +42,21 @@ DEFAULT_INSTRUCTION = (
 )
 
 
+#: All a zero-shot evaluation may pre-fill of the reply: nothing, or the opening think tag
+#: (method.md, "Evaluation protocol": nothing may steer the model towards the tool).
+EVAL_PREFIXES: tuple[str, ...] = ("", "<think>")
+
+
+def check_eval_prefix(prefix: str | None) -> str:
+    """The evaluation's assistant prefix ('' for None), or ValueError naming what is allowed."""
+    prefix = prefix or ""
+    if prefix not in EVAL_PREFIXES:
+        raise ValueError(f"assistant_prefix: an evaluation pre-fills at most '<think>', not "
+                         f"{prefix!r} (zero-shot is zero-shot: nothing may steer the model "
+                         "towards a search)")
+    return prefix
+
+
 class PromptTemplateError(ValueError):
     """A template cannot be used; the message names the field."""
 

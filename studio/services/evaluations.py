@@ -7,7 +7,9 @@ from pathlib import Path
 from sqlmodel import select
 
 from studio.db import session_scope
+from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.queue import QUEUES, enqueue
+from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
 from studio.services.errors import InvalidInput
 from studio.services.records import get_or_404
@@ -16,7 +18,22 @@ from studio.tables import Evaluation, QASet, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
-                 "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "seed")
+                 "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "instruction",
+                 "seed")
+
+
+def run_protocol(config: RunConfig) -> dict:
+    """The zero-shot protocol for a run's end-of-training evaluation: the run's own token
+    budgets, layout and instruction; k = 0 and temperature 0.1 as always, and a pre-filled
+    reply of at most `<think>` whatever the run pre-filled in training."""
+    grpo, prompt = config.grpo, config.prompt
+    think = EVAL_PREFIXES[-1]
+    prefix = think if (prompt.assistant_prefix or "").lstrip().startswith(think) else None
+    return {"max_turn_tokens": grpo.max_turn_tokens, "max_turns": grpo.max_turns,
+            "max_response_tokens": grpo.max_response_tokens,
+            "max_obs_tokens": grpo.max_obs_tokens, "top_k": grpo.top_k,
+            "layout": prompt.layout, "assistant_prefix": prefix,
+            "instruction": prompt.instruction, "seed": config.seed}
 
 
 def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
@@ -50,6 +67,10 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
     if unknown:
         raise InvalidInput(f"protocol: unknown key(s) {', '.join(unknown)}; use "
                            f"{', '.join(PROTOCOL_KEYS)}")
+    try:
+        check_eval_prefix((protocol or {}).get("assistant_prefix"))
+    except ValueError as exc:
+        raise InvalidInput(f"protocol.{exc}") from None
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")
@@ -132,6 +153,25 @@ def evaluate_base_and_trained(settings: Settings, run_id: int, qa_set_names: lis
     for name in qa_set_names:
         created.append(create_evaluation(settings, qa_set=name, model=base_model, **shared))
         created.append(create_evaluation(settings, qa_set=name, run_id=run_id, **shared))
+    return created
+
+
+def evaluate_finished_run(settings: Settings, run_id: int) -> list[dict]:
+    """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of its
+    `data.eval` sets under `run_protocol`, and say so in the run's events. Nothing otherwise."""
+    from studio.services import runs
+
+    run = runs.get_run(settings, run_id)
+    config = RunConfig.model_validate(run["config"])
+    if run["state"] != RunState.succeeded.value or not config.engine.evaluate_at_end \
+            or not config.data.eval:
+        return []
+    created = evaluate_base_and_trained(settings, run_id, config.data.eval,
+                                        protocol=run_protocol(config), queue=run["queue"])
+    runs.record_event(settings, run_id, "info",
+                      f"queued the zero-shot evaluation of the base model and the trained "
+                      f"model on {', '.join(config.data.eval)}",
+                      step=run["current_step"], data={"evaluations": [e["id"] for e in created]})
     return created
 
 

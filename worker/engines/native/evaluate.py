@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from studio.ingest import QARow
-from studio.method.prompt import build_prompt
+from studio.method.prompt import PromptTemplate, build_prompt, check_eval_prefix
 from studio.method.reward import score
 from studio.services.prompt_preview import render_prompt
 from worker.engines.native.rollout import RolloutConfig, SearchFn, generate_rollouts
@@ -22,6 +22,8 @@ from worker.engines.native.rollout import RolloutConfig, SearchFn, generate_roll
 
 @dataclass(frozen=True)
 class EvalConfig:
+    """The zero-shot protocol; ``instruction`` None is the default instruction."""
+
     temperature: float = 0.1
     max_turn_tokens: int = 512
     max_turns: int = 6
@@ -31,7 +33,11 @@ class EvalConfig:
     batch_size: int = 16
     layout: str = "chat"
     assistant_prefix: str | None = "<think>"
+    instruction: str | None = None
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_eval_prefix(self.assistant_prefix)
 
 
 def evaluate(model, tokenizer, rows: list[QARow], search: SearchFn, config: EvalConfig,
@@ -49,7 +55,9 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchFn, config: Eval
         chunk = rows[start:start + config.batch_size]
         prompt_ids = []
         for row in chunk:
-            prompt = build_prompt(row.question, [], 0, layout=config.layout,
+            template = PromptTemplate(instruction=config.instruction) \
+                if config.instruction else None
+            prompt = build_prompt(row.question, [], 0, template, layout=config.layout,
                                   assistant_prefix=config.assistant_prefix)
             text = render_prompt(tokenizer, prompt.messages, config.assistant_prefix)
             prompt_ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
