@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from studio import db
 from studio.api.app import create_api
 from studio.run_config import parse_run_config
-from studio.services import corpora, evaluations, exports, runs
+from studio.services import corpora, evaluations, exports, model_card, runs
 from studio.services.auth import bootstrap_admin
 from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput
@@ -35,9 +37,11 @@ from worker.evaluation import run_evaluation
 TOKEN = "hf_studioTestToken0123456789abcdef"
 
 
-def trained_studio(data_dir: Path, database_url: str | None = None) -> tuple[Settings, int, Path]:
+def trained_studio(data_dir: Path, database_url: str | None = None, **extra
+                   ) -> tuple[Settings, int, Path]:
     """A migrated studio with the demo pack, a tiny model, a 2-step run (checkpoints after
-    steps 1 and 2) and evaluations of the base model and the run."""
+    steps 1 and 2; `extra` keys added to its config) and evaluations of the base model and
+    the run."""
     settings = Settings(data_dir=data_dir, database_url=database_url)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
@@ -51,6 +55,7 @@ def trained_studio(data_dir: Path, database_url: str | None = None) -> tuple[Set
                  "max_turn_tokens": 8, "max_response_tokens": 24, "max_obs_tokens": 16,
                  "micro_batch_size": 2},
         "engine": {"checkpoint_every": 1},
+        **extra,
     }
     run_id = runs.create_run(settings, config, start=False)["id"]
     Trainer(settings, run_id).run()
@@ -59,7 +64,8 @@ def trained_studio(data_dir: Path, database_url: str | None = None) -> tuple[Set
     for source in ({"model": str(model), "corpus": "demo"}, {"run_id": run_id}):
         evaluation = evaluations.create_evaluation(settings, qa_set="demo", limit=2,
                                                    protocol=protocol, start=False, **source)
-        run_evaluation(settings, evaluation["id"])
+        done = run_evaluation(settings, evaluation["id"])
+        assert done["state"] == RunState.succeeded, done["error"]
     return settings, run_id, model
 
 
@@ -305,3 +311,82 @@ def test_the_cli_refuses_a_push_without_a_token_and_a_bad_target(studio):
     assert "--token-env: set NO_SUCH_VARIABLE" in no_token.stderr
     bad = run_studio(["export", str(run_id), "--to", "tarball"], env)
     assert bad.returncode == 2 and "target: 'tarball' is not one of" in bad.stderr
+
+
+LORA = {"rank": 4, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"]}
+
+# Loads an export with plain Transformers while PEFT cannot be imported, and saves its logits.
+WITHOUT_PEFT = """
+import sys
+sys.modules["peft"] = None
+import torch
+from transformers import AutoModelForCausalLM
+folder, ids, out = sys.argv[1:]
+model = AutoModelForCausalLM.from_pretrained(folder)
+with torch.no_grad():
+    torch.save(model(input_ids=torch.load(ids)).logits, out)
+"""
+
+
+@pytest.fixture(scope="module")
+def lora_studio(tmp_path_factory):
+    """A LoRA run whose adapters moved (an entropy bonus gives them a gradient)."""
+    return trained_studio(tmp_path_factory.mktemp("lora-exports") / "data", lora=LORA,
+                          grpo={"steps": 2, "batch_size": 2, "group_size": 2, "lr": 1e-2,
+                                "entropy_coef": 0.1, "max_turns": 1, "max_turn_tokens": 8,
+                                "max_response_tokens": 24, "max_obs_tokens": 16,
+                                "micro_batch_size": 2})
+
+
+def test_a_lora_export_is_the_merged_model_for_plain_transformers_and_the_adapter(
+        lora_studio, tmp_path):
+    from peft import PeftModel
+
+    settings, run_id, model = lora_studio
+    done = export_now(settings, run_id, target="folder")
+    assert done["state"] == RunState.succeeded, done["error"]
+    folder = settings.resolved_data_dir / done["location"]
+    names = set(folder_files(folder))
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "run.yaml",
+            "adapter/adapter_model.safetensors", "adapter/adapter_config.json"} <= names
+    assert "adapter_config.json" not in names, "the top level is a plain model folder"
+    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
+    assert adapter_config["r"] == 4 and adapter_config["lora_alpha"] == 16
+    assert adapter_config["base_model_name_or_path"] is None  # a local base is not named
+    assert not list(exports.exports_root(settings).glob(".*"))  # no staging folder left
+
+    ids = torch.tensor([list(range(3, 40))])
+    torch.save(ids, tmp_path / "ids.pt")
+    loaded = subprocess.run([sys.executable, "-c", WITHOUT_PEFT, str(folder),
+                             str(tmp_path / "ids.pt"), str(tmp_path / "logits.pt")],
+                            capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr
+    checkpoint = settings.resolved_data_dir / "runs" / str(run_id) / "checkpoints" / "step-2"
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), checkpoint)
+    with torch.no_grad():
+        expected = adapted(input_ids=ids).logits
+        with adapted.disable_adapter():
+            base = adapted(input_ids=ids).logits
+    merged = torch.load(tmp_path / "logits.pt")
+    assert (expected - base).abs().max() > 1e-3, "the adapter changed the model"
+    assert torch.allclose(merged, expected, atol=1e-5, rtol=0)
+    for path in (folder / "adapter", checkpoint):  # the exported adapter is the checkpoint's
+        assert (path / "adapter_model.safetensors").read_bytes() == \
+            (checkpoint / "adapter_model.safetensors").read_bytes()
+
+
+def test_a_lora_runs_model_card_names_the_adapter(lora_studio):
+    settings, run_id, _ = lora_studio
+    text = model_card.build_model_card(settings, run_id).markdown
+    for expected in ("trained with LoRA (rank 4, alpha 16, dropout 0, on q_proj, k_proj, "
+                     "v_proj, down_proj)", "the adapter alone is in `adapter/`", "| lora.rank | 4 |",
+                     "| demo | this model (after 2 steps) | 2 |"):
+        assert expected in text, expected
+    # what the card says the model does comes from its own evaluations, base beside it
+    (trained,) = evaluations.list_evaluations(settings, run_id)
+    (base,) = [e for e in evaluations.list_evaluations(settings) if e["run_id"] is None]
+    t, b = trained["metrics"], base["metrics"]
+    assert (f"Zero-shot on 2 questions of demo, it made a valid search on "
+            f"{t['valid_search_rate']:.0%} of them and answered {t['em']:.0%} exactly (base "
+            f"model: {b['valid_search_rate']:.0%} and {b['em']:.0%}).") in text
+    assert "ends up calling" not in text

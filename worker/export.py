@@ -7,14 +7,18 @@ push keeps the finished folder, so its retry only pushes.
 
 `assemble_folder` is the step other engines reuse: it turns any Hugging Face
 model folder (a native checkpoint, or a veRL checkpoint merged to HF format)
-plus its run into the export folder.
+plus its run into the export folder. A LoRA run's checkpoint (an adapter, see
+`worker.lora`) is exported merged into its base, so that plain Transformers
+loads it without PEFT, with the adapter itself beside it in `adapter/`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -24,10 +28,11 @@ from pathlib import Path
 from studio.run_config import RunConfig
 from studio.services import exports, runs
 from studio.services.errors import UserError
-from studio.services.model_card import REWARD_CURVES, build_model_card
+from studio.services.model_card import REWARD_CURVES, base_model_facts, build_model_card
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.hub import PushError, push_folder, scrub
+from worker.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder, load_checkpoint
 
 # The files of a Hugging Face model folder that an export carries: weights, config,
 # generation config, tokenizer; never the optimizer, scheduler or trainer state.
@@ -35,6 +40,7 @@ MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json",
                "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab.json",
                "vocab.txt", "merges.txt", "added_tokens.json", "chat_template.*", "*.model",
                "*.tiktoken")
+ADAPTER_DIR = "adapter"  # a LoRA run's adapter, beside the merged weights
 CHUNK = 8 << 20
 REPORT_EVERY_S = 0.5
 
@@ -88,11 +94,40 @@ def _ensure_generation_config(folder: Path) -> None:
     GenerationConfig.from_model_config(AutoConfig.from_pretrained(folder)).save_pretrained(folder)
 
 
+def _copy_adapter(adapter: Path, target: Path, config: RunConfig) -> None:
+    """The adapter's weights and config; its base named by Hub id, never by a local path."""
+    target.mkdir()
+    _link_or_copy(adapter / ADAPTER_WEIGHTS, target / ADAPTER_WEIGHTS, lambda _: None)
+    adapter_config = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    adapter_config["base_model_name_or_path"] = base_model_facts(config.model)[0]
+    (target / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2))
+
+
 def assemble_folder(settings: Settings, run_id: int, source: Path, target: Path, *, step: int,
                     repo_id: str | None = None, on_progress: Progress) -> None:
     """Write into `target` (a new folder) the model files of the Hugging Face folder `source`
     as safetensors, a generation config, the model card (README.md and its reward curves)
-    and run.yaml."""
+    and run.yaml. A LoRA checkpoint is merged into its base first (in a staging folder
+    beside `target`), and its adapter goes into `adapter/`."""
+    config = RunConfig.model_validate(runs.get_run(settings, run_id)["config"])
+    adapter = adapter_folder(source)
+    if adapter is None:
+        _assemble(settings, run_id, config, source, target, step, repo_id, on_progress)
+        return
+    with tempfile.TemporaryDirectory(prefix=".merged-", dir=target.parent) as staging:
+        on_progress(0.0, "merging the LoRA adapter into the base model")
+        model, tokenizer = load_checkpoint(source, config.model, settings.resolved_data_dir,
+                                           dtype="auto")
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        del model
+        _assemble(settings, run_id, config, Path(staging), target, step, repo_id, on_progress,
+                  adapter)
+
+
+def _assemble(settings: Settings, run_id: int, config: RunConfig, source: Path, target: Path,
+              step: int, repo_id: str | None, on_progress: Progress,
+              adapter: Path | None = None) -> None:
     files = model_files(source)
     if not (source / "config.json").exists():
         raise ExportError(f"{source}: not a Hugging Face model folder (no config.json)")
@@ -109,12 +144,13 @@ def assemble_folder(settings: Settings, run_id: int, source: Path, target: Path,
         _link_or_copy(path, target / path.name, copied)
     _ensure_safetensors(target, on_progress)
     _ensure_generation_config(target)
+    if adapter is not None:
+        _copy_adapter(adapter, target / ADAPTER_DIR, config)
     on_progress(0.85, "writing the model card")
     card = build_model_card(settings, run_id, step, repo_id)
     (target / "README.md").write_text(card.markdown)
     if card.reward_curves_png:
         (target / REWARD_CURVES).write_bytes(card.reward_curves_png)
-    config = RunConfig.model_validate(runs.get_run(settings, run_id)["config"])
     (target / "run.yaml").write_text(config.to_yaml())
     on_progress(1.0, "folder complete")
 

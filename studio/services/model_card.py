@@ -17,7 +17,7 @@ import yaml
 
 from studio.base_models import DEFAULT_MODEL
 from studio.method.prompt import PromptTemplate, build_prompt
-from studio.run_config import RunConfig
+from studio.run_config import LoraSpec, RunConfig
 from studio.services import corpora, evaluations, exemplar_sets, qa_sets, runs
 from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
@@ -122,10 +122,28 @@ def _hyperparameters_section(config: RunConfig) -> str:
     rows = [[f"grpo.{key}", value] for key, value in config.grpo.model_dump().items()
             if value is not None]
     rows += [[f"reward.{key}", value] for key, value in config.reward.model_dump().items()]
+    if config.lora:
+        lora = config.lora
+        rows += [["lora.rank", lora.rank], ["lora.alpha", lora.alpha],
+                 ["lora.dropout", lora.dropout], ["lora.target_modules", _lora_targets(lora)]]
     rows += [["prompt.layout", config.prompt.layout],
              ["prompt.assistant_prefix", f"`{config.prompt.assistant_prefix or ''}`"],
              ["backend", config.backend], ["seed", config.seed]]
     return _table(["parameter", "value"], rows)
+
+
+def _lora_targets(lora: LoraSpec) -> str:
+    targets = lora.target_modules
+    return targets if isinstance(targets, str) else ", ".join(targets)
+
+
+def _lora_words(lora: LoraSpec) -> str:
+    """What the card says of a LoRA run: the adapter's shape, and where each form of it is."""
+    return (f"It was trained with LoRA (rank {lora.rank}, alpha {lora.alpha}, dropout "
+            f"{lora.dropout:g}, on {_lora_targets(lora)}): the base weights stayed frozen and "
+            "low-rank adapters learnt the update. The weights here have the adapter merged "
+            "in (plain Transformers loads them); the adapter alone is in `adapter/` (PEFT "
+            "loads it onto the base model).")
 
 
 def _usage_section(config: RunConfig, repo: str) -> str:
@@ -263,7 +281,8 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         f"questions by searching a document collection: GRPO with an exemplar curriculum "
         f"({curriculum} worked examples in the prompt), so that it ends up calling the search "
         f"tool zero-shot. This checkpoint is after {step} of {run['total_steps']} training "
-        f"steps (run state: {run['state']}).",
+        f"steps (run state: {run['state']})."
+        + (" " + _lora_words(config.lora) if config.lora else ""),
         "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
         "## Training data\n\n" + _data_section(settings, config),
         "## Curriculum\n\n" + _curriculum_section(config),

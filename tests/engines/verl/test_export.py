@@ -13,17 +13,27 @@ import json
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from studio.services import runs
+from studio.run_config import LoraSpec
+from studio.services import exports, runs
 from worker.engines.verl.export import LATEST_FILE, export_latest, latest_verl_step
+from worker.export import run_export
+from worker.lora import add_adapters, load_checkpoint
 
 
-def write_verl_checkpoint(checkpoints, step, model_dir):
+def write_verl_checkpoint(checkpoints, step, model_dir, model=None):
+    """`model` (default: the base, "trained": its embeddings scaled) as veRL's FSDP checkpoint;
+    a PeftModel as veRL saves a LoRA run's actor, with its lora_train_meta.json."""
     actor = checkpoints / f"global_step_{step}" / "actor"
     (actor / "huggingface").mkdir(parents=True)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    with torch.no_grad():  # a "trained" model: the weights differ from the base
-        model.model.embed_tokens.weight.mul_(1.5)
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        with torch.no_grad():
+            model.model.embed_tokens.weight.mul_(1.5)
     torch.save(model.state_dict(), actor / "model_world_size_1_rank_0.pt")
+    if hasattr(model, "peft_config"):
+        lora = model.peft_config["default"]
+        (actor / "lora_train_meta.json").write_text(json.dumps(
+            {"r": lora.r, "lora_alpha": lora.lora_alpha, "task_type": "CAUSAL_LM"}))
     (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
     model.config.save_pretrained(actor / "huggingface")
     model.generation_config.save_pretrained(actor / "huggingface")
@@ -46,3 +56,32 @@ def test_the_latest_checkpoint_becomes_the_runs_hugging_face_folder(verl, verl_r
         assert torch.equal(merged[name], tensor.to(merged[name].dtype)), name
     assert AutoTokenizer.from_pretrained(folder).eos_token == "<|im_end|>"
     assert not list(folder.parent.glob(".*partial"))
+
+
+def test_a_lora_runs_checkpoint_is_evaluated_and_exported_with_its_adapter_merged(verl, verl_run):
+    settings, run, files, model_dir = verl_run(lora={"rank": 4, "alpha": 8})
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    adapted = add_adapters(AutoModelForCausalLM.from_pretrained(model_dir),
+                           LoraSpec(rank=4, alpha=8), seed=0)
+    with torch.no_grad():  # a "trained" adapter: B is no longer 0
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    write_verl_checkpoint(files.checkpoints, 2, model_dir, adapted)
+
+    folder = export_latest(settings, run["id"], files.checkpoints)
+    assert (folder / "lora_adapter" / "adapter_model.safetensors").is_file()  # veRL's layout
+    merged, _ = load_checkpoint(folder, run["config"]["model"], settings.resolved_data_dir)
+    export = exports.create_export(settings, run["id"], target="folder", start=False)
+    done = run_export(settings, export["id"])
+    assert done["state"] == "succeeded", done["error"]
+    exported = AutoModelForCausalLM.from_pretrained(settings.resolved_data_dir / done["location"])
+    assert (settings.resolved_data_dir / done["location"] / "adapter" / "adapter_config.json"
+            ).is_file()
+
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        expected, unchanged = adapted(input_ids=ids).logits, base(input_ids=ids).logits
+        for model in (merged, exported):  # veRL's merger writes the base in bfloat16
+            logits = model(input_ids=ids).logits.float()
+            assert (logits - expected).abs().max() < (expected - unchanged).abs().max() / 10
