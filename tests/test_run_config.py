@@ -57,3 +57,40 @@ def test_errors_name_the_field(data, message):
 def test_yaml_syntax_error():
     with pytest.raises(RunConfigError, match="not valid YAML"):
         parse_run_config("name: [unclosed")
+
+
+BASE = {"name": "x", "data": {"corpus": "c", "train": "t"}}
+
+
+def test_lora_is_off_unless_asked_and_takes_its_defaults_when_asked():
+    assert parse_run_config(BASE).lora is None  # full fine-tuning
+    lora = parse_run_config({**BASE, "lora": {}}).lora
+    assert (lora.rank, lora.alpha, lora.dropout) == (16, 32, 0.0)
+    assert lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                   "up_proj", "down_proj"]
+    config = parse_run_config({**BASE, "lora": {"rank": 8, "target_modules": "q_proj, v_proj"}})
+    assert config.lora.target_modules == ["q_proj", "v_proj"]
+    assert parse_run_config(config.to_yaml()) == config
+    assert parse_run_config({**BASE, "lora": {"target_modules": "all-linear"}}
+                            ).lora.target_modules == "all-linear"
+
+
+@pytest.mark.parametrize(("lora", "message"), [
+    ({"rank": 0}, "lora.rank: 0 is out of range: use 1..256"),
+    ({"rank": 512}, "lora.rank: 512 is out of range: use 1..256"),
+    ({"alpha": 0}, "lora.alpha: 0 must be > 0"),
+    ({"dropout": 1.0}, "lora.dropout: 1.0 must be in [0, 1)"),
+    ({"dropout": -0.1}, "lora.dropout: -0.1 must be in [0, 1)"),
+    ({"target_modules": []}, "lora.target_modules: name at least one layer"),
+    ({"target_modules": " , "}, "lora.target_modules: name at least one layer"),
+    ({"rnak": 8}, "lora.rnak: Extra inputs are not permitted"),
+])
+def test_lora_values_out_of_bounds_name_the_field_and_the_range(lora, message):
+    with pytest.raises(RunConfigError) as err:
+        parse_run_config({**BASE, "lora": lora})
+    assert message in str(err.value)
+
+
+def test_lora_keeps_one_reference_so_it_refuses_a_reset_per_stage():
+    with pytest.raises(RunConfigError, match="grpo.reset_each_stage: not available with lora"):
+        parse_run_config({**BASE, "lora": {}, "grpo": {"reset_each_stage": True}})

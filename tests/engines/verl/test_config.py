@@ -99,3 +99,26 @@ def test_a_verl_run_goes_to_the_gpu_queue_unless_told_otherwise():
                                "data": {"corpus": "c", "train": "t"}})
     assert config.queue == "gpu"
     assert parse_run_config(config.to_yaml()) == config
+
+
+def test_lora_maps_onto_verls_fsdp_lora_keys_and_composes(verl, tmp_path):
+    files = RunFiles(tmp_path / "verl")
+    overrides = {"model_path": "m", "metrics_log": files.metrics_log(1)}
+    # validate_config checks a LoRA rank against vLLM's own list, which needs vLLM installed
+    # (GPU machines only); SGLang skips that check, the rest of the config is the same.
+    one_gpu = {**PRESETS["1 GPU"], "rollout_engine": "sglang"}
+    config = run_config(one_gpu, lora={"rank": 32, "alpha": 64,
+                                       "target_modules": ["q_proj", "v_proj"]})
+    a = compose(hydra_overrides(config, files, **overrides)).actor_rollout_ref
+    assert (a.model.lora_rank, a.model.lora_alpha) == (32, 64)
+    assert list(a.model.target_modules) == ["q_proj", "v_proj"]
+    assert a.rollout.load_format == "safetensors"  # the rollout engine loads the base itself
+    everything = run_config(one_gpu, lora={"target_modules": "all-linear"})
+    assert compose(hydra_overrides(everything, files, **overrides)
+                   ).actor_rollout_ref.model.target_modules == "all-linear"
+
+    full = compose(hydra_overrides(run_config(PRESETS["1 GPU"]), files, **overrides))
+    assert full.actor_rollout_ref.model.lora_rank == 0  # no lora: full fine-tuning, as before
+    assert full.actor_rollout_ref.rollout.load_format == "dummy"
+    with pytest.raises(RunConfigError, match="lora.dropout: veRL's LoRA has no dropout"):
+        run_config(PRESETS["1 GPU"], lora={"dropout": 0.1})

@@ -2,7 +2,7 @@
 
 `hydra_overrides` maps the studio's hyper-parameters onto veRL's keys (GRPO,
 the group size, KL low_var_kl as a loss term, PPO clip, lengths, turns,
-GPUs and nodes, the Ray address) and points veRL's file logger, rollout
+GPUs and nodes, the Ray address, LoRA) and points veRL's file logger, rollout
 dumps and checkpoints at the run's folder (`RunFiles`). `compose` loads
 veRL's config with them and runs veRL's `validate_config`, the check
 `main_ppo` makes first; it needs veRL installed, nothing else does.
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.run_config import RunConfig
+from studio.run_config import LoraSpec, RunConfig
 
 AGENT_NAME = "icrl_search"
 AGENT_LOOP_TARGET = "worker.engines.verl.agent_loop.IcrlSearchAgentLoop"
@@ -89,6 +89,20 @@ def hydra_value(value: object) -> str:
     # Hydra's quoted strings: backslashes are escapes only before a quote or the closing quote.
     text = re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), str(value))
     return f"'{text}'"
+
+
+def lora_overrides(lora: LoraSpec) -> dict[str, object]:
+    """veRL's FSDP LoRA (PEFT's, as the native engine's; it has no dropout). The reference is
+    then the actor with its adapters off (veRL's ref_in_actor), as in the native engine."""
+    return {
+        "actor_rollout_ref.model.lora_rank": lora.rank,
+        "actor_rollout_ref.model.lora_alpha": lora.alpha,
+        "actor_rollout_ref.model.target_modules": lora.target_modules,
+        # veRL's LoRA guide: required. vLLM loads the base weights from the model folder
+        # itself, and each step receives the adapter only (the default, dummy, would need
+        # the whole base sent from the actor first).
+        "actor_rollout_ref.rollout.load_format": "safetensors",
+    }
 
 
 def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
@@ -181,6 +195,8 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "trainer.max_actor_ckpt_to_keep": 2,
         "+ray_kwargs.ray_init.runtime_env.env_vars." + FILE_LOGGER_ENV: str(metrics_log),
     }
+    if config.lora:
+        values.update(lora_overrides(config.lora))
     if v.ray_address:
         values["+ray_kwargs.ray_init.address"] = v.ray_address
     return [f"{key}={hydra_value(value)}" for key, value in values.items()] + list(v.overrides)
