@@ -178,7 +178,9 @@ print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))
 ```"""
 
 
-def _evaluation_section(settings: Settings, run_id: int, config: RunConfig) -> str:
+def _latest_evaluations(settings: Settings, run_id: int,
+                        config: RunConfig) -> dict[tuple[str, str], dict]:
+    """The newest succeeded evaluation per (QA set, model): this run's and its base model's."""
     names = {q["id"]: q["name"] for q in qa_sets.list_qa_sets(settings)}
     latest: dict[tuple[str, str], dict] = {}
     for evaluation in reversed(evaluations.list_evaluations(settings)):  # oldest first
@@ -194,6 +196,10 @@ def _evaluation_section(settings: Settings, run_id: int, config: RunConfig) -> s
             continue
         qa_name = names.get(evaluation["qa_set_id"], f"QA set {evaluation['qa_set_id']}")
         latest[(qa_name, model)] = evaluation
+    return latest
+
+
+def _evaluation_section(latest: dict[tuple[str, str], dict]) -> str:
     if not latest:
         return ("No evaluation was run before this export. `studio eval` (or the Evaluate "
                 "page) measures the base model and this run on held-out questions.")
@@ -207,6 +213,26 @@ def _evaluation_section(settings: Settings, run_id: int, config: RunConfig) -> s
                        for _, key in EVAL_COLUMNS])
     return ("Zero-shot (no exemplars), temperature 0.1, the same search tool:\n\n"
             + _table(["QA set", "model", "questions"] + [c for c, _ in EVAL_COLUMNS], rows))
+
+
+def _measured_behaviour(latest: dict[tuple[str, str], dict]) -> str:
+    """What the model was seen to do zero-shot, from its own evaluations only (no claim
+    without a measurement)."""
+    sentences = []
+    for (qa_name, model), evaluation in sorted(latest.items()):
+        if not model.startswith("this model"):
+            continue
+        m = evaluation["metrics"] or {}
+        base = next((e["metrics"] or {} for (q, label), e in latest.items()
+                     if q == qa_name and label.startswith("base")), None)
+        against = (f" (base model: {base.get('valid_search_rate', 0):.0%} and "
+                   f"{base.get('em', 0):.0%})" if base else "")
+        sentences.append(
+            f"Zero-shot on {m.get('questions', '?')} questions of {qa_name}, it made a valid "
+            f"search on {m.get('valid_search_rate', 0):.0%} of them and answered "
+            f"{m.get('em', 0):.0%} exactly{against}.")
+    return " ".join(sentences) or ("Whether it searches zero-shot has not been measured: no "
+                                   "evaluation of this run was made before this export.")
 
 
 def reward_curves_png(metrics: list[dict]) -> bytes | None:
@@ -263,6 +289,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         metadata["license"] = licence
     metadata["tags"] = TAGS
     metrics = [m for m in runs.run_metrics(settings, run_id) if m["step"] < step]
+    latest = _latest_evaluations(settings, run_id, config)
     png = reward_curves_png(metrics)
     curriculum = " -> ".join(str(s.exemplars) for s in config.curriculum.build().stages)
     base = f"`{base_model_label(config.model)}`"
@@ -279,9 +306,10 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         f"# {run['name']}",
         f"{base} trained with in-context reinforcement learning (ICRL) in ICRL Studio to answer "
         f"questions by searching a document collection: GRPO with an exemplar curriculum "
-        f"({curriculum} worked examples in the prompt), so that it ends up calling the search "
-        f"tool zero-shot. This checkpoint is after {step} of {run['total_steps']} training "
-        f"steps (run state: {run['state']})."
+        f"({curriculum} worked examples in the prompt), which aims at a model that calls the "
+        f"search tool without examples. This checkpoint is after {step} "
+        f"of {run['total_steps']} training steps (run state: {run['state']}). "
+        + _measured_behaviour(latest)
         + (" " + _lora_words(config.lora) if config.lora else ""),
         "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
         "## Training data\n\n" + _data_section(settings, config),
@@ -290,7 +318,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         + "\n\nThe whole run config is `run.yaml` in this repository "
           "(`studio run launch run.yaml` repeats the run).",
         "## Reward curves\n\n" + curves,
-        "## Evaluation\n\n" + _evaluation_section(settings, run_id, config),
+        "## Evaluation\n\n" + _evaluation_section(latest),
         "## Intended use and limits\n\n" + _limits(config),
     ]
     front = yaml.safe_dump(metadata, sort_keys=False)
@@ -300,7 +328,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
 def _limits(config: RunConfig) -> str:
     return f"""- Intended for research and prototypes of question answering over the documents it
   was trained to search, with the tag protocol above and a search tool that returns passages.
-  Without the tool it falls back on what the base model knows, and answers less well.
+  How it answers without the tool was not measured.
 - It was trained on the questions and corpus named above only; on other documents or kinds of
   questions its search queries and answers may be poor. The reward checks the final answer
   against reference answers ({config.reward.acc_weight:g} weight) and the tag format
