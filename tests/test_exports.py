@@ -129,6 +129,17 @@ def test_a_folder_export_loads_with_transformers_and_generates(studio):
     assert not list(exports.exports_root(settings).glob(".*partial"))
 
 
+def assert_card_states_its_evaluations(settings, run_id: int, text: str) -> None:
+    """What the card says the model does comes from its own evaluations, base beside it."""
+    (trained,) = evaluations.list_evaluations(settings, run_id)
+    (base,) = [e for e in evaluations.list_evaluations(settings) if e["run_id"] is None]
+    t, b = trained["metrics"], base["metrics"]
+    assert (f"Zero-shot on 2 questions of demo, it made a valid search on "
+            f"{t['valid_search_rate']:.0%} of them and answered {t['em']:.0%} exactly (base "
+            f"model: {b['valid_search_rate']:.0%} and {b['em']:.0%}).") in text
+    assert "ends up calling" not in text
+
+
 def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(studio):
     settings, run_id, model = studio
     card = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card",
@@ -147,14 +158,7 @@ def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(
                      "| demo | base (local model tiny-base) | 2 |",
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
-    # what the card says the model does comes from its own evaluations, base beside it
-    (trained,) = evaluations.list_evaluations(settings, run_id)
-    (base,) = [e for e in evaluations.list_evaluations(settings) if e["run_id"] is None]
-    t, b = trained["metrics"], base["metrics"]
-    assert (f"Zero-shot on 2 questions of demo, it made a valid search on "
-            f"{t['valid_search_rate']:.0%} of them and answered {t['em']:.0%} exactly (base "
-            f"model: {b['valid_search_rate']:.0%} and {b['em']:.0%}).") in text
-    assert "ends up calling" not in text
+    assert_card_states_its_evaluations(settings, run_id, text)
     png = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card/reward-curves.png",
                                         headers=auth(settings))
     assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
@@ -390,11 +394,4 @@ def test_a_lora_runs_model_card_names_the_adapter(lora_studio):
                      "v_proj, down_proj)", "the adapter alone is in `adapter/`", "| lora.rank | 4 |",
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
-    # what the card says the model does comes from its own evaluations, base beside it
-    (trained,) = evaluations.list_evaluations(settings, run_id)
-    (base,) = [e for e in evaluations.list_evaluations(settings) if e["run_id"] is None]
-    t, b = trained["metrics"], base["metrics"]
-    assert (f"Zero-shot on 2 questions of demo, it made a valid search on "
-            f"{t['valid_search_rate']:.0%} of them and answered {t['em']:.0%} exactly (base "
-            f"model: {b['valid_search_rate']:.0%} and {b['em']:.0%}).") in text
-    assert "ends up calling" not in text
+    assert_card_states_its_evaluations(settings, run_id, text)
