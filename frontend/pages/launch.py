@@ -27,7 +27,7 @@ from frontend.components import (
 from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show
 from studio.base_models import DEFAULT_MODEL
-from studio.run_config import RunConfig, RunConfigError, parse_run_config
+from studio.run_config import GrpoSpec, LoraSpec, RunConfig, RunConfigError, parse_run_config
 from studio.services import auth, corpora, exemplar_sets, qa_sets, run_validation, runs
 from studio.services.errors import UserError
 from studio.settings import Settings
@@ -47,6 +47,12 @@ MODEL_SOURCES = {
     "folder": "A model folder on the studio's machine",
 }
 NO_EXEMPLARS = ""
+LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights instead of every "
+              "weight: cheaper updates and a small checkpoint, for bigger models or smaller "
+              "GPUs; it needs a higher learning rate (1e-4). Rank: the adapters' size "
+              "(8-64); alpha: their scale (twice the rank is usual).")
+#: The learning rates the form switches between when LoRA is ticked or unticked.
+FULL_LR, LORA_LR = GrpoSpec().lr, 1.0e-4
 STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
                  ("tokens", "Prompt tokens (longest sampled question)"), ("fits", "Fits?")]
 
@@ -65,8 +71,9 @@ SETTINGS = [
             "answers; more is steadier but slower."),
     Setting("grpo.group_size", "Answers per question", "Answers sampled for each question and "
             "compared with each other (GRPO); the paper uses 4."),
-    Setting("grpo.lr", "Learning rate", "How big each update is; 1e-6 in the paper. Larger "
-            "learns faster but can break the model."),
+    Setting("grpo.lr", "Learning rate", "How big each update is; 1e-6 in the paper (1e-4 with "
+            "LoRA: ticking it switches an untouched 1e-6 to 1e-4). Larger learns faster but can "
+            "break the model."),
     Setting("grpo.kl_coef", "Stay-close penalty (KL)", "Keeps the model near where it "
             "started; 0.001 in the paper."),
     Setting("grpo.clip", "Clip range", "Limits how far one update moves the model (PPO "
@@ -129,13 +136,39 @@ def curriculum_section(design: dict | None) -> dict:
     return {"preset": None, "stages": design["stages"], "adaptive": design.get("adaptive")}
 
 
+def lora_section(base: dict | None, use_lora: bool, rank, alpha) -> dict | None:
+    """The run's `lora:` from the form; keys it does not show (dropout, targets) from `base`."""
+    if not use_lora:
+        return None
+    defaults = LoraSpec()
+    return {**(base or {}), "rank": int(rank or defaults.rank),
+            "alpha": int(alpha or defaults.alpha)}
+
+
+def lora_fields(lora: dict | None) -> tuple[bool, int, int]:
+    """The form's LoRA checkbox, rank and alpha for a config's `lora:`."""
+    shown = LoraSpec.model_validate(lora or {})
+    return lora is not None, shown.rank, shown.alpha
+
+
+def lr_for_lora(use_lora: bool, lr: float | None) -> float | None:
+    """Ticking LoRA moves the untouched full fine-tuning rate to LoRA's, and back."""
+    if use_lora and lr == FULL_LR:
+        return LORA_LR
+    if not use_lora and lr == LORA_LR:
+        return FULL_LR
+    return lr
+
+
 def assemble(base: dict, design: dict | None, name: str, source: str, typed_model: str,
              corpus: str | None, train: str | None, evals: list[str] | None,
-             exemplars: str | None, backend: str, queue: str, layout: str, *values) -> dict:
+             exemplars: str | None, backend: str, queue: str, layout: str, use_lora: bool,
+             lora_rank, lora_alpha, *values) -> dict:
     """The run config the form shows, over `base` (which keeps what the form does not show)."""
     config = copy.deepcopy(base)
     config.update(name=(name or "").strip(), model=model_ref(source, typed_model),
-                  backend=backend, queue=queue)
+                  backend=backend, queue=queue,
+                  lora=lora_section(base.get("lora"), use_lora, lora_rank, lora_alpha))
     config["curriculum"].update(curriculum_section(design))
     config["data"].update(corpus=corpus or "", train=train or "", eval=list(evals or []),
                           exemplars=exemplars or None)
@@ -153,7 +186,8 @@ def form_values(config: RunConfig) -> tuple:
     return (dumped, config.curriculum.build().to_dict(), dumped["name"],
             *model_fields(dumped["model"]), data["corpus"], data["train"], data["eval"],
             data["exemplars"] or NO_EXEMPLARS, dumped["backend"], dumped["queue"],
-            dumped["prompt"]["layout"], *(get_path(dumped, s.path) for s in SETTINGS))
+            dumped["prompt"]["layout"], *lora_fields(dumped["lora"]),
+            *(get_path(dumped, s.path) for s in SETTINGS))
 
 
 # --- actions ----------------------------------------------------------------------------
@@ -304,6 +338,14 @@ def build(settings: Settings) -> None:
                 with gr.Row(equal_height=True):
                     for setting in SETTINGS[pair:pair + 2]:
                         values.append(setting_field(setting, get_path(defaults, setting.path)))
+            gr.Markdown(LORA_WORDS)
+            use_lora, lora_rank, lora_alpha = lora_fields(None)
+            with gr.Row(equal_height=True):
+                use_lora = gr.Checkbox(use_lora, label="Train LoRA adapters", elem_id="lora")
+                lora_rank = gr.Number(lora_rank, precision=0, label="LoRA rank",
+                                      minimum=1, maximum=256, elem_id="lora-rank")
+                lora_alpha = gr.Number(lora_alpha, precision=0, label="LoRA alpha", minimum=1,
+                                       elem_id="lora-alpha")
     with gr.Row():
         estimate_button = gr.Button("Estimate prompt length per stage", elem_id="estimate")
     estimate_note = gr.Markdown(elem_id="estimate-note")
@@ -323,7 +365,7 @@ def build(settings: Settings) -> None:
     follow = gr.Button("Watch it on the Live run page", visible=False, elem_id="follow-run")
 
     fields = [name, source, typed_model, corpus, train, evals, exemplars, backend, queue, layout,
-              *values]
+              use_lora, lora_rank, lora_alpha, *values]
     form = [base, shared.curriculum, *fields]
     follow_on = ("the **Runs** and **Live run** pages" if live_page else
                  "the API (`GET /api/v1/runs/<id>`)")
@@ -336,6 +378,8 @@ def build(settings: Settings) -> None:
     gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
           curriculum)
     source.change(lambda s: gr.Textbox(visible=s != "bundled"), source, typed_model)
+    lr = values[[s.path for s in SETTINGS].index("grpo.lr")]
+    use_lora.input(lr_for_lora, [use_lora, lr], lr)  # the user's tick, not a loaded YAML's
     estimate_button.click(lambda *f: estimate(settings, *f), form, [stage_table, estimate_note])
     save_button.click(save_yaml, form, [yaml_file, yaml_message])
     loaded = [base, shared.curriculum, *fields, yaml_message]

@@ -191,8 +191,16 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     ui.screenshot("launch")
     if run["state"] in ("queued", "running"):
         runs.cancel_run(settings, run["id"])
+    assert config["lora"] is None  # full fine-tuning unless ticked
 
-    uploaded = dict(config, name="from-yaml",
+    assert float(ui.page.locator("#setting-grpo-lr input").input_value()) == 1e-6
+    ui.page.check("#lora input")  # LoRA wants a higher learning rate: the form offers it
+    ui.wait_value("#setting-grpo-lr input", "0.0001")
+    ui.page.uncheck("#lora input")
+    ui.wait_value("#setting-grpo-lr input", "0.000001")
+
+    lora = {"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    uploaded = dict(config, name="from-yaml", lora=lora,
                     curriculum={"stages": [{"exemplars": 2, "steps": 5},
                                            {"exemplars": 0, "steps": 5}]})
     path = tmp_path / "from-yaml.yaml"
@@ -203,5 +211,12 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     ui.wait_text("#yaml-message", "Loaded 'from-yaml'")
     assert ui.page.locator("#run-name textarea").input_value() == "from-yaml"
     ui.wait_text("#launch-curriculum", "2 → 0 exemplars over 10 steps")
+    assert ui.page.locator("#lora input").is_checked()
+    assert ui.page.locator("#lora-rank input").input_value() == "8"
+    ui.page.click("#save-yaml")  # the YAML's LoRA comes back whole, the targets the form hides
+    ui.wait_text("#yaml-message", "Saved the config of 'from-yaml'")
+    link = ui.page.locator("#yaml-download a").first.get_attribute("href")
+    saved = yaml.safe_load(ui.page.request.get(link).text())
+    assert saved["lora"] == lora and saved["grpo"]["lr"] == config["grpo"]["lr"]
     ui.open("Curriculum")
     ui.wait_text("#curriculum-notes", "2 → 0, 10 steps in all")
