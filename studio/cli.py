@@ -175,7 +175,8 @@ def token_create(name: str = typer.Option(..., help="What the token is for."),
 
 @app.command()
 def demo(data_dir: Path = DataDir) -> None:
-    """Load the demo pack: a corpus, a QA set and an exemplar set, each named `demo`."""
+    """Load the demo pack: a corpus, a QA set and an exemplar set named `demo`, and the
+    held-out questions as the QA set `demo-heldout`."""
     from studio.services.demo import load_demo_pack
     from studio.services.errors import UserError
 
@@ -188,9 +189,12 @@ def demo(data_dir: Path = DataDir) -> None:
     except (launcher.StartupError, UserError) as exc:
         raise _fail(exc) from None
     corpus, qa, exemplars = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
+    heldout = pack["heldout_qa_set"]
     typer.echo(f"corpus 'demo': {corpus['num_documents']} documents, "
                f"{corpus['num_passages']} passages, {corpus['status']}")
-    typer.echo(f"QA set 'demo': {qa['num_rows']} questions")
+    typer.echo(f"QA set 'demo': {qa['num_rows']} questions to train on")
+    typer.echo(f"QA set '{heldout['name']}': {heldout['num_rows']} held-out questions to "
+               "evaluate on (never in 'demo')")
     typer.echo(f"exemplar set 'demo': {exemplars['size']} exemplars, "
                f"{exemplars['errors']} errors, {exemplars['warnings']} warnings")
 

@@ -307,12 +307,17 @@ def test_demo_pack_loads_once_ready_to_use(api):
     first = api.post("/demo")
     assert first.status_code == 200, first.text
     pack = first.json()
-    assert pack["corpus"]["status"] == "ready" and pack["corpus"]["num_documents"] == 150
-    assert pack["qa_set"]["num_rows"] == 50
+    assert pack["corpus"]["status"] == "ready" and pack["corpus"]["num_documents"] == 257
+    assert (pack["qa_set"]["name"], pack["qa_set"]["purpose"]) == ("demo", "train")
+    assert pack["qa_set"]["num_rows"] == 196
+    heldout = pack["heldout_qa_set"]
+    assert (heldout["name"], heldout["purpose"], heldout["num_rows"]) == ("demo-heldout", "eval", 60)
     assert (pack["exemplar_set"]["size"], pack["exemplar_set"]["errors"]) == (3, 0)
     again = api.post("/demo").json()
     assert again["corpus"]["id"] == pack["corpus"]["id"]
+    assert again["heldout_qa_set"]["id"] == heldout["id"]
     assert len(api.get("/corpora").json()) == 1
+    assert sorted(q["name"] for q in api.get("/qa-sets").json()) == ["demo", "demo-heldout"]
     hit = api.get(f"/corpora/{pack['corpus']['id']}/search",
                   params={"q": "capital of the Ondrell Archipelago", "k": 3}).json()
     assert any("Brindlecombe" in h["text"] for h in hit["hits"])

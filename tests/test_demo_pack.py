@@ -1,5 +1,10 @@
 """The demo data pack (studio/demo/): well-formed, self-consistent and learnable.
 
+Counts are the pack's as documented in studio/demo/README.md: 257 passages,
+256 questions (156 one-hop, 100 two-hop), a fixed split of 196 training
+questions (120 + 76) and 60 held-out ones (36 + 24) that the loader stores as
+the QA sets `demo` and `demo-heldout`.
+
 The BM25 recipe below is the one the pack's exemplars were built with, and the
 studio retriever's default (studio.retrieval, Bm25Params(): "en" stop words, no
 stemmer): rank_bm25.BM25Okapi(epsilon=0) over each passage's title, a newline
@@ -9,8 +14,11 @@ broken by corpus order.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from bm25s.stopwords import STOPWORDS_EN
@@ -20,8 +28,13 @@ from studio import demo
 from studio.method.exemplars import parse_jsonl, validate_exemplars
 from studio.method.reward import normalize_answer, score
 from studio.method.tags import SEARCH_TOOL, format_information, parse, search_queries
+from studio.services import qa_sets
+from studio.services.demo import HELDOUT_NAME, load_demo_pack
 
 STOPWORDS = frozenset(STOPWORDS_EN)
+PASSAGES, QUESTIONS = 257, 256
+SPLITS = {("train", 1): 120, ("train", 2): 76, ("heldout", 1): 36, ("heldout", 2): 24}
+REBUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "demo_exemplar_blocks.py"
 
 
 def tokens(text: str) -> list[str]:
@@ -35,6 +48,8 @@ def read_jsonl(path) -> list[dict]:
 CORPUS = read_jsonl(demo.CORPUS)
 QA = read_jsonl(demo.QA)
 BY_ID = {p["id"]: p for p in CORPUS}
+TRAIN = [q for q in QA if q["split"] == "train"]
+HELDOUT = [q for q in QA if q["split"] == "heldout"]
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +70,32 @@ def contains(passage: dict, answer: str) -> bool:
     return f" {normalize_answer(answer)} " in f" {text} "
 
 
+def answers(q: dict) -> set[str]:
+    return {normalize_answer(g) for g in q["golden_answers"]}
+
+
+def kind(question: str) -> str:
+    """A coarse question type, to compare the mix of the two splits."""
+    q = question.lower()
+    if q.startswith(("who ", "whose ")):
+        return "who"
+    if "what year" in q:
+        return "year"
+    if re.search(r"\bwhich (month|day)\b", q):
+        return "month or day"
+    if "how many" in q:
+        return "how many"
+    if re.match(r"(about |for )?how \w+", q):
+        return "how long, high, far..."
+    if re.search(r"\b(which|what) (town|island|lake)\b", q):
+        return "where"
+    return "what or which"
+
+
 def test_corpus_shape():
-    assert len(CORPUS) == 150
-    assert [p["id"] for p in CORPUS] == [f"demo-{i:03d}" for i in range(1, 151)]
-    assert len({p["title"] for p in CORPUS}) == 150, "titles should be unique"
+    assert len(CORPUS) == PASSAGES
+    assert [p["id"] for p in CORPUS] == [f"demo-{i:03d}" for i in range(1, PASSAGES + 1)]
+    assert len({p["title"] for p in CORPUS}) == PASSAGES, "titles should be unique"
     for p in CORPUS:
         assert set(p) == {"id", "title", "text"}
         assert p["title"].strip() == p["title"] and p["title"]
@@ -67,20 +104,63 @@ def test_corpus_shape():
 
 
 def test_qa_shape_and_support():
-    assert len(QA) == 50
-    assert len({q["id"] for q in QA}) == 50
-    assert len({normalize_answer(q["question"]) for q in QA}) == 50
-    hops = [q["hops"] for q in QA]
-    assert hops.count(1) >= 20 and hops.count(2) >= 20, hops
+    assert len(QA) == QUESTIONS
+    assert [q["id"] for q in QA] == [f"demo-q{i:02d}" for i in range(1, QUESTIONS + 1)]
+    assert len({normalize_answer(q["question"]) for q in QA}) == QUESTIONS
+    hops = Counter(q["hops"] for q in QA)
+    assert (hops[1], hops[2]) == (156, 100), hops  # about 60% one-hop, 40% two-hop
     for q in QA:
+        assert set(q) == {"id", "question", "golden_answers", "hops", "support", "split"}, q["id"]
         assert q["question"].strip().endswith("?"), q["id"]
         assert q["golden_answers"] and all(normalize_answer(g) for g in q["golden_answers"])
+        assert not answers(q) & {"yes", "no"}, q["id"]
         assert q["hops"] in (1, 2)
         assert len(q["support"]) == q["hops"], q["id"]
         assert len(set(q["support"])) == len(q["support"]), q["id"]
-        support = [BY_ID[s] for s in q["support"]]
+        assert all(s in BY_ID for s in q["support"]), q["id"]
+        # every gold answer is a span of the last support passage (the one holding the answer)
         for gold in q["golden_answers"]:
-            assert any(contains(p, gold) for p in support), (q["id"], gold)
+            assert contains(BY_ID[q["support"][-1]], gold), (q["id"], gold)
+            assert not contains({"title": "", "text": q["question"]}, gold), (q["id"], gold)
+
+
+def test_split_is_fixed_disjoint_and_alike():
+    assert Counter((q["split"], q["hops"]) for q in QA) == SPLITS
+    train_questions = {normalize_answer(q["question"]) for q in TRAIN}
+    assert not train_questions & {normalize_answer(q["question"]) for q in HELDOUT}
+    # no held-out question asks for what a training question asks for: the same answer
+    # out of the same passage
+    asked = {(q["support"][-1], a) for q in TRAIN for a in answers(q)}
+    for q in HELDOUT:
+        assert not {(q["support"][-1], a) for a in answers(q)} & asked, q["id"]
+    # the same mix of question kinds: each kind's share within 12 points of training's
+    shares = {split: Counter(kind(q["question"]) for q in part)
+              for split, part in (("train", TRAIN), ("heldout", HELDOUT))}
+    print(f"\ndemo pack question kinds: {dict(shares['train'])} (train), "
+          f"{dict(shares['heldout'])} (held out)")
+    assert set(shares["train"]) == set(shares["heldout"])
+    for k in shares["train"]:
+        gap = shares["heldout"][k] / len(HELDOUT) - shares["train"][k] / len(TRAIN)
+        assert abs(gap) <= 0.12, (k, shares)
+
+
+def test_loader_stores_train_and_heldout_sets(settings):
+    pack = load_demo_pack(settings, index_now=True)
+    assert pack["corpus"]["num_passages"] == PASSAGES
+    train, heldout = pack["qa_set"], pack["heldout_qa_set"]
+    assert (train["name"], train["purpose"], train["num_rows"]) == ("demo", "train", len(TRAIN))
+    assert (heldout["name"], heldout["purpose"], heldout["num_rows"]) == (
+        HELDOUT_NAME, "eval", len(HELDOUT))
+    for stored, part in ((train, TRAIN), (heldout, HELDOUT)):
+        assert stored["report"]["duplicate_question_count"] == 0
+        rows = qa_sets.load_rows(settings, stored["id"])
+        assert [(r.id, r.question, r.golden_answers) for r in rows] == [
+            (q["id"], q["question"], q["golden_answers"]) for q in part]
+        assert [r.meta for r in rows] == [
+            {"hops": q["hops"], "support": q["support"], "split": q["split"]} for q in part]
+    again = load_demo_pack(settings)  # nothing is stored twice
+    assert (again["qa_set"]["id"], again["heldout_qa_set"]["id"]) == (train["id"], heldout["id"])
+    assert len(qa_sets.list_qa_sets(settings)) == 2
 
 
 def test_exemplars_are_valid_traces(search):
@@ -97,6 +177,13 @@ def test_exemplars_are_valid_traces(search):
             assert ex.solution[call.end :].startswith(block), (ex.question, call.body)
 
 
+def test_exemplar_blocks_script_finds_nothing_stale(capsys):
+    spec = importlib.util.spec_from_file_location("demo_exemplar_blocks", REBUILD_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--check"]) == 0, capsys.readouterr().out
+
+
 def test_exemplar_questions_not_in_qa():
     asked = {normalize_answer(q["question"]) for q in QA}
     for ex in read_jsonl(demo.EXEMPLARS):
@@ -109,3 +196,18 @@ def test_one_hop_questions_are_retrievable(search):
     rate = found / len(one_hop)
     print(f"\ndemo pack: 1-hop support in BM25 top 5 for {found}/{len(one_hop)} ({rate:.0%})")
     assert rate >= 0.8, f"only {found}/{len(one_hop)} 1-hop questions retrieve a support passage"
+
+
+def test_questions_reach_their_passage_in_the_top_3(search):
+    """The figure the pack is built for: search the question, read the top 3."""
+    one_hop = [q for q in QA if q["hops"] == 1]
+    found = [q for q in one_hop if q["support"][0] in {p["id"] for p in search(q["question"])}]
+    rate = len(found) / len(one_hop)
+    held = [q for q in found if q["split"] == "heldout"]
+    two_hop = [q for q in QA if q["hops"] == 2]
+    first = sum(q["support"][0] in {p["id"] for p in search(q["question"])} for q in two_hop)
+    print(f"\ndemo pack: 1-hop support in BM25 top 3 for {len(found)}/{len(one_hop)} "
+          f"({rate:.0%}; held out {len(held)}/{SPLITS['heldout', 1]}); 2-hop first passage "
+          f"in top 3 for {first}/{len(two_hop)}")
+    assert rate >= 0.95, [q["id"] for q in one_hop if q not in found]  # measured: 156/156
+    assert first / len(two_hop) >= 0.9  # measured: 98/100

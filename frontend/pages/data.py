@@ -41,7 +41,8 @@ INTRO = """
 The model learns to answer questions by searching **a corpus** (your documents).
 It trains on **a QA set** (questions with their answers) and starts from a few
 **exemplars** (worked examples of searching), which the curriculum then removes.
-New here? Click **Load the demo pack**: a small made-up corpus, 50 questions and
+New here? Click **Load the demo pack**: a small made-up corpus, 196 questions to
+train on, 60 held-out questions to evaluate on (the QA set `demo-heldout`) and
 3 exemplars, enough to launch a first run.
 """
 
@@ -168,10 +169,12 @@ def load_demo(settings: Settings) -> str:
     except UserError as exc:
         return error_markdown(str(exc), "The demo pack was not loaded")
     corpus, qa, ex = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
+    heldout = pack["heldout_qa_set"]
     return ok_markdown(
         f"Demo pack loaded: corpus '{corpus['name']}' ({corpus['num_documents']} documents), "
-        f"QA set '{qa['name']}' ({qa['num_rows']} questions), exemplar set '{ex['name']}' "
-        f"({ex['size']} exemplars)") + (
+        f"QA set '{qa['name']}' ({qa['num_rows']} questions to train on), QA set "
+        f"'{heldout['name']}' ({heldout['num_rows']} held-out questions to evaluate on), "
+        f"exemplar set '{ex['name']}' ({ex['size']} exemplars)") + (
         "\n\nNext: when the corpus index is done, try a search below; then design the "
         "curriculum and launch a run.")
 

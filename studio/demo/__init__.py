@@ -1,14 +1,22 @@
 """The demo data pack: a small made-up world to try ICRL Studio on.
 
 The Ondrell Archipelago is an invented chain of seven islands (towns, people,
-inventions, festivals, ships, rivers, events).  All text is original, written
-for the studio, so a model cannot know the answers and has to search for them.
+inventions, festivals, ships, rivers, dishes, guilds, events).  All text is
+original, written for the studio, so a model cannot know the answers and has
+to search for them.
 
-* ``corpus.jsonl``: 150 passages ``{"id", "title", "text"}``.
-* ``qa.jsonl``: 50 questions ``{"id", "question", "golden_answers", "hops", "support"}``;
-  25 need one search, 25 a second search over a bridge entity.
+* ``corpus.jsonl``: 257 passages ``{"id", "title", "text"}`` (``demo-001`` ...).
+* ``qa.jsonl``: 256 questions ``{"id", "question", "golden_answers", "hops",
+  "support", "split"}``; 156 need one search, 100 a second search over a bridge
+  entity ("Who founded the town where Jory Callendar was born?"). ``support``
+  lists the passages that hold the bridge and the answer (the answer's last).
+  ``split`` is fixed: 196 ``"train"`` questions (120 one-hop, 76 two-hop) and
+  60 ``"heldout"`` ones (36 one-hop, 24 two-hop), stored by the loader as the QA
+  sets ``demo`` and ``demo-heldout`` (studio.services.demo), so training on
+  ``demo`` never sees a held-out question.
 * ``exemplars.jsonl``: 3 worked traces ``{"question", "solution", "answer"}`` whose
-  information blocks are the top-3 BM25 passages of the corpus for each query.
+  information blocks are the top-3 BM25 passages of the corpus for each query
+  (scripts/demo_exemplar_blocks.py rebuilds them after the corpus changes).
 """
 
 from pathlib import Path

@@ -43,9 +43,11 @@ def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path
     ui.wait_text("#demo-message", "Demo pack loaded")
     ui.wait_text("#corpus-table", "done:", timeout=90)
     assert ui.table_rows("#corpus-table") == [
-        ["1", "demo", "corpus.jsonl", "ready", "150", "150", "done: 150 passages"]]
+        ["1", "demo", "corpus.jsonl", "ready", "257", "257", "done: 257 passages"]]
     ui.wait_text("#qa-table", "flashrag-jsonl")
-    assert ui.table_rows("#qa-table")[0][1:5] == ["demo", "train", "50", "flashrag-jsonl"]
+    assert [row[1:5] for row in ui.table_rows("#qa-table")] == [
+        ["demo", "train", "196", "flashrag-jsonl"],
+        ["demo-heldout", "eval", "60", "flashrag-jsonl"]]
     ui.wait_text("#exemplar-table", "exemplars.jsonl")
     assert ui.table_rows("#exemplar-table") == [
         ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]

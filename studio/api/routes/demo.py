@@ -13,5 +13,6 @@ router = APIRouter(tags=["demo"])
 
 @router.post("/demo")
 def load_demo(settings: Settings = Depends(get_settings)) -> dict:
-    """Store the demo corpus (indexed at once: it is small), QA set and exemplar set as `demo`."""
+    """Store the demo corpus (indexed at once: it is small), QA set and exemplar set as `demo`,
+    and the held-out questions as the QA set `demo-heldout` (purpose eval)."""
     return load_demo_pack(settings, index_now=True)

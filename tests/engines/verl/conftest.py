@@ -51,7 +51,8 @@ def verl_config(model, **overrides) -> dict:
     positions, 2048, hold a prompt with one of the demo exemplars, not two)."""
     config = {
         "name": "tiny-verl", "model": str(model), "backend": "verl",
-        "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
+        "data": {"corpus": "demo", "train": "demo", "eval": ["demo-heldout"],
+                 "exemplars": "demo"},
         "curriculum": {"stages": [{"exemplars": 1, "steps": 1}, {"exemplars": 0, "steps": 3}]},
         "grpo": {"batch_size": 2, "group_size": 2, "max_turns": 2, "max_turn_tokens": 64,
                  "max_response_tokens": 160, "max_obs_tokens": 40, "micro_batch_size": 2,

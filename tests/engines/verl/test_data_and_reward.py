@@ -26,12 +26,12 @@ def test_the_parquet_loads_through_rlhfdataset(verl, verl_run):
     config, cfg = composed(settings, run, files, model)
     tokenizer = AutoTokenizer.from_pretrained(model)
     report = write_datasets(settings, config, files, tokenizer)
-    assert (report.train_rows, report.val_rows) == (50, 50)
+    assert (report.train_rows, report.val_rows) == (196, 60)  # demo, demo-heldout
     assert 0 < report.longest_prompt_tokens <= config.grpo.max_prompt_tokens
 
     train = RLHFDataset(data_files=[str(files.train_data)], tokenizer=tokenizer, config=cfg.data)
     val = RLHFDataset(data_files=[str(files.val_data)], tokenizer=tokenizer, config=cfg.data)
-    assert (len(train), len(val)) == (50, 50)
+    assert (len(train), len(val)) == (196, 60)
     row = train[3]
     assert row["agent_name"] == "icrl_search" and row["data_source"] == "demo"
     assert row["reward_model"]["ground_truth"]["target"] == ["Gorsemouth"]
