@@ -143,6 +143,20 @@ def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_ad
     assert "model.safetensors" not in files and "config.json" not in files
 
 
+def test_a_lora_run_on_queries_and_values_only_trains_them(studio):
+    """The classic LoRA targets: layers whose keys come from a frozen k_proj still train."""
+    settings, model = studio
+    lora = {**LORA, "target_modules": ["q_proj", "v_proj"]}
+    run = runs.create_run(settings, {**tiny_config(model, steps=1, **LORA_GRPO), "lora": lora},
+                          start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+    moved = {name for name, p in trainer.model.named_parameters()
+             if "lora_B" in name and p.abs().sum() > 0}
+    assert {name.split(".")[4] for name in moved} == {"q_proj", "v_proj"}
+    assert {name.split(".")[2] for name in moved} == {"0", "1"}  # both layers
+
+
 def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
     settings, model = studio
     config = {**tiny_config(model, steps=4, **LORA_GRPO), "lora": LORA}

@@ -333,6 +333,9 @@ class Trainer:
         self.peft = load_adapters(base, resume.folder, trainable=True) if resume \
             else add_adapters(base, cfg.lora, derive_seed(cfg.seed, "lora"))
         self.model = inner(self.peft.to(self.device))
+        # Every layer's keys and values then carry a gradient, also where k_proj or v_proj
+        # has no adapter: GRPO's shared prompt prefix sends gradients back through them.
+        self.model.enable_input_require_grads()
 
     def _reference_model(self, resume: Checkpoint | None):
         """The frozen KL reference: the initial weights (or, with reset_each_stage, the stage's).
