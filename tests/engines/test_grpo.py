@@ -469,6 +469,26 @@ def test_step_prefix_gives_the_same_parameter_gradients(tiny_dir, mini_batch_siz
         assert s_shared[key] == pytest.approx(s_plain[key], rel=1e-5, abs=1e-7), key
 
 
+def test_step_prefix_with_frozen_layers_gives_the_same_gradients(tiny_dir):
+    """Only the query projections train (as LoRA on q_proj would): the first layer's keys and
+    values then have no graph, and the prefix's gradient still matches the unshared path."""
+    from transformers import AutoModelForCausalLM
+
+    b = step_batch(4, groups=2, size=2, shared=40)
+    grads = {}
+    for share in (True, False):
+        m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+        for name, p in m.named_parameters():
+            p.requires_grad_("q_proj" in name)
+        recorder = GradientRecorder([p for p in m.parameters() if p.requires_grad])
+        G.update_step(m, recorder, None, b, None,
+                      G.GrpoConfig(micro_batch_size=2, kl_coef=0.0, share_prompt=share))
+        grads[share] = recorder.grads
+    assert grads[True] and any(float(g.abs().max()) > 1e-5 for g in grads[False])
+    for x, y in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
 def test_step_prefix_update_runs_the_prefix_once_per_mini_batch(tiny_dir, monkeypatch):
     from transformers import AutoModelForCausalLM
 

@@ -468,7 +468,7 @@ class StepPrefix:
             return
         leaves = [x for pair in self.kv for x in pair]
         pairs = [(g, x.grad) for g, x in zip(self.graph, leaves, strict=True)
-                 if x.grad is not None]
+                 if g.requires_grad and x.grad is not None]  # frozen layers have no graph
         if pairs:
             torch.autograd.backward([g for g, _ in pairs], [d for _, d in pairs])
         self.graph = None
