@@ -307,22 +307,75 @@ def _exit_with(run: dict) -> None:
 
 @run_app.command("validate")
 def run_validate(config: Path = typer.Argument(..., help="A run YAML file."),
+                 wait_estimate: float = typer.Option(
+                     60, help="Seconds to wait for the measurement of the queue's device when "
+                     "the time estimate needs one and nothing runs ahead of it (0: do not)."),
                  data_dir: Path = DataDir) -> None:
-    """Check a run YAML file and estimate each stage's prompt length; queue nothing."""
+    """Check a run YAML file; estimate each stage's prompt length and time per step. Queues
+    nothing but the measurement of the queue's device when there is none yet."""
+    from studio.services.calibrations import get_calibration
     from studio.services.run_validation import validate_run
 
     settings = _studio_ready(data_dir)
-    report = _call(validate_run, settings, _read_config(config), prefix=f"{config}: ")
+    text = _read_config(config)
+    report = _call(validate_run, settings, text, prefix=f"{config}: ")
+    timing = report["time_estimate"]
+    if timing["state"] == "measuring" and not timing["ahead"] and wait_estimate > 0:
+        typer.echo(f"time: {timing['message']}; waiting up to {wait_estimate:.0f} s")
+        deadline = time.monotonic() + wait_estimate
+        while (get_calibration(settings, timing["calibration"])["state"] in ("queued", "running")
+               and time.monotonic() < deadline):
+            time.sleep(POLL_SECONDS)
+        report = _call(validate_run, settings, text, prefix=f"{config}: ")
     _print_report(report)
 
 
 def _print_report(report: dict) -> None:
     for stage in report["stages"]:
+        seconds = stage["seconds_per_step"]
         typer.echo(f"stage {stage['stage']}: {stage['exemplars']} exemplars, {stage['steps']} "
                    f"steps, longest prompt {stage['prompt_tokens']} / "
-                   f"{stage['max_prompt_tokens']} tokens")
+                   f"{stage['max_prompt_tokens']} tokens"
+                   + (f", at most about {seconds:,.1f} s per step" if seconds is not None else ""))
+    typer.echo(f"time: {report['time_estimate']['message']}")
     for warning in report["warnings"]:
         typer.echo(f"warning: {warning}")
+
+
+@app.command()
+def calibrate(model: str = typer.Option(None, help="Model: bundled name, HF id or folder "
+                                        "(default: STUDIO_DEFAULT_MODEL)."),
+              queue: str = typer.Option("cpu", help="Queue whose worker measures: cpu or gpu."),
+              threads: int = typer.Option(1, help="CPU threads, as the runs' engine.threads."),
+              dtype: str = typer.Option("auto", help="auto, float32 or bfloat16, as the runs' "
+                                        "engine.dtype."),
+              wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow it to the end."),
+              data_dir: Path = DataDir) -> None:
+    """Measure how fast a model trains on a queue's worker (again), for the launch check's
+    time estimate. A worker that runs one job at a time measures after the jobs ahead."""
+    from studio.services.calibrations import get_calibration, request_calibration
+    from studio.services.estimates import calibration_summary
+
+    settings = _studio_ready(data_dir, queue=True)
+    found = _call(request_calibration, settings, model=model or settings.default_model,
+                  queue=queue, threads=threads, dtype=dtype)
+    typer.echo(f"calibration {found['id']}: {found['model']} on queue {queue} "
+               f"({found['threads']} thread(s), {found['dtype']}): {found['state']}")
+    shown = found["state"]
+    while wait and found["state"] in ("queued", "running"):
+        time.sleep(POLL_SECONDS)
+        found = get_calibration(settings, found["id"])
+        if found["state"] != shown:
+            shown = found["state"]
+            typer.echo(f"calibration {found['id']}: {shown}"
+                       + (f" on {found['worker']}" if found["worker"] else ""))
+    if found["state"] == "failed":
+        typer.echo(f"calibration {found['id']} failed: {found['error']}", err=True)
+        raise typer.Exit(1)
+    if found["state"] == "succeeded":
+        figures = found["figures"]
+        typer.echo(f"measured on {found['worker']} ({found['device']['name']}) in "
+                   f"{figures['measure_seconds']:.0f} s: {calibration_summary(figures)}")
 
 
 @run_app.command("launch")

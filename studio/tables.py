@@ -293,3 +293,29 @@ class WorkerHeartbeat(SQLModel, table=True):
     pid: int
     started_at: datetime = Field(default_factory=utcnow)
     last_seen: datetime = Field(default_factory=utcnow)
+    # per queue, the device its training processes use: {queue: studio.devices.queue_device()}
+    devices: dict | None = _json()
+
+
+class DeviceCalibration(SQLModel, table=True):
+    """How fast one model trains on one kind of device (worker.engines.native.calibrate):
+    the figures of the launch check's time estimate, kept until the hardware changes."""
+
+    __tablename__ = "device_calibrations"
+    __table_args__ = (Index("ix_device_calibrations_key", "model", "device_key", "threads",
+                            "dtype"),)
+    id: int | None = Field(default=None, primary_key=True)
+    model: str = Field(max_length=1024)  # the run config's `model`, as written there
+    queue: str = Field(max_length=16)  # where it was sent
+    threads: int = 1
+    dtype: str = Field(max_length=16)  # float32 | bfloat16 (engine.dtype resolved)
+    state: RunState = Field(default=RunState.queued, sa_type=String(16))
+    device_key: str | None = Field(default=None, max_length=512)  # set by the worker
+    device: dict | None = _json()  # studio.devices.queue_device() of the worker that measured
+    worker_hostname: str | None = Field(default=None, max_length=255)
+    busy_runs: int = 0  # runs training on that worker when it started measuring
+    figures: dict | None = _json()  # shape and rates (studio.services.estimates)
+    error: str | None = _text()
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -243,6 +243,10 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
         built = build_step_prompts(parsed, tokenizer, data, data.questions, stage["exemplars"], 0)
         assert stage["prompt_tokens"] == max(len(ids) for ids in built.ids)
         assert stage["max_prompt_tokens"] == 5000 and stage["cut"] is False
+        # what every prompt of a step starts with (the time estimate's shared prefix)
+        assert run_validation._common_prefix(built.ids) <= stage["shared_tokens"] \
+            < stage["prompt_tokens"]
+        assert stage["seconds_per_step"] is None, "no worker measured this model yet"
     assert report["stages"][0]["prompt_tokens"] > report["stages"][1]["prompt_tokens"]
     assert not any("max_prompt_tokens" in w for w in report["warnings"])
 
@@ -293,6 +297,7 @@ def test_the_api_validates_launches_resumes_and_deletes(studio):
         checked = call("POST", "/runs/validate", json=tiny_config(model, max_prompt_tokens=300))
         assert checked.status_code == 200
         assert checked.json()["stages"][0]["cut"] and checked.json()["total_steps"] == 3
+        assert checked.json()["time_estimate"]["state"] == "unavailable", "no worker"
         assert call("GET", "/runs").json() == [], "validating stores nothing"
 
         bad = call("POST", "/runs/validate", json={**tiny_config(model), "seed": "x"})

@@ -117,6 +117,14 @@ def _studio_cli(tmp_path):
     return Settings(data_dir=data, heartbeat_seconds=1), cli
 
 
+def _demo_studio_cli(tmp_path):
+    """A migrated studio with the demo pack, its CLI, and a tiny model."""
+    settings, cli = _studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0
+    assert cli("demo").returncode == 0
+    return settings, cli, build_tiny_model(tmp_path / "tiny")
+
+
 def _error_line(done) -> str:
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
@@ -126,10 +134,7 @@ def _error_line(done) -> str:
 
 @pytest.mark.slow
 def test_the_run_and_eval_commands_end_to_end(tmp_path):
-    settings, cli = _studio_cli(tmp_path)
-    assert cli("db", "upgrade").returncode == 0
-    assert cli("demo").returncode == 0
-    model = build_tiny_model(tmp_path / "tiny")
+    settings, cli, model = _demo_studio_cli(tmp_path)
     good = tmp_path / "run.yaml"
     good.write_text(yaml.safe_dump(tiny_config(model, steps=3, max_prompt_tokens=300)))
 

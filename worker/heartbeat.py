@@ -3,9 +3,10 @@
 The embedded broker has no broadcast channel for Celery's remote control, so
 liveness is recorded in SQL instead: a row per worker, refreshed every
 `heartbeat_seconds`, deleted on a clean shutdown. `/healthz` reads it to tell
-a dead worker from a busy one. At each beat a worker also marks interrupted
-the runs whose own heartbeat stopped (their worker died): as long as one
-worker lives, no run stays `running` for a dead one.
+a dead worker from a busy one. The row also names the device each of the worker's queues
+trains on (the launch check's time estimate looks up that device's calibration). At each
+beat a worker also marks interrupted the runs whose own heartbeat stopped (their worker
+died): as long as one worker lives, no run stays `running` for a dead one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 from celery.signals import worker_ready, worker_shutdown
 
 from studio.db import session_scope
+from studio.devices import queue_device
 from studio.services.runs import reap_stale_runs
 from studio.settings import get_settings
 from studio.tables import WorkerHeartbeat, utcnow
@@ -25,20 +27,22 @@ log = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
-def _beat(hostname: str, queues: str) -> None:
+def _beat(hostname: str, queues: str, devices: dict) -> None:
     with session_scope(get_settings().sqlalchemy_url) as session:
         row = session.get(WorkerHeartbeat, hostname)
         if row is None:
             row = WorkerHeartbeat(hostname=hostname, queues=queues, pid=os.getpid())
         row.queues, row.pid, row.last_seen = queues, os.getpid(), utcnow()
+        row.devices = devices
         session.add(row)
 
 
 def _loop(hostname: str, queues: str) -> None:
     settings = get_settings()
+    devices = {queue: queue_device(queue) for queue in queues.split(",")}
     while not _stop.is_set():
         try:
-            _beat(hostname, queues)
+            _beat(hostname, queues, devices)
             for run_id in reap_stale_runs(settings):
                 log.warning("run %s: no heartbeat from its worker; marked interrupted", run_id)
         except Exception as exc:  # a busy database must not kill the worker

@@ -34,6 +34,16 @@ def train_run(self, run_id: int, attempt: int = 1) -> str:
                         self.request.hostname or socket.gethostname())
 
 
+@app.task(name="worker.calibrate", bind=True)
+def calibrate(self, calibration_id: int) -> str:
+    """Measure how fast a model trains on this worker's device (the launch check's time
+    estimate); a redelivered message for a calibration taken already does nothing."""
+    from worker.calibration import run_calibration
+
+    return run_calibration(get_settings(), calibration_id,
+                           self.request.hostname or socket.gethostname())
+
+
 @app.task(name="worker.evaluate")
 def evaluate(evaluation_id: int) -> dict:
     """Zero-shot evaluation of a model or a run's checkpoint on a QA set."""

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from studio.api.deps import current_user
 from studio.api.routes import (
+    calibrations,
     corpora,
     demo,
     exemplar_sets,
@@ -33,7 +34,7 @@ def create_api(settings: Settings) -> FastAPI:
     protected = [Depends(current_user)]
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
     for module in (system, corpora, qa_sets, exemplar_sets, demo, run_history, run_streams, runs,
-                   exports):
+                   exports, calibrations):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

@@ -35,7 +35,7 @@ def live_workers(settings: Settings) -> list[dict]:
         rows = session.exec(select(WorkerHeartbeat).where(WorkerHeartbeat.last_seen >= cutoff))
         return [
             {"hostname": w.hostname, "queues": w.queues.split(","), "pid": w.pid,
-             "last_seen": w.last_seen.isoformat()}
+             "last_seen": w.last_seen.isoformat(), "devices": w.devices or {}}
             for w in rows
         ]
 

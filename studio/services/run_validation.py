@@ -6,7 +6,9 @@ the corpus is indexed, the exemplar set is clean and large enough, the model's
 tokenizer loads), and a token estimate per curriculum stage: instruction + k
 exemplars + the training set's longest question, rendered exactly as the
 trainer renders it, against `grpo.max_prompt_tokens`. A stage whose prompts
-would be cut is a warning, not an error: the run can still be launched.
+would be cut is a warning, not an error: the run can still be launched. With the prompt
+lengths, the time per step of each stage on the run's queue (`calibrations.time_estimate`),
+and a warning when the run would take more than a few hours.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
-from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services import calibrations, corpora, exemplar_sets, qa_sets
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.prompt_preview import ModelUnavailable, cached_tokenizer, run_prompt_ids
 from studio.settings import Settings
@@ -97,24 +99,39 @@ def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemp
     return sorted(exemplars, key=lambda e: len(e.question) + len(e.solution), reverse=True)
 
 
+def _common_prefix(sequences: list[list[int]]) -> int:
+    """How many tokens every sequence starts with."""
+    n = min(len(s) for s in sequences)
+    first = sequences[0]
+    for other in sequences[1:]:
+        n = next((i for i in range(n) if other[i] != first[i]), n)
+    return n
+
+
 def prompt_estimate(settings: Settings, config: RunConfig,
                     exemplars: list[Exemplar]) -> list[dict]:
-    """Per curriculum stage: its exemplar count, steps and longest prompt in tokens."""
+    """Per curriculum stage: its exemplar count, steps, longest prompt in tokens, and the
+    tokens its prompts share (the instruction and the exemplars: the engine runs them once
+    per step; with sampled exemplars only the part before them)."""
     tokenizer = _tokenizer(settings, config.model)
     questions = _longest_questions(settings, config.data.train)
     shown = _worst_exemplars(config, exemplars)
     limit = config.grpo.max_prompt_tokens
-    tokens_for_k: dict[int, int] = {}
+    ids_for_k: dict[int, list[list[int]]] = {}
+
+    def prompts(k: int) -> list[list[int]]:
+        if k not in ids_for_k:
+            ids_for_k[k] = [run_prompt_ids(tokenizer, config.prompt, q, shown, k)
+                            for q in questions]
+        return ids_for_k[k]
+
     stages = []
     for number, stage in enumerate(config.curriculum.build().stages, 1):
-        if stage.exemplars not in tokens_for_k:
-            tokens_for_k[stage.exemplars] = max(
-                len(run_prompt_ids(tokenizer, config.prompt, q, shown, stage.exemplars))
-                for q in questions)
-        tokens = tokens_for_k[stage.exemplars]
+        tokens = max(len(ids) for ids in prompts(stage.exemplars))
+        alike = prompts(stage.exemplars if config.prompt.exemplar_selection == "first" else 0)
         stages.append({"stage": number, "exemplars": stage.exemplars, "steps": stage.steps,
                        "prompt_tokens": tokens, "max_prompt_tokens": limit,
-                       "cut": tokens > limit})
+                       "cut": tokens > limit, "shared_tokens": _common_prefix(alike)})
     return stages
 
 
@@ -132,19 +149,28 @@ def _warnings(config: RunConfig, stages: list[dict]) -> list[str]:
     return warnings
 
 
-def checked_config(settings: Settings, config: dict | str) -> tuple[RunConfig, dict]:
-    """The parsed config and its report ({stages, warnings}); InvalidInput names each field."""
+def checked_config(settings: Settings, config: dict | str, *,
+                   queue_calibration: bool = True) -> tuple[RunConfig, dict]:
+    """The parsed config and its report ({stages, warnings, time_estimate}); InvalidInput
+    names each field. Each stage gets `seconds_per_step` once the queue's device is
+    measured (None until then); `queue_calibration` queues that measurement when missing."""
     try:
         parsed = parse_run_config(config)
     except RunConfigError as exc:
         raise InvalidInput(str(exc)) from None
     exemplars = check_references(settings, parsed)
     stages = prompt_estimate(settings, parsed, exemplars)
-    return parsed, {"stages": stages, "warnings": _warnings(parsed, stages)}
+    timing = calibrations.time_estimate(settings, parsed, stages, start=queue_calibration)
+    per_stage = timing.get("stages") or [{}] * len(stages)
+    for stage, estimate in zip(stages, per_stage, strict=True):
+        stage["seconds_per_step"] = estimate.get("seconds_per_step")
+    return parsed, {"stages": stages, "warnings": _warnings(parsed, stages) + timing["warnings"],
+                    "time_estimate": timing}
 
 
 def validate_run(settings: Settings, config: dict | str) -> dict:
-    """What launching would store, without storing or queueing anything (the Launch page)."""
+    """What launching would store, without storing or queueing anything but the measurement
+    of the queue's device when the time estimate needs it (the Launch page)."""
     parsed, report = checked_config(settings, config)
     return {"config": parsed.model_dump(mode="json"), "total_steps": parsed.total_steps,
             **report}

@@ -48,8 +48,9 @@ def create_run(settings: Settings, config: dict | str, *, user_id: int | None = 
     """Validate a config (dict or YAML), store the run as queued, and send it to its queue.
 
     The answer is the run's view plus the launch report: `stages` (each stage's
-    longest prompt in tokens) and `warnings` (e.g. prompts that would be cut)."""
-    parsed, report = checked_config(settings, config)
+    longest prompt in tokens and seconds per step), `time_estimate` and `warnings` (e.g.
+    prompts that would be cut, a run of many hours)."""
+    parsed, report = checked_config(settings, config, queue_calibration=start)
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),
                   backend=parsed.backend, queue=parsed.queue, total_steps=parsed.total_steps,

@@ -21,14 +21,17 @@ RunConfigBody = Body(..., description="A run config (the YAML file's schema)")
 def launch(config: dict = RunConfigBody, user: User = Depends(current_user),
            settings: Settings = Depends(get_settings)) -> dict:
     """Validate the config, store the run as queued and send it to its queue; the answer
-    adds `stages` (each stage's longest prompt in tokens) and `warnings`."""
+    adds `stages` (each stage's longest prompt in tokens and seconds per step),
+    `time_estimate` and `warnings`."""
     return runs.create_run(settings, config, user_id=user.id)
 
 
 @router.post("/runs/validate")
 def validate(config: dict = RunConfigBody, settings: Settings = Depends(get_settings)) -> dict:
     """What launching would check and estimate (per stage: exemplars, steps, longest prompt
-    in tokens against grpo.max_prompt_tokens; warnings), storing and queueing nothing."""
+    in tokens against grpo.max_prompt_tokens, seconds per step on the queue's worker; the
+    run's time; warnings), storing nothing; it queues the measurement of the queue's device
+    when the time estimate needs one (`time_estimate.state` is then `measuring`)."""
     return run_validation.validate_run(settings, config)
 
 

@@ -1,0 +1,201 @@
+"""The time estimate before launch: the pure cost model (hand-made calibration figures) and
+the service that finds a queue's calibration, queues one, and says why an estimate waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio import db
+from studio.run_config import RunConfig
+from studio.services import calibrations
+from studio.services.estimates import (
+    LONG_RUN_SECONDS,
+    duration_words,
+    estimate_run,
+    steps_per_stage,
+    worst_case_response,
+)
+from studio.tables import Run, RunState, WorkerHeartbeat
+
+FIGURES = {"shape": {"linear": 2.0e8, "head": 5.0e7, "attention": 7.0e4},
+           "rates": {"prefill": 2.0e11, "decode": 3.0e11, "decode_forward": 0.01,
+                     "reference": 3.0e11, "update": 8.0e10, "optimizer_step": 0.1},
+           "measure_seconds": 20.0, "measure_cpu_seconds": 19.0}
+CPU = {"kind": "cpu", "name": "Test CPU, 2 cores", "torch": "2.0",
+       "key": "cpu: Test CPU, 2 cores; torch 2.0"}
+
+
+def config(**grpo) -> RunConfig:
+    return RunConfig.model_validate({
+        "name": "r", "data": {"corpus": "c", "train": "t", "exemplars": "e"},
+        "curriculum": {"stages": [{"exemplars": 3, "steps": 10}, {"exemplars": 0, "steps": 20}]},
+        "grpo": grpo})
+
+
+def stages(prompt: int = 1500, shared: int = 1400, short: int = 150) -> list[dict]:
+    return [{"stage": 1, "exemplars": 3, "steps": 10, "prompt_tokens": prompt,
+             "shared_tokens": shared, "max_prompt_tokens": 5000},
+            {"stage": 2, "exemplars": 0, "steps": 20, "prompt_tokens": short,
+             "shared_tokens": short - 20, "max_prompt_tokens": 5000}]
+
+
+def per_step(run: RunConfig, **kw) -> list[float]:
+    return [s["seconds_per_step"] for s in estimate_run(FIGURES, run, stages(**kw))["stages"]]
+
+
+@pytest.mark.parametrize("key, small, large", [
+    ("batch_size", 2, 8), ("group_size", 2, 8), ("max_turn_tokens", 32, 256),
+    ("max_response_tokens", 128, 1024), ("max_obs_tokens", 50, 500), ("max_turns", 0, 4)])
+def test_more_work_per_step_takes_longer_in_every_stage(key, small, large):
+    base = {"max_turn_tokens": 128, "max_response_tokens": 2048}
+    fast, slow = per_step(config(**{**base, key: small})), per_step(config(**{**base, key: large}))
+    assert all(a < b for a, b in zip(fast, slow, strict=True)), (fast, slow)
+
+
+def test_longer_prompts_take_longer_and_a_shared_prefix_is_cheaper():
+    run = config()
+    assert per_step(run, prompt=1500)[0] < per_step(run, prompt=3000)[0]
+    assert per_step(run, shared=1400)[0] < per_step(run, shared=0)[0]
+    # prompts cut from the left share nothing: cut at the limit, but no prefix either
+    over = [{**s, "max_prompt_tokens": 1000} for s in stages()]
+    cut = estimate_run(FIGURES, config(), over)["stages"][0]
+    kept = estimate_run(FIGURES, config(), stages(prompt=1000, shared=0))["stages"][0]
+    assert cut["seconds_per_step"] == pytest.approx(kept["seconds_per_step"])
+
+
+def test_the_total_is_the_sum_over_stages_of_steps_times_seconds():
+    estimate = estimate_run(FIGURES, config(), stages())
+    rows = estimate["stages"]
+    assert [r["steps"] for r in rows] == [10, 20]
+    assert estimate["total_seconds"] == pytest.approx(
+        sum(r["steps"] * r["seconds_per_step"] for r in rows))
+    for r in rows:
+        assert r["seconds_per_step"] == pytest.approx(
+            r["rollout_seconds"] + r["reference_seconds"] + r["update_seconds"])
+    assert rows[0]["seconds_per_step"] > rows[1]["seconds_per_step"] > 0
+    # grpo.steps cuts the plan, or extends its last stage
+    assert [r["steps"] for r in estimate_run(FIGURES, config(steps=15), stages())["stages"]] \
+        == [10, 5]
+    assert steps_per_stage([10, 20], 5) == [5, 0]
+    assert steps_per_stage([10, 20], 50) == [10, 40]
+
+
+def test_no_kl_skips_the_reference_pass_and_lora_makes_the_update_cheaper():
+    full = estimate_run(FIGURES, config(), stages())["stages"][0]
+    no_kl = estimate_run(FIGURES, config(kl_coef=0), stages())["stages"][0]
+    lora = estimate_run(FIGURES, config().model_copy(update={"lora": {"rank": 8}}),
+                        stages())["stages"][0]
+    assert no_kl["reference_seconds"] == 0 < full["reference_seconds"]
+    assert lora["update_seconds"] < full["update_seconds"]
+    assert lora["rollout_seconds"] == full["rollout_seconds"]
+    # several mini-batches: an optimizer step each, and a pass for the old log-probs
+    mini = estimate_run(FIGURES, config(mini_batch_size=8), stages())["stages"][0]
+    assert mini["update_seconds"] > full["update_seconds"]
+
+
+def test_the_worst_case_response_fills_the_budget_with_model_tokens_first():
+    assert worst_case_response(config().grpo) == (512, 0)  # 7 turns of 256 > 512
+    assert worst_case_response(config(max_turn_tokens=64, max_response_tokens=2048,
+                                      max_turns=2, max_obs_tokens=500).grpo) == (192, 1000)
+
+
+def test_duration_words():
+    assert [duration_words(s) for s in (0.2, 40, 720, 3 * 3600 + 600, 3 * 86400)] == [
+        "1 s", "40 s", "12 min", "3 h 10 min", "3.0 days"]
+
+
+# --- the service: which calibration, queued when missing, in words ---------------------------
+
+
+def _worker(settings, device=CPU, hostname="cpu@test") -> None:
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        session.merge(WorkerHeartbeat(hostname=hostname, queues="cpu", pid=1,
+                                      devices={"cpu": device}))
+
+
+def _measured(settings, calibration_id: int, device=CPU, figures=FIGURES, busy=0) -> None:
+    assert calibrations.claim_calibration(settings, calibration_id, "cpu@test", device)
+    if busy:
+        with db.session_scope(settings.sqlalchemy_url) as session:
+            session.get(calibrations.DeviceCalibration, calibration_id).busy_runs = busy
+    calibrations.finish_calibration(settings, calibration_id, figures=figures)
+
+
+def test_without_a_worker_there_is_no_estimate_and_nothing_is_queued(settings):
+    timing = calibrations.time_estimate(settings, config(), stages())
+    assert timing["state"] == "unavailable"
+    assert "no worker listens on queue cpu" in timing["message"]
+    assert calibrations.list_calibrations(settings) == []
+
+
+def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(settings):
+    _worker(settings)
+    waiting = calibrations.time_estimate(settings, config(), stages(), start=False)
+    assert waiting["state"] == "unavailable" and "was not measured" in waiting["message"]
+    queued = calibrations.request_calibration(settings, model=config().model, start=False)
+    assert (queued["state"], queued["dtype"], queued["threads"]) == ("queued", "float32", 1)
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        session.add(Run(name="ahead", queue="cpu", state=RunState.running, config={}))
+    timing = calibrations.time_estimate(settings, config(), stages())
+    assert (timing["state"], timing["calibration"], timing["ahead"]) == (
+        "measuring", queued["id"], 1)
+    assert "waits behind 1 running and 0 queued run(s) on queue cpu" in timing["message"]
+    assert len(calibrations.list_calibrations(settings)) == 1, "one measurement at a time"
+
+    _measured(settings, queued["id"])
+    ready = calibrations.time_estimate(settings, config(), stages())
+    assert ready["state"] == "ready" and ready["warnings"] == []
+    assert [s["steps"] for s in ready["stages"]] == [10, 20]
+    assert ready["message"].startswith("at most about ")
+    assert "on queue cpu (Test CPU, 2 cores, 1 thread(s), float32; measured on cpu@test" \
+        in ready["message"]
+    assert "512 tokens from the model and 0 of search results" in ready["message"]
+
+
+def test_a_run_of_many_hours_is_warned_about(settings):
+    _worker(settings)
+    _measured(settings, calibrations.request_calibration(
+        settings, model=config().model, start=False)["id"])
+    run = config(steps=2000)
+    timing = calibrations.time_estimate(settings, run, stages())
+    assert timing["total_seconds"] > LONG_RUN_SECONDS
+    (warning,) = timing["warnings"]
+    assert warning.startswith("time: this run may take up to about ")
+    assert "more than 3 hours" in warning and "or queue gpu" in warning
+
+
+def test_new_hardware_is_measured_again_and_a_busy_measurement_is_said(settings):
+    _worker(settings)
+    first = calibrations.request_calibration(settings, model=config().model, start=False)
+    _measured(settings, first["id"], busy=1)
+    ready = calibrations.time_estimate(settings, config(), stages())
+    assert "measured while 1 run(s) trained on that worker" in ready["message"]
+    assert "`studio calibrate --model smollm2-135m-instruct --queue cpu`" in ready["message"]
+
+    _worker(settings, device={**CPU, "key": "cpu: Other CPU, 8 cores; torch 2.0"})
+    assert calibrations.time_estimate(settings, config(), stages(), start=False)["state"] \
+        == "unavailable"
+    # another thread count is another calibration too
+    other = config().model_copy(update={"engine": config().engine.model_copy(
+        update={"threads": 4})})
+    assert calibrations.time_estimate(settings, other, stages(), start=False)["state"] \
+        == "unavailable"
+
+
+def test_a_failed_calibration_is_not_queued_again_by_itself(settings):
+    _worker(settings)
+    queued = calibrations.request_calibration(settings, model=config().model, start=False)
+    assert calibrations.claim_calibration(settings, queued["id"], "cpu@test", CPU)
+    assert calibrations.claim_calibration(settings, queued["id"], "cpu@other", CPU) is None
+    calibrations.finish_calibration(settings, queued["id"], error="RuntimeError: no memory")
+    timing = calibrations.time_estimate(settings, config(), stages())
+    assert timing["state"] == "unavailable"
+    assert "failed (RuntimeError: no memory); `studio calibrate" in timing["message"]
+    assert len(calibrations.list_calibrations(settings)) == 1
+
+
+def test_calibration_requests_name_the_wrong_field(settings):
+    for kwargs, field in (({"queue": "tpu"}, "queue"), ({"threads": 0}, "threads"),
+                          ({"dtype": "fp8"}, "dtype"), ({"model": " "}, "model")):
+        with pytest.raises(calibrations.InvalidInput, match=f"^{field}: "):
+            calibrations.request_calibration(settings, **{"model": "m", **kwargs}, start=False)
