@@ -14,8 +14,9 @@ One native GRPO step (rollout, reference log-probs, update) of SmolLM2-135M-Inst
 * ``3 exemplars, prefix per group``: the alternative, the prefix run once per group (the
   engine before the step prefix), by raising ``MIN_STEP_PREFIX`` out of reach.
 
-Every response is exactly ``--new-tokens`` long (one turn, no tool, EOS not a stop), so
-the arms differ only in their prompts. The arms are interleaved step by step, so that
+Every response is exactly ``--new-tokens`` long (one turn, no tool, neither EOS nor a
+closing tag ends it: the rollout loop's ``tag_stops=False``), so the arms differ only in
+their prompts. The arms are interleaved step by step, so that
 whatever else loads the machine hits them alike; times are medians over ``--steps``
 steps after one warm-up step of each arm. Prints a markdown table with each phase's
 seconds and the ratio of each arm's step to the 0-exemplar step. Nothing is asserted.
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio.run_config import PromptSpec
     from studio.services.prompt_preview import run_prompt_ids
     from worker.engines.native import grpo as G
-    from worker.engines.native.rollout import RolloutConfig, generate_rollouts
+    from worker.engines.native.rollout import RolloutConfig, _generate
 
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
@@ -94,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         G.MIN_STEP_PREFIX = min_step_prefix if step_prefix else 1 << 30
         ids = [p for p in prompts[k] for _ in range(args.group)]
         t0 = time.perf_counter()
-        rollouts = generate_rollouts(
+        rollouts = _generate(
             model, tok, ids, lambda queries: [[] for _ in queries], rollout_config,
-            generator=torch.Generator().manual_seed(seed), eos_token_id=-1)
+            generator=torch.Generator().manual_seed(seed), eos_token_id=-1, tag_stops=False)
         t1 = time.perf_counter()
         rewards = [score("<think>" + r.response_text, rows[i // args.group]["golden_answers"])
                    .score for i, r in enumerate(rollouts)]

@@ -217,6 +217,21 @@ def test_search_then_answer(tokenizer, index):
     assert tags.response_stats(r.response_text).search_calls == 1
 
 
+def test_without_tag_stops_a_turn_runs_to_its_budget(tokenizer, index):
+    """The benchmark's fixed lengths: closing tags end nothing, no search runs."""
+    from worker.engines.native.rollout import _generate
+
+    turns = ["<think>x</think><search> moss lamp Serrick </search><answer> Ida </answer>"]
+    ids = tuple(prompt_ids(tokenizer, "Who made the moss lamp?"))
+    search = RecordingSearch(index)
+    cfg = RolloutConfig(max_turns=0, max_turn_tokens=40, max_response_tokens=40)
+    [r] = _generate(ScriptedLM(tokenizer, {ids: turns}), tokenizer, [list(ids)], search, cfg,
+                    eos_token_id=-1, tag_stops=False)
+    assert r.stop_reason == "length" and len(r.response_ids) == 40
+    assert sources(r) == ["model"] and search.calls == []
+    assert r.response_text.startswith(turns[0])
+
+
 def test_information_block_truncated_to_max_obs_tokens(tokenizer, index):
     search = RecordingSearch(index)
     turns = ["<search> moss lamp island salt </search>", "<answer> Serrick </answer>"]

@@ -203,6 +203,7 @@ def _generate(
     share_prompts: bool = True,
     shared_kv: bool = True,
     grouped_attention: bool = True,
+    tag_stops: bool = True,
 ) -> list[Rollout]:
     """:func:`generate_rollouts` with switches for the tests and the benchmark's ablations.
 
@@ -211,7 +212,8 @@ def _generate(
     prompt row on its own; ``shared_kv=False`` copies the common prompt
     prefix into every row instead of attending to one copy;
     ``grouped_attention=False`` keeps the model's own attention function (and
-    so copies the prefix too).
+    so copies the prefix too); ``tag_stops=False`` ends turns at EOS and the
+    token budget only (a benchmark's fixed lengths, whatever tags the model writes).
     """
     if not isinstance(config, RolloutConfig):
         raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
@@ -225,7 +227,7 @@ def _generate(
     ) as grouped:
         engine = _Engine(model, tokenizer, search, config, generator, eos_token_id,
                          reuse_cache=reuse_cache, share_prompts=share_prompts,
-                         cascade=grouped and share_prompts and shared_kv)
+                         cascade=grouped and share_prompts and shared_kv, tag_stops=tag_stops)
         return engine.run(prompts)
 
 
@@ -689,8 +691,9 @@ _COMPACT_HOLES = 0.2
 
 class _Engine:
     def __init__(self, model, tokenizer, search, config: RolloutConfig, generator, eos_token_id,
-                 *, reuse_cache: bool, share_prompts: bool, cascade: bool):
+                 *, reuse_cache: bool, share_prompts: bool, cascade: bool, tag_stops: bool):
         self.model, self.tokenizer, self.search, self.cfg = model, tokenizer, search, config
+        self.tag_stops = tag_stops
         self.reuse_cache, self.share_prompts, self.cascade = reuse_cache, share_prompts, cascade
         param = next(iter(model.parameters()), None)
         self.device = param.device if param is not None else torch.device("cpu")
@@ -735,7 +738,8 @@ class _Engine:
         first_limit = min(cfg.max_turn_tokens, cfg.max_response_tokens)
         self.seqs = [_Seq(p, first_limit) for p in prompts]
         logits = self._prefill_prompts(prompts)
-        self.gt = _gt_table(self.tokenizer, logits.shape[-1])
+        self.gt = _gt_table(self.tokenizer, logits.shape[-1]) if self.tag_stops \
+            else [False] * logits.shape[-1]
         self.order = list(range(len(prompts)))
         n_alive = len(prompts)
         while n_alive:
