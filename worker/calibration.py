@@ -21,7 +21,7 @@ from studio.settings import Settings
 from worker.training_process import gpu_slots
 
 log = logging.getLogger(__name__)
-TIMEOUT_SECONDS = 900  # ~30 s for the default model on a CPU; a 7B model on a CPU is too slow
+TIMEOUT_SECONDS = 900  # ~45 s for the default model on a CPU; a 7B model on a CPU is too slow
 
 
 def _measure(settings: Settings, calibration: dict) -> dict:

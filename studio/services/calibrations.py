@@ -3,10 +3,10 @@
 The launch check (`run_validation`) estimates a run's time from the calibration of its model
 on the device its queue's workers train on (their heartbeats name it: `studio.devices`), at
 the run's threads and dtype. When there is none yet it queues one on that queue
-(`worker.calibrate`: `worker/calibration.py`, ~30 s for the default model on a CPU) and says
-that the estimate comes once it has run. A worker that runs one job at a time (the embedded
-default) measures only after the jobs ahead of it: the answer says how many there are. A
-calibration is kept until the device changes (another CPU or GPU model, core count or
+(`worker.calibrate`: `worker/calibration.py`, under a minute for the default model on a CPU)
+and says that the estimate comes once it has run. A worker that runs one job at a time (the
+embedded default) measures only after the jobs ahead of it: the answer says how many there
+are. A calibration is kept until the device changes (another CPU or GPU model, core count or
 PyTorch version make another key) or `studio calibrate` measures again.
 """
 

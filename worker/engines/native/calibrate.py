@@ -4,7 +4,7 @@
 prints one JSON object: the model's shape and the rates of `studio.services.estimates`.
 The worker's calibration task (`worker.calibration`) runs it in a fresh process set up as a
 training process is (the same threads, one GPU of its own), so the rates are what a run
-there would get. About 20 s for SmolLM2-135M on one CPU thread, after the model loads.
+there would get. About 40 s for SmolLM2-135M on one CPU thread, after the model loads.
 
 What runs, each once after a short warm-up, in shapes near a step with exemplars:
 
@@ -12,9 +12,11 @@ What runs, each once after a short warm-up, in shapes near a step with exemplars
   a 768-token prefix: one sampled token (the prefill), then 1 + 12 tokens: the difference is
   12 decoding forwards at 16 rows and ~800 tokens of context; the same for one short prompt
   gives the fixed cost of a forward;
-* `reference_logprobs` and `update_step` on 2 groups x 2 responses of 32 tokens after
-  prompts that share 256 tokens, and one AdamW step on its own (its cost is per optimizer
-  step, not per token).
+* one AdamW step on its own (its cost is per optimizer step, not per token; the first
+  step also allocates AdamW's state, so it is slightly high), then `reference_logprobs` and
+  `update_step` on 2 groups x 2 responses of 64 tokens after prompts that share 256 tokens
+  (with shorter responses the update's matrices are small and run slower per operation
+  than a real step's).
 
 Each time is divided by the operations `studio.services.estimates` counts for that shape,
 so the estimate of a run only scales the measured figures to the run's shapes.
@@ -50,8 +52,8 @@ from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 PROMPTS, SAMPLES = 4, 4  # the rollouts' distinct prompts and samples of each
 SHARED_TOKENS, OWN_TOKENS = 768, 32  # the prompts' common prefix and each one's rest
 DECODE_STEPS = 12
-# the update is the slowest part to measure: shorter prompts and responses
-TRAIN = StepShape(batch=2, group=2, prompt=272, shared=256, model_tokens=32, env_tokens=0,
+# the update is the slowest part to measure: a shorter prompt than the rollouts'
+TRAIN = StepShape(batch=2, group=2, prompt=272, shared=256, model_tokens=64, env_tokens=0,
                   micro_batch=2)
 TEXT = ("The lighthouse on the northern cape was first lit in the winter of 1852, after two "
         "ships were lost on the rocks below it. Its keeper kept a log of every storm, every "
@@ -150,8 +152,7 @@ class _Measure:
         batch = make_batch(prompts, responses, masks, advantages, pad)
         optimizer, scheduler = make_optimizer(self.model, lr=1e-7)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        # the first step allocates AdamW's state: the second is the one that counts
-        optimizer_s = [self._optimizer_step(optimizer, params) for _ in range(2)][-1]
+        optimizer_s = self._optimizer_step(optimizer, params)  # with AdamW's state allocated
         start = self.now()
         ref = reference_logprobs(self.model, batch, step.micro_batch)
         reference_s = self.now() - start
