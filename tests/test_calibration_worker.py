@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from studio.services import calibrations
-from studio.services.health import live_workers
+from studio.services.health import health, live_workers
 from tests.engines.test_trainer import tiny_config
 from tests.support.processes import running_worker, wait_for
 from tests.test_run_workers import _demo_studio_cli
@@ -32,6 +32,7 @@ def test_validate_measures_the_queues_device_once_and_prints_seconds_per_stage(t
         (worker,) = wait_for(lambda: live_workers(settings), 60, "the worker's heartbeat")
         device = worker["devices"]["cpu"]
         assert device["kind"] == "cpu" and device["key"].startswith("cpu: ")
+        assert "devices" not in health(settings)["workers"][0], "/healthz has no credentials"
 
         checked = cli("run", "validate", str(run), "--wait-estimate", "240")
         assert checked.returncode == 0, checked.stdout + checked.stderr

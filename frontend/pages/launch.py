@@ -54,7 +54,8 @@ LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights ins
 #: The learning rates the form switches between when LoRA is ticked or unticked.
 FULL_LR, LORA_LR = GrpoSpec().lr, 1.0e-4
 STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
-                 ("tokens", "Prompt tokens (longest sampled question)"), ("fits", "Fits?")]
+                 ("tokens", "Prompt tokens (longest sampled question)"), ("fits", "Fits?"),
+                 ("seconds", "Seconds per step, at most")]
 
 
 @dataclass(frozen=True)
@@ -203,16 +204,22 @@ def curriculum_words(design: dict | None) -> str:
 
 
 def estimate(settings: Settings, *form) -> tuple[list, str]:
-    """Each stage's longest prompt in tokens, built as the trainer builds it (the launch check)."""
+    """Each stage's longest prompt in tokens, built as the trainer builds it, and its time per
+    step on the queue's worker (the launch check; it may queue that worker's measurement)."""
     try:
         report = run_validation.validate_run(settings, assemble(*form))
     except UserError as exc:
         return [], error_markdown(str(exc), "No estimate")
     rows = [{"stage": s["stage"], "exemplars": s["exemplars"], "steps": s["steps"],
              "tokens": s["prompt_tokens"],
-             "fits": f"no: over {s['max_prompt_tokens']}" if s["cut"] else "yes"}
+             "fits": f"no: over {s['max_prompt_tokens']}" if s["cut"] else "yes",
+             "seconds": "not measured yet" if s["seconds_per_step"] is None
+             else f"{s['seconds_per_step']:,.1f}"}
             for s in report["stages"]]
-    note = f"Counted with the tokenizer of `{escape(report['config']['model'])}`."
+    timing = report["time_estimate"]
+    again = " Press the button again to see it." if timing["state"] == "measuring" else ""
+    note = (f"Counted with the tokenizer of `{escape(report['config']['model'])}`.\n\n"
+            f"**Time:** {escape(timing['message'])}.{again}")
     if report["warnings"]:
         note += "\n\n" + "\n".join(f"- {escape(w)}" for w in report["warnings"])
     return table(rows, STAGE_COLUMNS), note
@@ -253,7 +260,8 @@ def launch(settings: Settings, username: str | None, follow_on: str, *form
         return None, error_markdown(str(exc), "The run was not launched")
     return run["id"], ok_markdown(
         f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
-        f"queue ({run['total_steps']} steps)") + f"\n\nFollow it on {follow_on}."
+        f"queue ({run['total_steps']} steps)") + (
+        f"\n\nTime: {escape(run['time_estimate']['message'])}.\n\nFollow it on {follow_on}.")
 
 
 def data_choices(settings: Settings, corpus, train, evals, exemplars):
@@ -347,7 +355,8 @@ def build(settings: Settings) -> None:
                 lora_alpha = gr.Number(lora_alpha, precision=0, label="LoRA alpha", minimum=1,
                                        elem_id="lora-alpha")
     with gr.Row():
-        estimate_button = gr.Button("Estimate prompt length per stage", elem_id="estimate")
+        estimate_button = gr.Button("Estimate prompt length and time per stage",
+                                    elem_id="estimate")
     estimate_note = gr.Markdown(elem_id="estimate-note")
     stage_table = dataframe(STAGE_COLUMNS, elem_id="stage-estimate")
     with gr.Row():
