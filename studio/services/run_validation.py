@@ -26,7 +26,8 @@ from studio.services.prompt_preview import ModelUnavailable, cached_tokenizer, r
 from studio.settings import Settings
 from studio.tables import QAItem
 
-LONGEST_QUESTIONS = 5  # the longest questions by characters, token-counted to find the longest
+CANDIDATES = 100  # the longest questions by characters, token-counted on their own ...
+LONGEST_QUESTIONS = 5  # ... of which the longest in tokens are rendered into whole prompts
 
 
 def check_references(settings: Settings, config: RunConfig) -> list[Exemplar]:
@@ -83,12 +84,16 @@ def _tokenizer(settings: Settings, model: str):
                            f"({type(exc).__name__}: {exc})") from None
 
 
-def _longest_questions(settings: Settings, qa_set_name: str) -> list[str]:
+def _longest_questions(settings: Settings, qa_set_name: str, tokenizer) -> list[str]:
+    """The questions with the most tokens (the longest in characters are not always those)."""
     qa_set_id = qa_sets.find_qa_set(settings, qa_set_name)["id"]
     with session_scope(settings.sqlalchemy_url) as session:
-        return list(session.exec(
+        questions = list(session.exec(
             select(QAItem.question).where(QAItem.qa_set_id == qa_set_id)
-            .order_by(func.length(QAItem.question).desc()).limit(LONGEST_QUESTIONS)))
+            .order_by(func.length(QAItem.question).desc()).limit(CANDIDATES)))
+    ids = tokenizer(questions, add_special_tokens=False)["input_ids"]
+    ranked = sorted(zip(questions, ids, strict=True), key=lambda pair: -len(pair[1]))
+    return [question for question, _ in ranked[:LONGEST_QUESTIONS]]
 
 
 def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemplar]:
@@ -114,7 +119,7 @@ def prompt_estimate(settings: Settings, config: RunConfig,
     tokens its prompts share (the instruction and the exemplars: the engine runs them once
     per step; with sampled exemplars only the part before them)."""
     tokenizer = _tokenizer(settings, config.model)
-    questions = _longest_questions(settings, config.data.train)
+    questions = _longest_questions(settings, config.data.train, tokenizer)
     shown = _worst_exemplars(config, exemplars)
     limit = config.grpo.max_prompt_tokens
     ids_for_k: dict[int, list[list[int]]] = {}
