@@ -305,8 +305,25 @@ def _exit_with(run: dict) -> None:
         raise typer.Exit(1)
 
 
+ConfigFile = typer.Argument(None, help="A run YAML file (or --preset).")
+Preset = typer.Option(None, "--preset", help="A ready-made run instead of a file: quick-start "
+                      "(the demo pack, stored if missing; the default model).")
+
+
+def _run_config(settings: Settings, config: Path | None, preset: str | None
+                ) -> tuple[dict | str, str]:
+    """The run config (a file's text, or a preset's dict) and the prefix of its errors."""
+    from studio.services.presets import prepare_preset
+
+    if (config is None) == (preset is None):
+        raise _fail(ValueError("give a run YAML file or --preset NAME (one of them)"))
+    if preset is not None:
+        return _call(prepare_preset, settings, preset), f"preset {preset}: "
+    return _read_config(config), f"{config}: "
+
+
 @run_app.command("validate")
-def run_validate(config: Path = typer.Argument(..., help="A run YAML file."),
+def run_validate(config: Path = ConfigFile, preset: str = Preset,
                  wait_estimate: float = typer.Option(
                      60, help="Seconds to wait for the measurement of the queue's device when "
                      "the time estimate needs one and nothing runs ahead of it (0: do not)."),
@@ -317,8 +334,8 @@ def run_validate(config: Path = typer.Argument(..., help="A run YAML file."),
     from studio.services.run_validation import validate_run
 
     settings = _studio_ready(data_dir)
-    text = _read_config(config)
-    report = _call(validate_run, settings, text, prefix=f"{config}: ")
+    text, prefix = _run_config(settings, config, preset)
+    report = _call(validate_run, settings, text, prefix=prefix)
     timing = report["time_estimate"]
     if timing["state"] == "measuring" and not timing["ahead"] and wait_estimate > 0:
         typer.echo(f"time: {timing['message']}; waiting up to {wait_estimate:.0f} s")
@@ -326,7 +343,7 @@ def run_validate(config: Path = typer.Argument(..., help="A run YAML file."),
         while (get_calibration(settings, timing["calibration"])["state"] in ("queued", "running")
                and time.monotonic() < deadline):
             time.sleep(POLL_SECONDS)
-        report = _call(validate_run, settings, text, prefix=f"{config}: ")
+        report = _call(validate_run, settings, text, prefix=prefix)
     _print_report(report)
 
 
@@ -379,13 +396,14 @@ def calibrate(model: str = typer.Option(None, help="Model: bundled name, HF id o
 
 
 @run_app.command("launch")
-def run_launch(config: Path = typer.Argument(..., help="A run YAML file."), wait: bool = Wait,
+def run_launch(config: Path = ConfigFile, preset: str = Preset, wait: bool = Wait,
                data_dir: Path = DataDir) -> None:
-    """Validate a run YAML file, queue the run and print its id (and warnings)."""
+    """Validate a run YAML file (or a preset), queue the run and print its id (and warnings)."""
     from studio.services.runs import create_run
 
     settings = _studio_ready(data_dir, queue=True)
-    run = _call(create_run, settings, _read_config(config), prefix=f"{config}: ")
+    source, prefix = _run_config(settings, config, preset)
+    run = _call(create_run, settings, source, prefix=prefix)
     typer.echo(f"run {run['id']}")
     _print_report(run)
     if wait:

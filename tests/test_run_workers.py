@@ -125,6 +125,46 @@ def _demo_studio_cli(tmp_path):
     return settings, cli, build_tiny_model(tmp_path / "tiny")
 
 
+def test_the_quick_start_preset_from_the_command_line(tmp_path):
+    """`--preset quick-start` instead of a file: the demo pack stored if missing, the studio's
+    default model, the preset's stages; a file and a preset together, or an unknown preset,
+    are one error line."""
+    from studio.services.presets import QUICK_START, RUN_PRESETS
+
+    model = build_tiny_model(tmp_path / "tiny")
+    data = tmp_path / "data"
+    env = studio_env(data, heartbeat_seconds="1", default_model=str(model))
+    settings = Settings(data_dir=data)
+
+    def cli(*args: str):
+        return run_studio(list(args), env, timeout=300)
+
+    assert cli("db", "upgrade").returncode == 0
+    checked = cli("run", "validate", "--preset", QUICK_START, "--wait-estimate", "0")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    stages = RUN_PRESETS[QUICK_START]["curriculum"]["stages"]
+    lines = checked.stdout.splitlines()
+    for number, stage in enumerate(stages, 1):
+        assert lines[number - 1].startswith(
+            f"stage {number}: {stage['exemplars']} exemplars, {stage['steps']} steps, "
+            "longest prompt "), lines
+    assert any(line.startswith("time: ") for line in lines)
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("name: x\n")
+    assert _error_line(cli("run", "validate", str(run_file), "--preset", QUICK_START)) == (
+        "studio: error: give a run YAML file or --preset NAME (one of them)")
+    assert _error_line(cli("run", "launch", "--preset", "nope")) == (
+        f"studio: error: preset: 'nope' is not one of {QUICK_START}")
+
+    launched = cli("run", "launch", "--preset", QUICK_START)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    assert launched.stdout.splitlines()[0] == "run 1"
+    (run,) = runs.list_runs(settings)
+    assert run["config"]["model"] == str(model) and run["config"]["data"]["eval"] == [
+        "demo-heldout"]
+    assert run["config"]["engine"]["evaluate_at_end"] is True and run["state"] == "queued"
+
+
 def _error_line(done) -> str:
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()

@@ -15,7 +15,7 @@ from studio.settings import Settings
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
            "SubEM trained", "F1 base", "F1 trained", "searches base", "searches trained",
-           "status"]
+           "valid search % base", "valid search % trained", "status"]
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
@@ -55,6 +55,7 @@ def table_rows(pairs: list[dict]) -> list[list]:
                      _figure(base, "f1"), _figure(trained, "f1"),
                      _figure(base, "search_calls", percent=False),
                      _figure(trained, "search_calls", percent=False),
+                     _figure(base, "valid_search_rate"), _figure(trained, "valid_search_rate"),
                      f"base {_status(base)} · trained {_status(trained)}"])
     return rows
 

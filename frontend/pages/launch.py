@@ -28,7 +28,7 @@ from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show
 from studio.base_models import DEFAULT_MODEL
 from studio.run_config import GrpoSpec, LoraSpec, RunConfig, RunConfigError, parse_run_config
-from studio.services import auth, corpora, exemplar_sets, qa_sets, run_validation, runs
+from studio.services import auth, corpora, exemplar_sets, presets, qa_sets, run_validation, runs
 from studio.services.errors import UserError
 from studio.settings import Settings
 
@@ -39,6 +39,14 @@ INTRO = """
 Choose the model and the data, check the settings (each says what it does; the
 defaults follow the paper, scaled to the small bundled model), and launch. The
 curriculum is the one on the **Curriculum** page.
+"""
+
+QUICK_START_WORDS = f"""
+### Quick start: see the method work
+One click launches a ready-made run on the demo pack's invented world:
+{presets.DESCRIPTIONS[presets.QUICK_START]}. Its settings were chosen by experiment for
+the bundled model on two CPU cores (docs/engine.md). Nothing else is needed: it stores the
+demo pack if it is missing.
 """
 
 MODEL_SOURCES = {
@@ -225,6 +233,41 @@ def estimate(settings: Settings, *form) -> tuple[list, str]:
     return table(rows, STAGE_COLUMNS), note
 
 
+def stage_time(stage: dict) -> str:
+    seconds = stage.get("seconds_per_step")
+    return "" if seconds is None else f", about {seconds:,.0f} s a step"
+
+
+def quick_start_estimate(settings: Settings) -> str:
+    """The quick start's stages and time on its queue's worker, before it is launched."""
+    if not presets.data_ready(settings):
+        return ("*Estimate:* the demo pack is not stored yet; load it on the **Data** page to "
+                "see the quick start's time here, or launch: the quick start stores it first.")
+    try:
+        report = run_validation.validate_run(
+            settings, presets.preset_config(presets.QUICK_START, settings))
+    except UserError as exc:
+        return error_markdown(str(exc), "No estimate")
+    lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
+             f"prompts up to {s['prompt_tokens']:,} tokens{stage_time(s)}"
+             for s in report["stages"]]
+    return "\n".join([f"**Estimate:** {escape(report['time_estimate']['message'])}", *lines])
+
+
+def launch_quick_start(settings: Settings, username: str | None, follow_on: str
+                       ) -> tuple[int | None, str]:
+    """Store the demo pack if needed and launch the quick-start run (its id, or None)."""
+    try:
+        config = presets.prepare_preset(settings, presets.QUICK_START)
+        run = runs.create_run(settings, config, user_id=auth.user_id(settings, username))
+    except UserError as exc:
+        return None, error_markdown(str(exc), "The quick start was not launched")
+    return run["id"], ok_markdown(
+        f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
+        f"queue ({run['total_steps']} steps); it ends with its zero-shot evaluation on "
+        f"{', '.join(config['data']['eval'])}") + f"\n\nFollow it on {follow_on}."
+
+
 def save_yaml(*form) -> tuple[str | None, str]:
     try:
         config = parse_run_config(assemble(*form))
@@ -309,6 +352,14 @@ def build(settings: Settings) -> None:
     shared = current()
     base = gr.State(default_config())
     defaults = default_config()
+    with gr.Group(elem_id="quick-start-card"):
+        gr.Markdown(QUICK_START_WORDS)
+        quick_estimate = gr.Markdown(elem_id="quick-start-estimate")
+        quick_button = gr.Button("Launch the quick start", variant="primary",
+                                 elem_id="quick-start")
+        quick_message = gr.Markdown(elem_id="quick-start-message")
+        quick_follow = gr.Button("Watch it on the Live run page", visible=False,
+                                 elem_id="quick-start-follow")
     gr.Markdown(INTRO)
     data_empty = gr.Markdown(elem_id="launch-empty")
     with gr.Row():
@@ -394,11 +445,20 @@ def build(settings: Settings) -> None:
     loaded = [base, shared.curriculum, *fields, yaml_message]
     upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
 
-    def start(request: gr.Request, *f):
-        run_id, message = launch(settings, request.username, follow_on, *f)
+    def shown(run_id: int | None, message: str):
+        """The run in focus (kept when refused), the message, the follow button."""
         if run_id is None:
             return gr.skip(), message, gr.Button(visible=False)
         return run_id, message, gr.Button(visible=live_page is not None)
 
+    def start(request: gr.Request, *f):
+        return shown(*launch(settings, request.username, follow_on, *f))
+
+    def start_quick(request: gr.Request):
+        return shown(*launch_quick_start(settings, request.username, follow_on))
+
     launch_button.click(start, form, [shared.focus_run, launch_message, follow])
-    follow.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)
+    quick_button.click(start_quick, None, [shared.focus_run, quick_message, quick_follow])
+    on_show(lambda: quick_start_estimate(settings), None, quick_estimate)
+    for button in (follow, quick_follow):
+        button.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)

@@ -37,6 +37,13 @@ def split_lines(split: str) -> bytes:
                     if line.strip() and json.loads(line).get("split") == split)
 
 
+def demo_pack_stored(settings: Settings) -> bool:
+    """Whether every part of the pack is stored (the corpus, both QA sets, the exemplars)."""
+    finds = [(corpora.find_corpus, DEMO_NAME), (exemplar_sets.find_exemplar_set, DEMO_NAME),
+             *((qa_sets.find_qa_set, name) for name in QA_SETS)]
+    return all(_existing(find, settings, name) is not None for find, name in finds)
+
+
 def load_demo_pack(settings: Settings, *, index_now: bool = False) -> dict:
     """Store what is missing of the pack; build the index here or queue it for a worker.
 

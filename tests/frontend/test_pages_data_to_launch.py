@@ -8,6 +8,7 @@ launch a tiny run. Screenshots of each page go to artifacts/screenshots/.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -222,3 +223,52 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     assert saved["lora"] == lora and saved["grpo"]["lr"] == config["grpo"]["lr"]
     ui.open("Curriculum")
     ui.wait_text("#curriculum-notes", "2 → 0, 10 steps in all")
+
+
+def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_click(ui):
+    """The preset on the studio's default model (the tiny one here): its stages and time on
+    this worker before launch, then one click: it trains, and base against trained on the
+    held-out questions follows without another click."""
+    from studio.services import evaluations, presets
+
+    settings = Settings(data_dir=ui.data_dir)
+
+    def estimate_with_time() -> str:  # the worker measures the model's speed first
+        ui.open("Runs")
+        ui.open("Launch")
+        text = ui.wait_text("#quick-start-estimate", "Estimate:")
+        return text if "s a step" in text else ""
+
+    text = wait_for(estimate_with_time, 120, "the quick start's time estimate")
+    preset = presets.preset_config(presets.QUICK_START, settings)
+    for number, stage in enumerate(preset["curriculum"]["stages"], 1):
+        assert f"stage {number}: {stage['exemplars']} exemplars for {stage['steps']} steps" \
+            in text, text
+    ui.screenshot("launch-quick-start")
+
+    ui.page.click("#quick-start")
+    told = ui.wait_text("#quick-start-message", "Run #")
+    assert "'quick-start' is queued on the cpu queue" in told, told
+    assert "zero-shot evaluation on demo-heldout" in told
+    (run,) = [r for r in runs.list_runs(settings) if r["name"] == "quick-start"]
+    assert run["config"]["data"]["train"] == "demo" and run["config"]["lora"]["rank"] > 0
+
+    def evaluated() -> list[dict]:
+        pairs = evaluations.base_vs_trained(settings, run["id"])
+        done = [p for p in pairs if p["base"] and p["trained"]
+                and {p["base"]["state"], p["trained"]["state"]} <= {"succeeded", "failed"}]
+        return done
+
+    (pair,) = wait_for(evaluated, 600, "the quick start to train and be evaluated")
+    assert runs.get_run(settings, run["id"])["state"] == "succeeded"
+    assert pair["qa_set"] == "demo-heldout"
+    for side in ("base", "trained"):
+        assert pair[side]["state"] == "succeeded", pair[side]["error"]
+        assert pair[side]["metrics"]["questions"] == 60
+    ui.open("Evaluate")
+    ui.page.click("#evaluate-run input")
+    ui.page.get_by_role("option", name=re.compile(" quick-start · ")).click()
+    ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
+    (cells,) = ui.table_rows("#evaluate-table")
+    assert cells[:2] == ["demo-heldout", "60"], cells
+    ui.screenshot("evaluate-quick-start")
