@@ -1,80 +1,115 @@
-"""Does the exemplar curriculum help? SmolLM2-135M, 3-2-0 against exemplar-free RL (`0`).
+"""Does the exemplar curriculum teach SmolLM2-135M to search on its own? Three arms.
 
-Both arms train for the same steps on HotpotQA train questions with their own
-passages as the corpus (../shared/data/hotpotqa-train100), then the base
-model and each trained model are evaluated zero-shot on held-out questions of
-the same set: valid-search rate, answer rate and EM. Prints a table, writes
-the per-step curves as an HTML plot and a PNG, and a JSON of everything.
+    .venv/bin/python bench/icrl_effect.py                    # the quick-start preset (~1 h)
+    .venv/bin/python bench/icrl_effect.py --lr 1e-4 --stages 3x10,2x8,0x12
+    .venv/bin/python bench/icrl_effect.py --quick            # a tiny model: checks the script
 
-    python bench/icrl_effect.py --steps 30
+Arms, on the same budget (steps, questions x samples per step) and seed, all from the
+quick-start preset (`studio.services.presets`) unless a flag changes it:
+
+* ``base``: the model, untrained;
+* ``curriculum``: the preset's run as it is (exemplars 3 -> 2 -> 0 by default);
+* ``exemplar-free``: the same run with no exemplar at any step (Search-R1's start).
+
+The two trained arms train side by side, one process and one thread each (the machine's
+two cores). Then each model is evaluated zero-shot on the demo pack's held-out questions
+(`demo-heldout`, which training never sees) with the protocol the preset's own end-of-run
+evaluation uses (`studio.services.evaluations.run_protocol`: k = 0, temperature 0.1, the
+run's instruction, at most `<think>` pre-filled, the run's token budgets). Prints the
+table (valid-search rate, answer rate, EM, SubEM, F1, search calls), writes the training
+curves as OUT.png and OUT.html and everything as OUT.json, and saves each trained arm's
+final model as a Hugging Face folder (merged when the run used LoRA), printing its path:
+`studio eval --model FOLDER` evaluates it on any other corpus.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import plotly.graph_objects as go
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from studio import db, demo
-from studio.services import corpora, evaluations, exemplar_sets, qa_sets, runs
-from studio.settings import Settings
-from worker.engines.native.trainer import Trainer
-from worker.evaluation import run_evaluation
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "hotpotqa-train100"
-ARMS = {"3-2-0": None, "0": None}
+CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate")
 
 
-def setup(settings: Settings, eval_questions: int) -> None:
-    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
-    db.upgrade(settings.sqlalchemy_url)
-    if any(c["name"] == "hotpot" for c in corpora.list_corpora(settings)):
-        return
-    with open(DATA / "corpus.jsonl", "rb") as f:
-        corpus = corpora.create_corpus(settings, f, "corpus.jsonl", "hotpot", start_indexing=False)
-    corpora.build_corpus_index(settings, corpus["id"])
-    with open(DATA / "qa.jsonl", "rb") as f:
-        qa = qa_sets.create_qa_set(settings, f, "qa.jsonl", "hotpot")
-    qa_sets.split_qa_set(settings, qa["id"], eval_fraction=eval_questions / qa["num_rows"],
-                         seed=0)
-    with open(demo.EXEMPLARS, "rb") as f:
-        exemplar_sets.upload_exemplar_set(settings, f, "exemplars.jsonl", "demo")
+def arm_configs(args, settings) -> dict[str, dict]:
+    """The two trained arms' run configs: the preset with this run's flags, and its
+    exemplar-free twin (every stage at 0 exemplars, the same total steps)."""
+    from studio.services.presets import QUICK_START, preset_config
+
+    config = preset_config(QUICK_START, settings)
+    if args.stages:
+        config["curriculum"] = {"stages": [
+            {"exemplars": int(k), "steps": int(n)}
+            for k, n in (part.split("x") for part in args.stages.split(","))]}
+    grpo = config["grpo"]
+    for flag, key in (("lr", "lr"), ("batch", "batch_size"), ("group", "group_size"),
+                      ("turn_tokens", "max_turn_tokens")):
+        if getattr(args, flag) is not None:
+            grpo[key] = getattr(args, flag)
+    if args.lora_rank is not None:
+        config["lora"] = {"rank": args.lora_rank, "alpha": 2 * args.lora_rank} \
+            if args.lora_rank else None
+    if args.model:
+        config["model"] = args.model
+    config["seed"] = args.seed
+    config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
+    total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
+    free = json.loads(json.dumps(config))
+    free["curriculum"] = {"stages": [{"exemplars": 0, "steps": total}]}
+    curriculum = "-".join(str(s["exemplars"]) for s in config["curriculum"]["stages"])
+    config["name"], free["name"] = f"icrl-effect-{curriculum}", "icrl-effect-exemplar-free"
+    return {"curriculum": config, "exemplar-free": free}
 
 
-def config(arm: str, args) -> dict:
-    per_stage = max(1, args.steps // len(arm.split("-")))
-    stages = [{"exemplars": int(k), "steps": per_stage} for k in arm.split("-")]
-    stages[-1]["steps"] = args.steps - per_stage * (len(stages) - 1)
-    return {
-        "name": f"icrl-effect-{arm}", "model": "smollm2-135m-instruct",
-        "data": {"corpus": "hotpot", "train": "hotpot-train", "exemplars": "demo"},
-        "curriculum": {"stages": stages},
-        "prompt": {"layout": "chat", "assistant_prefix": "<think>"},
-        "grpo": {"steps": args.steps, "batch_size": args.batch, "group_size": args.group,
-                 "lr": args.lr, "max_turns": 2, "max_turn_tokens": args.turn_tokens,
-                 "max_response_tokens": 3 * args.turn_tokens + 400, "max_obs_tokens": 200,
-                 "micro_batch_size": 4, "temperature": 1.0},
-        "engine": {"checkpoint_every": args.steps, "log_groups_per_step": 1},
-        "seed": 0,
-    }
+def child(argv: list[str], data_dir: Path, log: Path) -> None:
+    """This script in a fresh one-thread process (one arm's training or evaluation)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "STUDIO_DATA_DIR": str(data_dir)}
+    with open(log, "ab") as out:
+        code = subprocess.call([sys.executable, __file__, *argv, "--data-dir", str(data_dir)],
+                               stdout=out, stderr=subprocess.STDOUT, env=env)
+    if code:
+        raise RuntimeError(f"{' '.join(argv)} exited with {code}; see {log}")
 
 
-def evaluate(settings: Settings, args, **target) -> dict:
-    protocol = {"max_turn_tokens": args.turn_tokens, "max_turns": 2,
-                "max_response_tokens": 3 * args.turn_tokens + 400, "max_obs_tokens": 200}
-    created = evaluations.create_evaluation(settings, qa_set="hotpot-eval", corpus="hotpot",
-                                            protocol=protocol, start=False, **target)
-    return run_evaluation(settings, created["id"])["metrics"]
+def run_child(args) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    from studio.settings import Settings
+
+    settings = Settings(data_dir=args.data_dir)
+    kind, ident = args.child
+    if kind == "train":
+        from worker.engines.native.trainer import Trainer
+
+        Trainer(settings, int(ident)).run()
+    else:
+        from worker.evaluation import run_evaluation
+
+        run_evaluation(settings, int(ident))
+    return 0
+
+
+def save_model(settings, run_id: int) -> Path:
+    """The run's final checkpoint as a plain Hugging Face folder (an export, merged)."""
+    from studio.services import exports
+    from worker.export import run_export
+
+    export = exports.create_export(settings, run_id, target="folder", start=False)
+    return settings.resolved_data_dir / run_export(settings, export["id"])["location"]
 
 
 def plot_png(curves: dict[str, list[dict]], path: Path) -> None:
-    """The training curves as a picture for the docs: valid-search rate and reward per step,
-    one line per arm, with the exemplar count of each step as a step line beneath."""
+    """Valid-search rate and reward per training step, one colour per arm, with each step's
+    exemplar count beneath."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,15 +118,16 @@ def plot_png(curves: dict[str, list[dict]], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.5), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 1]})
     for arm, rows in curves.items():
-        steps = [r["step"] for r in rows]
+        steps = [r["step"] + 1 for r in rows]
         line = top.plot(steps, [r["valid_search_rate"] for r in rows], marker="o",
-                        label=f"{arm}: valid-search rate")[0]
+                        markersize=3, label=f"{arm}: valid-search rate")[0]
         top.plot(steps, [r["reward_mean"] for r in rows], linestyle=":",
                  color=line.get_color(), label=f"{arm}: reward mean")
-        bottom.step(steps, [r["exemplars"] for r in rows], where="post",
+        bottom.step(steps, [r["exemplars"] for r in rows], where="mid",
                     color=line.get_color(), label=arm)
     top.set_ylabel("training rollouts")
-    top.set_title("Training: 3-2-0 curriculum against exemplar-free RL")
+    top.set_ylim(-0.02, 1.02)
+    top.set_title("Training: exemplar curriculum against exemplar-free RL")
     top.legend(fontsize=8)
     bottom.set_ylabel("exemplars")
     bottom.set_xlabel("step")
@@ -100,56 +136,113 @@ def plot_png(curves: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--group", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-6)
-    parser.add_argument("--turn-tokens", type=int, default=96)
-    parser.add_argument("--eval-questions", type=int, default=20)
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/icrl-effect"))
-    parser.add_argument("--out", type=Path, default=Path("/tmp/icrl-effect/icrl_effect"),
-                        help="writes OUT.html (the curves) and OUT.json")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    settings = Settings(data_dir=args.data_dir)
-    setup(settings, args.eval_questions)
-
-    t0 = time.time()
-    results = {"base": evaluate(settings, args, model="smollm2-135m-instruct")}
-    curves = {}
-    for arm in ARMS:
-        run = runs.create_run(settings, config(arm, args), start=False)
-        Trainer(settings, run["id"]).run()
-        curves[arm] = runs.run_metrics(settings, run["id"])
-        results[arm] = evaluate(settings, args, run_id=run["id"])
-    minutes = (time.time() - t0) / 60
-
-    print(f"# ICRL effect: SmolLM2-135M, {args.steps} steps of {args.batch} questions x "
-          f"{args.group} samples, lr {args.lr}; zero-shot on {args.eval_questions} held-out "
-          f"HotpotQA questions ({minutes:.0f} min)\n")
-    print("| model | valid-search rate | answer rate | EM | SubEM | F1 | search calls |")
-    print("|---|---|---|---|---|---|---|")
-    for name, m in results.items():
-        label = "base (no training)" if name == "base" else f"trained, curriculum {name}"
-        print(f"| {label} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
-              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} |")
+def plot_html(curves: dict[str, list[dict]], path: Path) -> None:
+    import plotly.graph_objects as go
 
     figure = go.Figure()
     for arm, rows in curves.items():
-        steps = [r["step"] for r in rows]
-        for key, dash in (("reward_mean", None), ("valid_search_rate", "dot")):
-            figure.add_scatter(x=steps, y=[r[key] for r in rows], name=f"{arm}: {key}",
-                               line={"dash": dash})
-    figure.update_layout(title="Training curves: 3-2-0 against exemplar-free RL",
-                         xaxis_title="step")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    figure.write_html(args.out.with_suffix(".html"), include_plotlyjs=True)
-    plot_png(curves, args.out.with_suffix(".png"))
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "results": results,
-         "curves": curves}, indent=1))
+        steps = [r["step"] + 1 for r in rows]
+        for key in CURVES:
+            figure.add_scatter(x=steps, y=[r.get(key) for r in rows], name=f"{arm}: {key}",
+                               mode="lines+markers")
+    figure.update_layout(title="Training curves", xaxis_title="step")
+    figure.write_html(path, include_plotlyjs=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", help="exemplars x steps per stage, e.g. 3x10,2x8,0x12")
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--batch", type=int, help="questions per step")
+    parser.add_argument("--group", type=int, help="samples per question")
+    parser.add_argument("--turn-tokens", type=int, dest="turn_tokens")
+    parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
+    parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, help="evaluate on the first N held-out questions")
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/icrl-effect"))
+    parser.add_argument("--out", type=Path, help="default: DATA_DIR/icrl_effect")
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny random model, 2 steps: checks the script")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return run_child(args)
+
+    from studio import db
+    from studio.services import demo, evaluations, runs
+    from studio.settings import Settings
+
+    if args.quick:
+        from tests.support.tiny_model import build_tiny_model
+
+        args.model = str(build_tiny_model(args.data_dir / "tiny"))
+        args.stages, args.batch, args.group, args.turn_tokens = "1x1,0x1", 2, 2, 8
+        args.limit = args.limit or 4
+    out = args.out or args.data_dir / "icrl_effect"
+    settings = Settings(data_dir=args.data_dir)
+    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade(settings.sqlalchemy_url)
+    demo.load_demo_pack(settings, index_now=True)
+    logs = args.data_dir / "logs"
+    logs.mkdir(exist_ok=True)
+
+    t0 = time.time()
+    configs = arm_configs(args, settings)
+    created = {arm: runs.create_run(settings, config, start=False)
+               for arm, config in configs.items()}
+    with ThreadPoolExecutor(2) as pool:  # the two trained arms side by side
+        list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
+                                        args.data_dir, logs / f"train-{arm}.log"), created))
+    train_minutes = (time.time() - t0) / 60
+
+    from studio.run_config import RunConfig
+
+    protocol = evaluations.run_protocol(RunConfig.model_validate(configs["curriculum"]))
+    targets = {"base": {"model": configs["curriculum"]["model"]},
+               **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
+    queued = {arm: evaluations.create_evaluation(
+        settings, qa_set=demo.HELDOUT_NAME, corpus=demo.DEMO_NAME, limit=args.limit,
+        protocol=protocol, start=False, **target) for arm, target in targets.items()}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda arm: child(["--child", "eval", str(queued[arm]["id"])],
+                                        args.data_dir, logs / f"eval-{arm}.log"), queued))
+    results = {arm: evaluations.get_evaluation(settings, e["id"])["metrics"]
+               for arm, e in queued.items()}
+    curves = {arm: runs.run_metrics(settings, run["id"]) for arm, run in created.items()}
+    folders = {arm: save_model(settings, run["id"]) for arm, run in created.items()}
+    minutes = (time.time() - t0) / 60
+
+    grpo = configs["curriculum"]["grpo"]
+    stages = " -> ".join(f"{s['exemplars']} ({s['steps']} steps)"
+                         for s in configs["curriculum"]["curriculum"]["stages"])
+    questions = next(iter(results.values()))["questions"]
+    print(f"# ICRL effect: {configs['curriculum']['model']}, curriculum {stages}, "
+          f"{grpo['batch_size']} questions x {grpo['group_size']} samples per step, "
+          f"lr {grpo['lr']}, LoRA {configs['curriculum'].get('lora') or 'off'}, seed "
+          f"{args.seed}; zero-shot on {questions} held-out demo questions "
+          f"(training {train_minutes:.0f} min for both arms side by side, {minutes:.0f} min "
+          "in all)\n")
+    print("| model | valid-search rate | answer rate | EM | SubEM | F1 | search calls |")
+    print("|---|---|---|---|---|---|---|")
+    labels = {"base": "base (no training)", "curriculum": "trained, exemplar curriculum",
+              "exemplar-free": "trained, exemplar-free"}
+    for arm, m in results.items():
+        print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
+              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} |")
+    print()
+    for arm, folder in folders.items():
+        print(f"{arm} model: {folder}")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_png(curves, out.with_suffix(".png"))
+    plot_html(curves, out.with_suffix(".html"))
+    out.with_suffix(".json").write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "configs": configs,
+         "results": results, "curves": curves, "models": {k: str(v) for k, v in folders.items()},
+         "minutes": {"training": train_minutes, "all": minutes}}, indent=1))
+    print(f"curves: {out.with_suffix('.png')}, {out.with_suffix('.html')}; all: "
+          f"{out.with_suffix('.json')}")
     return 0
 
 

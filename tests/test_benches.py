@@ -58,3 +58,20 @@ def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
     pages = [line for line in table.splitlines() if line.count("|") == 7
              and line.startswith(("| sqlite | ", "| postgresql | "))]
     assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)
+
+
+def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path, capsys):
+    """Both trained arms side by side in their own processes, three zero-shot evaluations on
+    held-out questions, the curves, and each trained arm's model as a plain HF folder."""
+    bench = _load("icrl_effect")
+    assert bench.main(["--quick", "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == [
+        "base (no training)", "trained, exemplar curriculum", "trained, exemplar-free"]
+    assert "zero-shot on 4 held-out demo questions" in out
+    for arm in ("curriculum", "exemplar-free"):
+        (line,) = [x for x in out.splitlines() if x.startswith(f"{arm} model: ")]
+        folder = Path(line.split(": ", 1)[1])
+        assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert (tmp_path / "data" / "icrl_effect.png").read_bytes()[:4] == b"\x89PNG"
