@@ -22,20 +22,20 @@ RUN_PRESETS: dict[str, dict] = {
         "name": "quick-start",
         "data": {"corpus": demo.DEMO_NAME, "train": demo.DEMO_NAME,
                  "eval": [demo.HELDOUT_NAME], "exemplars": demo.DEMO_NAME},
-        "curriculum": {"stages": [{"exemplars": 3, "steps": 10}, {"exemplars": 2, "steps": 8},
-                                  {"exemplars": 0, "steps": 12}]},
+        "curriculum": {"stages": [{"exemplars": 3, "steps": 8}, {"exemplars": 2, "steps": 6},
+                                  {"exemplars": 0, "steps": 10}]},
         "prompt": {"layout": "chat", "assistant_prefix": "<think>"},
-        "grpo": {"batch_size": 4, "group_size": 4, "lr": 2.0e-4, "warmup_ratio": 0.1,
-                 "max_turns": 2, "max_turn_tokens": 64, "max_response_tokens": 640,
-                 "max_obs_tokens": 300},
+        "grpo": {"batch_size": 2, "group_size": 4, "lr": 3.0e-4, "warmup_ratio": 0.1,
+                 "max_turns": 2, "max_turn_tokens": 64, "max_response_tokens": 500,
+                 "max_obs_tokens": 200},
         "lora": {"rank": 16, "alpha": 32},
-        "engine": {"checkpoint_every": 10, "evaluate_at_end": True},
+        "engine": {"checkpoint_every": 8, "evaluate_at_end": True},
         "seed": 0,
     },
 }
 
 DESCRIPTIONS = {
-    QUICK_START: "the demo world, 3 -> 2 -> 0 exemplars, 30 small steps with LoRA; "
+    QUICK_START: "the demo world, 3 -> 2 -> 0 exemplars, 24 small steps with LoRA; "
                  "ends with base against trained on the demo pack's held-out questions",
 }
 
