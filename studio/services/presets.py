@@ -26,7 +26,7 @@ RUN_PRESETS: dict[str, dict] = {
                                   {"exemplars": 0, "steps": 10}]},
         "prompt": {"layout": "chat", "assistant_prefix": "<think>"},
         "grpo": {"batch_size": 2, "group_size": 4, "lr": 3.0e-4, "warmup_ratio": 0.1,
-                 "max_turns": 2, "max_turn_tokens": 64, "max_response_tokens": 500,
+                 "max_turns": 2, "max_turn_tokens": 64, "max_response_tokens": 640,
                  "max_obs_tokens": 200},
         "lora": {"rank": 16, "alpha": 32},
         "engine": {"checkpoint_every": 8, "evaluate_at_end": True},

@@ -113,7 +113,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
 def test_empty_settings_fall_back_to_the_base_config():
     base = launch.default_config()
     form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
-            *[None] * len(launch.SETTINGS)]
+            False, None, None, *[None] * len(launch.SETTINGS)]
     config = launch.assemble(*form)
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
