@@ -122,6 +122,17 @@ def normalize_question(question: str) -> str:
     return q if q.endswith("?") else q + "?"
 
 
+def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix all ``sequences`` share (the instruction and the
+    exemplars of a step's prompts: the engine computes it once, the estimate counts it)."""
+    first, *rest = sequences
+    n = len(first)
+    for other in rest:
+        n = next((i for i in range(min(n, len(other))) if other[i] != first[i]),
+                 min(n, len(other)))
+    return n
+
+
 def derive_seed(*parts: object) -> int:
     """A stable 63-bit seed from parts such as (run seed, step, prompt index), in any process."""
     digest = hashlib.sha256("\x1f".join(repr(p) for p in parts).encode()).digest()

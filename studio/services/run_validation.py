@@ -19,6 +19,7 @@ from sqlmodel import select
 from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import Exemplar
+from studio.method.prompt import common_prefix_length
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.services import calibrations, corpora, exemplar_sets, qa_sets
 from studio.services.errors import InvalidInput, NotFound
@@ -104,15 +105,6 @@ def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemp
     return sorted(exemplars, key=lambda e: len(e.question) + len(e.solution), reverse=True)
 
 
-def _common_prefix(sequences: list[list[int]]) -> int:
-    """How many tokens every sequence starts with."""
-    n = min(len(s) for s in sequences)
-    first = sequences[0]
-    for other in sequences[1:]:
-        n = next((i for i in range(n) if other[i] != first[i]), n)
-    return n
-
-
 def prompt_estimate(settings: Settings, config: RunConfig,
                     exemplars: list[Exemplar]) -> list[dict]:
     """Per curriculum stage: its exemplar count, steps, longest prompt in tokens, and the
@@ -136,7 +128,7 @@ def prompt_estimate(settings: Settings, config: RunConfig,
         alike = prompts(stage.exemplars if config.prompt.exemplar_selection == "first" else 0)
         stages.append({"stage": number, "exemplars": stage.exemplars, "steps": stage.steps,
                        "prompt_tokens": tokens, "max_prompt_tokens": limit,
-                       "cut": tokens > limit, "shared_tokens": _common_prefix(alike)})
+                       "cut": tokens > limit, "shared_tokens": common_prefix_length(alike)})
     return stages
 
 

@@ -158,3 +158,12 @@ def test_template_round_trip():
     assert PromptTemplate.from_dict({}) == PromptTemplate()
     with pytest.raises(PromptTemplateError, match="unknown field"):
         PromptTemplate.from_dict({"instructions": "typo"})
+
+
+def test_common_prefix_length_is_the_longest_shared_start():
+    from studio.method.prompt import common_prefix_length
+
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert common_prefix_length([[7, 8], [7, 8, 9]]) == 2
+    assert common_prefix_length([[1, 2], [3]]) == 0
+    assert common_prefix_length([[4, 5, 6]]) == 3

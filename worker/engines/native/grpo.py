@@ -59,6 +59,8 @@ from dataclasses import dataclass
 
 import torch
 
+from studio.method.prompt import common_prefix_length
+
 __all__ = [
     "GrpoConfig",
     "PolicyBatch",
@@ -497,7 +499,7 @@ def step_prefix(
     prompts = {tuple(batch.input_ids[r, : int(starts[r])].tolist()) for r in rows.tolist()}
     if len(prompts) < 2:
         return None
-    length = min(_common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+    length = min(common_prefix_length(list(prompts)), min(len(p) for p in prompts) - 1)
     if length < MIN_STEP_PREFIX:
         return None
     decoder, _ = plain
@@ -510,16 +512,6 @@ def step_prefix(
     graph = [x for pair in kv for x in pair]
     leaves = [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in kv]
     return StepPrefix(length, leaves, graph)
-
-
-def _common_prefix_length(sequences) -> int:
-    """Length of the longest common prefix of token sequences."""
-    first, *rest = sequences
-    n = len(first)
-    for other in rest:
-        n = next((i for i in range(min(n, len(other))) if other[i] != first[i]),
-                 min(n, len(other)))
-    return n
 
 
 def _prompt_lengths(batch: PolicyBatch) -> torch.Tensor:

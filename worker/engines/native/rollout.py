@@ -68,7 +68,7 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -77,6 +77,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from studio.method import tags
+from studio.method.prompt import common_prefix_length
 
 SearchFn = Callable[[list[str]], list[list[tuple[str, str]]]]
 """Queries -> for each query its passages as ``(title, text)``, best first."""
@@ -661,19 +662,6 @@ def _eos_ids(model, tokenizer, eos_token_id: int | None) -> set[int]:
     return ids
 
 
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> int:
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for s in seqs[1:]:
-        i = 0
-        while i < n and s[i] == first[i]:
-            i += 1
-        n = i
-        if n == 0:
-            break
-    return n
-
-
 # --------------------------------------------------------------------------
 # The engine
 # --------------------------------------------------------------------------
@@ -954,7 +942,7 @@ class _Engine:
             for u, i in enumerate(longest_first):
                 of_row[i] = u
         room = cfg.max_turn_tokens + 1
-        shared = _common_prefix(unique) if self.share_prompts else 0
+        shared = common_prefix_length(unique) if self.share_prompts else 0
         shared = min(shared, min(len(p) for p in unique) - 1)
         if shared >= _MIN_SHARED_PREFIX:
             longest = max(len(p) for p in unique)
