@@ -14,6 +14,7 @@ from sqlmodel import select
 
 from frontend.server import create_app
 from studio import db
+from studio.method.prompt import common_prefix_length
 from studio.services import auth, evaluations, exports, run_validation, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
@@ -244,7 +245,7 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
         assert stage["prompt_tokens"] == max(len(ids) for ids in built.ids)
         assert stage["max_prompt_tokens"] == 5000 and stage["cut"] is False
         # what every prompt of a step starts with (the time estimate's shared prefix)
-        assert run_validation._common_prefix(built.ids) <= stage["shared_tokens"] \
+        assert common_prefix_length(built.ids) <= stage["shared_tokens"] \
             < stage["prompt_tokens"]
         assert stage["seconds_per_step"] is None, "no worker measured this model yet"
     assert report["stages"][0]["prompt_tokens"] > report["stages"][1]["prompt_tokens"]
