@@ -51,7 +51,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
             for k, n in (part.split("x") for part in args.stages.split(","))]}
     grpo = config["grpo"]
     for flag, key in (("lr", "lr"), ("batch", "batch_size"), ("group", "group_size"),
-                      ("turn_tokens", "max_turn_tokens"), ("obs_tokens", "max_obs_tokens")):
+                      ("turn_tokens", "max_turn_tokens"), ("obs_tokens", "max_obs_tokens"),
+                      ("temperature", "temperature")):
         if getattr(args, flag) is not None:
             grpo[key] = getattr(args, flag)
     if args.lora_rank is not None:
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turn-tokens", type=int, dest="turn_tokens")
     parser.add_argument("--obs-tokens", type=int, dest="obs_tokens",
                         help="search results cut to this many tokens")
+    parser.add_argument("--temperature", type=float, help="rollout sampling temperature")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
     parser.add_argument("--seed", type=int, default=0)
