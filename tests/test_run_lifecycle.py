@@ -93,7 +93,7 @@ def test_a_trainer_of_a_superseded_attempt_writes_nothing(studio):
     run = runs.create_run(settings, tiny_config(model, steps=2), start=False)
     assert runs.claim_run(settings, run["id"], 1, "cpu@a")
     assert runs.interrupt_run(settings, run["id"], 1, "its worker died")
-    from worker.engines.native.trainer import RunStopped
+    from studio.services.run_recorder import RunStopped
 
     with pytest.raises(RunStopped, match="interrupted at attempt 1"):
         Trainer(settings, run["id"], attempt=1).run()

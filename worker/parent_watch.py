@@ -24,12 +24,9 @@ import time
 import traceback
 from collections.abc import Callable
 
+from studio.services.run_recorder import RunStopped
+
 POLL_SECONDS = 0.5
-
-
-class RunStopped(Exception):
-    """The run is no longer this process's to train: cancelled, interrupted, resumed by a
-    newer attempt, or deleted. The process stops without writing anything more."""
 
 
 def watch_parent(parent_pid: int, on_orphaned: Callable[[], None]) -> threading.Thread:

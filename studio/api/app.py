@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from studio.api import API_PREFIX
 from studio.api.deps import current_user
 from studio.api.routes import (
     calibrations,
@@ -21,8 +22,6 @@ from studio.api.routes import (
 from studio.services.errors import UserError
 from studio.services.run_streams import RunStreams
 from studio.settings import Settings
-
-API_PREFIX = "/api/v1"
 
 
 def create_api(settings: Settings) -> FastAPI:

@@ -11,10 +11,10 @@ from studio.method.reward import score
 from studio.method.tags import corrective_message, format_information
 from studio.run_config import RunConfig
 from studio.services import corpora, runs
+from studio.services.run_recorder import RunRecorder
 from worker.engines.native.rollout import Rollout, Segment
 from worker.engines.native.trainer import (
     Trainer,
-    forget_steps_from,
     rollout_metrics,
     rollout_segments,
 )
@@ -158,7 +158,7 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
     assert runs.get_run(settings, run["id"])["current_step"] == 4
 
     # a restart after veRL's checkpoint at step 2: later steps are forgotten, ingest goes on
-    forget_steps_from(settings, run["id"], None, 2)
+    RunRecorder(settings, run["id"]).forget_steps_from(2)
     again = Ingestor(settings, run["id"], config, files, tokenizer, files.metrics_log(2))
     assert again.next_step == 2 and again.watch.history == [0.25, 0.25]
 

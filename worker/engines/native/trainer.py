@@ -12,7 +12,6 @@ resumed run repeats nothing and skips nothing.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import statistics
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from sqlmodel import delete
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.db import session_scope
@@ -36,9 +34,10 @@ from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, exemplar_sets, qa_sets, runs
 from studio.services.prompt_preview import run_prompt_ids
+from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
-from studio.tables import Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import Run
 from worker.engines.native.grpo import (
     GrpoConfig,
     frozen_copy,
@@ -49,7 +48,6 @@ from worker.engines.native.grpo import (
 )
 from worker.engines.native.rollout import Rollout, RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
-from worker.parent_watch import RunStopped
 
 STATE_FILE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
@@ -230,46 +228,13 @@ def premature_message(warning: dict) -> str:
             "without searching (premature termination); consider a gentler curriculum")
 
 
-def owned_run(session, run_id: int, attempt: int | None) -> Run:
-    """The run row, if a process of attempt `attempt` may still write to it; else RunStopped."""
-    run = session.get(Run, run_id)
-    if run is None or run.state == RunState.cancelled:
-        raise RunStopped(f"run {run_id} was cancelled or deleted")
-    if attempt is not None and (run.attempt != attempt or run.state != RunState.running):
-        raise RunStopped(f"run {run_id} is {RunState(run.state).value} at attempt "
-                         f"{run.attempt}, not running as attempt {attempt}")
-    return run
-
-
-def write_step(settings: Settings, run_id: int, attempt: int | None, step: int, metrics: dict,
-               rollouts: list[RolloutRow], events: list[RunEvent] = ()) -> None:
-    """One transaction per step: its metrics row, events and rollouts, and the run's progress."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        run = owned_run(session, run_id, attempt)
-        clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
-        session.add(RunMetric(run_id=run_id, step=step, stage=int(metrics["stage"]),
-                              exemplars=int(metrics["exemplars"]), values=clean))
-        session.add_all([*events, *rollouts])
-        run.current_step = step + 1
-        run.heartbeat_at = utcnow()
-        session.add(run)
-
-
-def forget_steps_from(settings: Settings, run_id: int, attempt: int | None, step: int) -> None:
-    """Rows of steps after the checkpoint (all of them when there is none) were written by
-    an attempt that died before checkpointing: they run again, once."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        owned_run(session, run_id, attempt)
-        for table in (RunMetric, RunEvent, RolloutRow):
-            session.exec(delete(table).where(table.run_id == run_id, table.step >= step))
-
-
 class Trainer:
     """Trains one run. With `attempt` (the worker path) every write first checks that the run
     is still running as that attempt; without it (tests, benches) only a cancel stops it."""
 
     def __init__(self, settings: Settings, run_id: int, attempt: int | None = None):
         self.settings, self.run_id, self.attempt = settings, run_id, attempt
+        self.recorder = RunRecorder(settings, run_id, attempt)
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
             self.config = RunConfig.model_validate(run.config)
@@ -314,7 +279,7 @@ class Trainer:
         self.start_step = 0
         if resume:
             self._restore(resume)
-        forget_steps_from(self.settings, self.run_id, self.attempt, self.start_step)
+        self.recorder.forget_steps_from(self.start_step)
         if resume:
             self._event(resume.step, "info", f"resumed from the checkpoint after step "
                         f"{resume.step}", {"checkpoint": str(resume.folder)})
@@ -407,7 +372,7 @@ class Trainer:
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})
         logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k)
-        self._write_step(step, metrics, logged)
+        self.recorder.write_step(step, metrics, logged)
         return metrics
 
     def _reference_logprobs(self, batch) -> torch.Tensor | None:
@@ -429,12 +394,6 @@ class Trainer:
             segments=rollout_segments(rollouts[i], prefix), reward=rewards[i].score,
             breakdown=rewards[i].to_dict(), advantage=float(advantages[i]))
             for i in range(min(keep, len(rollouts)))]
-
-    def _owned_run(self, session) -> Run:
-        return owned_run(session, self.run_id, self.attempt)
-
-    def _write_step(self, step: int, metrics: dict, rollouts: list[RolloutRow]) -> None:
-        write_step(self.settings, self.run_id, self.attempt, step, metrics, rollouts)
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         runs.record_event(self.settings, self.run_id, kind, message, step=step, data=data)
@@ -459,8 +418,7 @@ class Trainer:
                     self.reference = frozen_copy(self.model)
 
     def _checkpoint(self, steps_done: int) -> None:
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            self._owned_run(session)
+        self.recorder.check()
         folder = save_checkpoint(
             self.run_dir, steps_done, self.model if self.peft is None else self.peft,
             self.tokenizer, self.optimizer, self.scheduler,
@@ -469,10 +427,7 @@ class Trainer:
                        "before": self.watch.before}})
         if self.config.grpo.reset_each_stage and self.reference is not None:
             self.reference.save_pretrained(self.run_dir / "reference")
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            run = self._owned_run(session)
-            run.checkpoint_dir = str(folder.relative_to(self.settings.resolved_data_dir))
-            session.add(run)
+        self.recorder.checkpointed(str(folder.relative_to(self.settings.resolved_data_dir)))
 
     def run(self) -> None:
         self.setup()

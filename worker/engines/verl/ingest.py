@@ -35,6 +35,7 @@ from studio.method.curriculum import Curriculum
 from studio.method.grpo import group_advantages
 from studio.method.reward import score
 from studio.run_config import RunConfig
+from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
 from studio.tables import RunEvent, RunMetric
@@ -44,7 +45,6 @@ from worker.engines.native.trainer import (
     premature_message,
     rollout_metrics,
     rollout_segments,
-    write_step,
 )
 from worker.engines.verl.config import RunFiles
 from worker.engines.verl.reward import golden_answers
@@ -248,8 +248,8 @@ class Ingestor:
         k = self.curriculum.exemplars_at(step)
         metrics.update({"stage": self.curriculum.stage_at(step), "exemplars": k})
         events = self._events(step, metrics.get("search_calls", 0.0))
-        write_step(self.settings, self.run_id, self.attempt, step, metrics,
-                   self._rollout_rows(step, k, dump, rollouts, rewards), events)
+        RunRecorder(self.settings, self.run_id, self.attempt).write_step(
+            step, metrics, self._rollout_rows(step, k, dump, rollouts, rewards), events)
 
     def _rollout_rows(self, step, k, dump, rollouts, rewards) -> list[RolloutRow]:
         advantages = group_advantages([r.score for r in rewards], [r.group for r in dump])

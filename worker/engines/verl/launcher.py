@@ -24,15 +24,15 @@ import time
 import httpx
 import yaml
 
-from studio.api.app import API_PREFIX
+from studio.api import API_PREFIX
 from studio.base_models import load_tokenizer, resolve_model
 from studio.db import session_scope
 from studio.run_config import RunConfig
 from studio.services import corpora
 from studio.services.auth import create_process_token, revoke_tokens
+from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Run, RunEvent
-from worker.engines.native.trainer import forget_steps_from
 from worker.engines.verl.config import (
     AGENT_LOOP_TARGET,
     AGENT_NAME,
@@ -119,7 +119,7 @@ class VerlLaunch:
     def _resume_point(self) -> None:
         """Steps after veRL's last checkpoint run again: forget what was stored of them."""
         step = latest_verl_step(self.files.checkpoints) or 0
-        forget_steps_from(self.settings, self.run_id, self.attempt, step)
+        RunRecorder(self.settings, self.run_id, self.attempt).forget_steps_from(step)
         if step:
             with session_scope(self.settings.sqlalchemy_url) as session:
                 session.add(RunEvent(run_id=self.run_id, step=step, kind="info",

@@ -1,0 +1,78 @@
+"""What a training process writes about its run, for every engine (native and veRL alike).
+
+A process trains a run as one attempt; each write first checks that the run is still
+its to write (not cancelled, deleted, or resumed by a newer attempt), so a superseded
+process stops instead of mixing its steps into another attempt's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlmodel import delete
+
+from studio.db import session_scope
+from studio.settings import Settings
+from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+
+
+class RunStopped(Exception):
+    """The run is no longer this process's to train: cancelled, interrupted, resumed by a
+    newer attempt, or deleted. The process stops without writing anything more."""
+
+
+@dataclass(frozen=True)
+class RunRecorder:
+    """Run `run_id` as written by attempt `attempt` (None: any process may write, as in
+    tests and the veRL ingest's replays)."""
+
+    settings: Settings
+    run_id: int
+    attempt: int | None = None
+
+    def owned(self, session) -> Run:
+        """The run row, if this attempt may still write to it; else RunStopped."""
+        run = session.get(Run, self.run_id)
+        if run is None or run.state == RunState.cancelled:
+            raise RunStopped(f"run {self.run_id} was cancelled or deleted")
+        if self.attempt is not None and (run.attempt != self.attempt
+                                         or run.state != RunState.running):
+            raise RunStopped(f"run {self.run_id} is {RunState(run.state).value} at attempt "
+                             f"{run.attempt}, not running as attempt {self.attempt}")
+        return run
+
+    def check(self) -> None:
+        """RunStopped unless this attempt may still write (before work worth skipping)."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            self.owned(session)
+
+    def write_step(self, step: int, metrics: dict, rollouts: list[Rollout],
+                   events: list[RunEvent] = ()) -> None:
+        """One transaction per step: its metrics row (non-finite values stored as null),
+        events and rollouts, and the run's progress."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = self.owned(session)
+            clean = {k: (v if math.isfinite(v) else None) for k, v in metrics.items()}
+            session.add(RunMetric(run_id=self.run_id, step=step, stage=int(metrics["stage"]),
+                                  exemplars=int(metrics["exemplars"]), values=clean))
+            session.add_all([*events, *rollouts])
+            run.current_step = step + 1
+            run.heartbeat_at = utcnow()
+            session.add(run)
+
+    def forget_steps_from(self, step: int) -> None:
+        """Rows of steps after the checkpoint (all of them when there is none) were written
+        by an attempt that died before checkpointing: they run again, once."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            self.owned(session)
+            for table in (RunMetric, RunEvent, Rollout):
+                session.exec(delete(table).where(table.run_id == self.run_id,
+                                                 table.step >= step))
+
+    def checkpointed(self, folder: str) -> None:
+        """The run's latest complete checkpoint is `folder` (relative to the data dir)."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = self.owned(session)
+            run.checkpoint_dir = folder
+            session.add(run)
