@@ -386,3 +386,41 @@ class AdaptiveController:
         for v in values:
             ctl.observe(v)
         return ctl
+
+
+#: Steps compared before and after a stage change by PrematureWatch.
+PREMATURE_WINDOW = 5
+
+
+@dataclass
+class PrematureWatch:
+    """Warns when search calls per rollout fall sharply after a stage change (method.md)."""
+
+    drop: float
+    history: list[float] = field(default_factory=list)
+    change_at: int | None = None
+    before: float | None = None
+
+    def stage_changed(self) -> None:
+        self.change_at = len(self.history)
+        recent = self.history[-PREMATURE_WINDOW:]
+        self.before = sum(recent) / len(recent) if recent else None
+
+    def observe(self, search_calls: float) -> dict | None:
+        self.history.append(search_calls)
+        if self.change_at is None or len(self.history) - self.change_at != PREMATURE_WINDOW:
+            return None
+        after_steps = self.history[self.change_at:]
+        after = sum(after_steps) / len(after_steps)
+        before, self.change_at = self.before, None
+        if before and after < before * (1 - self.drop):
+            return {"before": round(before, 3), "after": round(after, 3),
+                    "drop": round(1 - after / before, 3)}
+        return None
+
+
+def premature_message(warning: dict) -> str:
+    """The words of PrematureWatch's warning, for the run's events."""
+    return (f"search calls per rollout fell from {warning['before']} to {warning['after']} "
+            f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
+            "without searching (premature termination); consider a gentler curriculum")

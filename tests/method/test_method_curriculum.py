@@ -7,12 +7,15 @@ import json
 import pytest
 
 from studio.method.curriculum import (
+    PREMATURE_WINDOW,
     PRESETS,
     AdaptiveController,
     AdaptiveRule,
     Curriculum,
     CurriculumError,
+    PrematureWatch,
     Stage,
+    premature_message,
     should_advance,
 )
 
@@ -278,3 +281,18 @@ def test_fixed_controller_follows_schedule():
     assert seen == [c.exemplars_at(s) for s in range(9)] == [3, 3, 2, 2, 2, 0, 0, 0, 0]
     assert ctl.stage_starts == c.boundaries() == [0, 2, 5]
     assert changes == [False, True, False, False, True, False, False, False, False]
+
+
+def test_premature_watch_warns_once_when_searching_falls_after_a_stage_change():
+    watch = PrematureWatch(drop=0.5)
+    assert [watch.observe(1.0) for _ in range(PREMATURE_WINDOW)] == [None] * PREMATURE_WINDOW
+    watch.stage_changed()
+    seen = [watch.observe(0.2) for _ in range(PREMATURE_WINDOW + 3)]
+    assert seen[:PREMATURE_WINDOW - 1] == [None] * (PREMATURE_WINDOW - 1)
+    assert seen[PREMATURE_WINDOW - 1] == {"before": 1.0, "after": 0.2, "drop": 0.8}
+    assert seen[PREMATURE_WINDOW:] == [None] * 3, "one warning per stage change"
+    assert "fell from 1.0 to 0.2 (80%)" in premature_message(seen[PREMATURE_WINDOW - 1])
+
+    steady = PrematureWatch(drop=0.5, history=[1.0] * PREMATURE_WINDOW)
+    steady.stage_changed()
+    assert [steady.observe(0.6) for _ in range(PREMATURE_WINDOW)] == [None] * PREMATURE_WINDOW

@@ -16,7 +16,7 @@ import os
 import shutil
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,7 +24,12 @@ import torch
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.db import session_scope
 from studio.ingest import QARow
-from studio.method.curriculum import AdaptiveController, Curriculum
+from studio.method.curriculum import (
+    AdaptiveController,
+    Curriculum,
+    PrematureWatch,
+    premature_message,
+)
 from studio.method.exemplars import Exemplar
 from studio.method.grpo import group_advantages
 from studio.method.prompt import derive_seed
@@ -51,7 +56,6 @@ from worker.lora import add_adapters, inner, load_adapters
 
 STATE_FILE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
-PREMATURE_WINDOW = 5  # steps compared before and after a stage change
 
 
 @dataclass
@@ -193,39 +197,6 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, sched
     for old in kept[:-KEEP_CHECKPOINTS]:
         shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-@dataclass
-class PrematureWatch:
-    """Warns when search calls per rollout fall sharply after a stage change (method.md)."""
-
-    drop: float
-    history: list[float] = field(default_factory=list)
-    change_at: int | None = None
-    before: float | None = None
-
-    def stage_changed(self) -> None:
-        self.change_at = len(self.history)
-        recent = self.history[-PREMATURE_WINDOW:]
-        self.before = _mean(recent) if recent else None
-
-    def observe(self, search_calls: float) -> dict | None:
-        self.history.append(search_calls)
-        if self.change_at is None or len(self.history) - self.change_at != PREMATURE_WINDOW:
-            return None
-        after = _mean(self.history[self.change_at:])
-        before, self.change_at = self.before, None
-        if before and after < before * (1 - self.drop):
-            return {"before": round(before, 3), "after": round(after, 3),
-                    "drop": round(1 - after / before, 3)}
-        return None
-
-
-def premature_message(warning: dict) -> str:
-    """The words of PrematureWatch's warning, for the run's events."""
-    return (f"search calls per rollout fell from {warning['before']} to {warning['after']} "
-            f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
-            "without searching (premature termination); consider a gentler curriculum")
 
 
 class Trainer:

@@ -31,7 +31,7 @@ from sqlmodel import select
 
 from studio.db import session_scope
 from studio.method import tags
-from studio.method.curriculum import Curriculum
+from studio.method.curriculum import Curriculum, PrematureWatch, premature_message
 from studio.method.grpo import group_advantages
 from studio.method.reward import score
 from studio.run_config import RunConfig
@@ -41,8 +41,6 @@ from studio.tables import Rollout as RolloutRow
 from studio.tables import RunEvent, RunMetric
 from worker.engines.native.rollout import Rollout, Segment
 from worker.engines.native.trainer import (
-    PrematureWatch,
-    premature_message,
     rollout_metrics,
     rollout_segments,
 )
