@@ -13,6 +13,7 @@ plan shown before training.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -404,14 +405,13 @@ class PrematureWatch:
     def stage_changed(self) -> None:
         self.change_at = len(self.history)
         recent = self.history[-PREMATURE_WINDOW:]
-        self.before = sum(recent) / len(recent) if recent else None
+        self.before = statistics.fmean(recent) if recent else None
 
     def observe(self, search_calls: float) -> dict | None:
         self.history.append(search_calls)
         if self.change_at is None or len(self.history) - self.change_at != PREMATURE_WINDOW:
             return None
-        after_steps = self.history[self.change_at:]
-        after = sum(after_steps) / len(after_steps)
+        after = statistics.fmean(self.history[self.change_at:])
         before, self.change_at = self.before, None
         if before and after < before * (1 - self.drop):
             return {"before": round(before, 3), "after": round(after, 3),

@@ -183,6 +183,7 @@ class Ingestor:
                  tokenizer, metrics_log: Path, attempt: int | None = None):
         self.settings, self.run_id, self.config, self.files = settings, run_id, config, files
         self.tokenizer, self.attempt = tokenizer, attempt
+        self.recorder = RunRecorder(settings, run_id, attempt)
         self.log = StepLog(metrics_log)
         self.curriculum: Curriculum = config.curriculum.build()
         self.expected = config.grpo.batch_size * config.grpo.group_size
@@ -246,8 +247,8 @@ class Ingestor:
         k = self.curriculum.exemplars_at(step)
         metrics.update({"stage": self.curriculum.stage_at(step), "exemplars": k})
         events = self._events(step, metrics.get("search_calls", 0.0))
-        RunRecorder(self.settings, self.run_id, self.attempt).write_step(
-            step, metrics, self._rollout_rows(step, k, dump, rollouts, rewards), events)
+        self.recorder.write_step(step, metrics,
+                                 self._rollout_rows(step, k, dump, rollouts, rewards), events)
 
     def _rollout_rows(self, step, k, dump, rollouts, rewards) -> list[RolloutRow]:
         advantages = group_advantages([r.score for r in rewards], [r.group for r in dump])
