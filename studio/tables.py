@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -64,10 +64,19 @@ class CorpusStatus(str, Enum):
     failed = "failed"
 
 
+def _live_name_unique(table: str) -> Index:
+    """Names are unique among the rows not retired: a retired row (deleted by its user, kept
+    for the runs whose plan pins it) frees its name."""
+    live = text("retired_at IS NULL")
+    return Index(f"uq_{table}_live_name", "name", unique=True, sqlite_where=live,
+                 postgresql_where=live)
+
+
 class Corpus(SQLModel, table=True):
     __tablename__ = "corpora"
+    __table_args__ = (_live_name_unique("corpora"),)
     id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(index=True, unique=True, max_length=128)
+    name: str = Field(index=True, max_length=128)
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
     upload_path: str = Field(max_length=1024)  # relative to the data directory
@@ -82,12 +91,14 @@ class Corpus(SQLModel, table=True):
     passages_indexed: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    retired_at: datetime | None = None  # deleted while a run's plan pins it (run_plans)
 
 
 class QASet(SQLModel, table=True):
     __tablename__ = "qa_sets"
+    __table_args__ = (_live_name_unique("qa_sets"),)
     id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(index=True, unique=True, max_length=128)
+    name: str = Field(index=True, max_length=128)
     purpose: str = Field(default="train", max_length=16)  # train | eval
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
@@ -96,6 +107,7 @@ class QASet(SQLModel, table=True):
     num_rows: int = 0
     report: dict | None = _json()  # duplicates, empty answers, ...
     created_at: datetime = Field(default_factory=utcnow)
+    retired_at: datetime | None = None  # deleted while a run's plan pins it (run_plans)
 
 
 class QAItem(SQLModel, table=True):
@@ -158,6 +170,7 @@ class Run(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, max_length=128)
     config: dict | None = _json()  # the full run config snapshot
+    plan: dict | None = _json()  # studio.services.run_plans.RunPlan: the config, data pinned
     backend: str = Field(default="native", max_length=16)
     queue: str = Field(default="cpu", max_length=16)
     state: RunState = Field(default=RunState.queued, sa_type=String(16), index=True)

@@ -57,6 +57,20 @@ def settings(tmp_path: Path) -> Settings:
     return s
 
 
+@pytest.fixture
+def studio(any_db_url, tmp_path):
+    """A migrated studio on SQLite or PostgreSQL with the demo pack and a tiny model, its
+    heartbeat period 1 s; returns (settings, model folder)."""
+    from studio.services.demo import load_demo_pack
+    from tests.support.tiny_model import build_tiny_model
+
+    s = Settings(data_dir=tmp_path / "data", database_url=any_db_url, heartbeat_seconds=1)
+    s.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(s.sqlalchemy_url)
+    load_demo_pack(s, index_now=True)
+    return s, build_tiny_model(tmp_path / "tiny")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -11,8 +11,8 @@ import yaml
 
 from studio.services import calibrations
 from studio.services.health import health, live_workers
-from tests.engines.test_trainer import tiny_config
 from tests.support.processes import running_worker, wait_for
+from tests.support.training import tiny_config
 from tests.test_run_workers import _demo_studio_cli
 
 SECONDS_PER_STEP = re.compile(r", at most about [\d,.]+ s per step$")

@@ -12,10 +12,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from studio import db
 from studio.services import runs
 from studio.tables import RunMetric
-from tests.engines.test_trainer import tiny_config
 from tests.support.processes import running_worker, wait_for
 from tests.support.synthetic_runs import finished_run
-from tests.test_run_lifecycle import studio  # noqa: F401  (fixture)
+from tests.support.training import tiny_config
 from worker.metrics_mirror import SCALAR_PREFIX, TensorBoardMirror, tensorboard_folder
 
 

@@ -16,9 +16,8 @@ from frontend.server import create_app
 from studio import db
 from studio.method.prompt import common_prefix_length
 from studio.services import auth, evaluations, exports, run_validation, runs
-from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
-from studio.settings import Settings
+from studio.services.run_folder import RunFolder
 from studio.tables import (
     Evaluation,
     Export,
@@ -29,22 +28,11 @@ from studio.tables import (
     RunState,
     utcnow,
 )
-from tests.engines.test_trainer import CrashingTrainer, _Crash, tiny_config
-from tests.support.tiny_model import build_tiny_model
+from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native.trainer import Trainer, build_step_prompts, load_training_data
 from worker.evaluation import run_evaluation
 from worker.export import run_export
 from worker.training_process import DeviceSlots
-
-
-@pytest.fixture
-def studio(any_db_url, tmp_path):
-    """A migrated studio on SQLite or PostgreSQL with the demo pack and a tiny model."""
-    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url, heartbeat_seconds=1)
-    settings.resolved_data_dir.mkdir(parents=True)
-    db.upgrade(settings.sqlalchemy_url)
-    load_demo_pack(settings, index_now=True)
-    return settings, build_tiny_model(tmp_path / "tiny")
 
 
 class CrashAfterFirstStep(CrashingTrainer):
@@ -113,7 +101,7 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
 
     # attempt 1 writes steps 0-2 (a checkpoint after 2) and dies with its worker
     assert runs.claim_run(settings, run["id"], 1, "cpu@a")
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"], attempt=1).run()
     with pytest.raises(Conflict, match="is running"):
         runs.resume_run(settings, run["id"])
@@ -142,7 +130,7 @@ def test_a_run_resumed_before_its_first_checkpoint_starts_over_cleanly(studio):
     config["engine"]["checkpoint_every"] = 5
     run = runs.create_run(settings, config, start=False)
     assert runs.claim_run(settings, run["id"], 1, "cpu@a")
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         CrashAfterFirstStep(settings, run["id"], attempt=1).run()  # no checkpoint yet
     runs.cancel_run(settings, run["id"])
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0]
@@ -212,7 +200,7 @@ def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(st
     export = exports.create_export(settings, run["id"], target="zip", start=False)
     run_export(settings, export["id"])
     exported = exports.export_zip(settings, export["id"])
-    folder = runs.run_dir(settings, run["id"])
+    folder = RunFolder.of(settings, run["id"]).root
     assert records.exists() and exported.exists()
     assert (folder / "checkpoints" / "step-1").is_dir()
 
@@ -235,8 +223,9 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
     assert [(s["stage"], s["exemplars"], s["steps"]) for s in report["stages"]] == [
         (1, 2, 1), (2, 0, 2)]
 
-    parsed = run_validation.checked_config(settings, config)[0]
-    data = load_training_data(settings, parsed)
+    plan = run_validation.checked_config(settings, config)[0]
+    parsed = plan.config
+    data = load_training_data(settings, plan)
     from studio.services.prompt_preview import cached_tokenizer
 
     tokenizer = cached_tokenizer(str(model), str(settings.resolved_data_dir))

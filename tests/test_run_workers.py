@@ -15,10 +15,10 @@ import yaml
 from studio import db
 from studio.queue import make_celery
 from studio.services import runs
+from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Run, RunState
 from tests.conftest import REDIS_URL
-from tests.engines.test_trainer import tiny_config
 from tests.support.processes import (
     pid_alive,
     run_studio,
@@ -29,8 +29,7 @@ from tests.support.processes import (
     wait_for,
 )
 from tests.support.tiny_model import build_tiny_model
-from tests.test_run_lifecycle import studio  # noqa: F401  (fixture)
-from worker.engines.native.trainer import latest_checkpoint
+from tests.support.training import tiny_config
 
 
 def _row(settings, run_id: int) -> Run:
@@ -84,7 +83,7 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
         wait_for(lambda: not pid_alive(first.pid), 30, "the orphaned training process to stop")
         kept = _steps(settings, run_id)
         assert len(kept) >= 3 and kept == list(range(len(kept))), "every written step is kept"
-        checkpoint = latest_checkpoint(runs.run_dir(settings, run_id))
+        checkpoint = RunFolder.of(settings, run_id).latest_checkpoint()
         assert checkpoint.step >= 2 and checkpoint.step % 2 == 0
         assert _steps(settings, run_id) == kept, "nothing is written after the interruption"
 
@@ -104,7 +103,7 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
     assert _steps(settings, run_id) == list(range(STEPS)), "no step lost, none repeated"
     assert f"resumed from the checkpoint after step {checkpoint.step}" in [
         e["message"] for e in runs.run_events(settings, run_id)]
-    log = (runs.run_dir(settings, run_id) / "train.log").read_text()
+    log = RunFolder.of(settings, run_id).log.read_text()
     assert "attempt 1 on cpu@" in log and "attempt 2 on cpu@" in log
 
 
@@ -235,7 +234,7 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
         assert not pid_alive(pid)
         kept = _steps(settings, 2)
         assert len(kept) >= 3 and kept == list(range(len(kept)))
-        checkpoint = latest_checkpoint(runs.run_dir(settings, 2)).step
+        checkpoint = RunFolder.of(settings, 2).latest_checkpoint().step
         assert checkpoint >= 2
         resumed = cli("run", "resume", "2")
         assert resumed.stdout.startswith("run 2 'long': queued on the cpu queue, position 1")

@@ -38,8 +38,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     try:
         params = evaluation["params"]
         rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
-        corpus = corpora.find_corpus(settings, params["corpus"])
-        index = corpora.open_index(settings, corpus["id"])
+        index = corpora.open_index(settings, params["corpus_id"])
         config = EvalConfig(**params.get("protocol", {}))
         model, tokenizer = _load_model(settings, evaluation)
         if torch.cuda.is_available():

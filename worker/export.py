@@ -29,6 +29,7 @@ from studio.run_config import RunConfig
 from studio.services import exports, runs
 from studio.services.errors import UserError
 from studio.services.model_card import REWARD_CURVES, base_model_facts, build_model_card
+from studio.services.run_plans import stored_plan
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.hub import PushError, push_folder, scrub
@@ -109,7 +110,7 @@ def assemble_folder(settings: Settings, run_id: int, source: Path, target: Path,
     as safetensors, a generation config, the model card (README.md and its reward curves)
     and run.yaml. A LoRA checkpoint is merged into its base first (in a staging folder
     beside `target`), and its adapter goes into `adapter/`."""
-    config = RunConfig.model_validate(runs.get_run(settings, run_id)["config"])
+    config = stored_plan(settings, run_id).config
     adapter = adapter_folder(source)
     if adapter is None:
         _assemble(settings, run_id, config, source, target, step, repo_id, on_progress)

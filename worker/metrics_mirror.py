@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from studio.services import run_history, runs
+from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ PAGE_ROWS = 1000  # metric rows read per query
 
 
 def tensorboard_folder(settings: Settings, run_id: int) -> Path:
-    return runs.run_dir(settings, run_id) / "tensorboard"
+    return RunFolder.of(settings, run_id).tensorboard
 
 
 class TensorBoardMirror:

@@ -70,7 +70,9 @@ def run_attempt(run_id: int, attempt: int, train: Callable[[], None],
                 known_errors: tuple[type[Exception], ...] = ()) -> int:
     """Run `train()` and record the outcome as `attempt`: succeeded, or failed with its reason
     (`known_errors` by their message alone, anything else with its type and a traceback in
-    the log). A stopped run is already recorded. Returns the process's exit code."""
+    the log; a `UserError`, such as data the run's plan pins that is gone, is known). A
+    stopped run is already recorded. Returns the process's exit code."""
+    from studio.services.errors import UserError
     from studio.services.runs import finish_run
     from studio.settings import get_settings
     from studio.tables import RunState
@@ -81,7 +83,7 @@ def run_attempt(run_id: int, attempt: int, train: Callable[[], None],
     except RunStopped as stopped:
         print(f"stopped: {stopped}", file=sys.stderr)
         return 0
-    except known_errors as exc:
+    except (UserError, *known_errors) as exc:
         reason = str(exc)
     except Exception as exc:
         traceback.print_exc()

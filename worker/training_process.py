@@ -26,8 +26,9 @@ from contextlib import contextmanager, nullcontext
 
 from studio.gpus import visible_gpus
 from studio.run_config import RunConfig
-from studio.services import evaluations, runs
-from studio.services.errors import NotFound
+from studio.services import evaluations, run_plans, runs
+from studio.services.errors import NotFound, UserError
+from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.metrics_mirror import TensorBoardMirror
@@ -118,14 +119,16 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
         log.info("run %s: attempt %s is not queued (any more); nothing to do", run_id, attempt)
         return _final_state(settings, run_id)
     run = runs.get_run(settings, run_id)
-    if run["backend"] not in ENGINES:
-        runs.finish_run(settings, run_id, RunState.failed,
-                        f"backend '{run['backend']}' cannot run on this worker", attempt=attempt)
+    try:
+        config = run_plans.stored_plan(settings, run_id).config
+        if run["backend"] not in ENGINES:
+            raise UserError(f"backend '{run['backend']}' cannot run on this worker")
+    except UserError as exc:
+        runs.finish_run(settings, run_id, RunState.failed, str(exc), attempt=attempt)
         return RunState.failed.value
-    folder = runs.run_dir(settings, run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    log_path = folder / "train.log"
-    config = RunConfig.model_validate(run["config"])
+    folder = RunFolder.of(settings, run_id)
+    folder.root.mkdir(parents=True, exist_ok=True)
+    log_path = folder.log
     slot = gpu_slots().take(gpus_wanted(config)) if run["queue"] == "gpu" else nullcontext([])
     with slot as gpus, open(log_path, "ab") as out:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",

@@ -32,6 +32,7 @@ from studio.retrieval import (
 from studio.services import uploads
 from studio.services.errors import Conflict, InvalidInput
 from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.services.run_plans import pinning_runs
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, utcnow
 
@@ -115,16 +116,29 @@ def find_corpus(settings: Settings, name: str) -> dict:
 
 def list_corpora(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(c) for c in session.exec(select(Corpus).order_by(Corpus.id))]
+        return [_view(c) for c in session.exec(
+            select(Corpus).where(Corpus.retired_at.is_(None)).order_by(Corpus.id))]
 
 
 def delete_corpus(settings: Settings, corpus_id: int) -> None:
-    """Remove the row, its index, and its upload unless another corpus holds the same file."""
-    root = settings.resolved_data_dir
+    """Remove the row, its index, and its upload unless another corpus holds the same file;
+    a corpus that a run's plan pins is retired instead (hidden, its name free) and removed
+    with the last such run (`purge_retired`)."""
     with session_scope(settings.sqlalchemy_url) as session:
         corpus = _load(session, corpus_id)
         if corpus.status == CorpusStatus.indexing:
             raise Conflict(f"corpus '{corpus.name}' is being indexed; delete it when it is done")
+        if pinning_runs(session, Corpus, corpus_id):
+            corpus.retired_at = utcnow()
+            session.add(corpus)
+            return
+    _remove(settings, corpus_id)
+
+
+def _remove(settings: Settings, corpus_id: int) -> None:
+    root = settings.resolved_data_dir
+    with session_scope(settings.sqlalchemy_url) as session:
+        corpus = session.get(Corpus, corpus_id)
         shared = session.exec(select(Corpus).where(Corpus.upload_path == corpus.upload_path,
                                                    Corpus.id != corpus.id)).first()
         upload, index = corpus.upload_path, corpus.index_path
@@ -133,6 +147,15 @@ def delete_corpus(settings: Settings, corpus_id: int) -> None:
         shutil.rmtree(root / index, ignore_errors=True)
     if not shared:
         (root / upload).unlink(missing_ok=True)
+
+
+def purge_retired(settings: Settings) -> None:
+    """Remove the retired corpora that no run's plan pins any more (after a run's deletion)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        retired = session.exec(select(Corpus.id).where(Corpus.retired_at.is_not(None))).all()
+        unpinned = [i for i in retired if not pinning_runs(session, Corpus, i)]
+    for corpus_id in unpinned:
+        _remove(settings, corpus_id)
 
 
 # --- the index build (runs in a worker) -----------------------------------------------
@@ -198,9 +221,10 @@ def build_corpus_index(settings: Settings, corpus_id: int) -> dict:
 
 
 def open_index(settings: Settings, corpus_id: int) -> SearchIndex:
-    """The corpus's index, loaded once per process; 409 until it is ready."""
+    """The corpus's index, loaded once per process; 409 until it is ready. A retired corpus
+    is still searched: the runs whose plan pins it train and evaluate on it."""
     with session_scope(settings.sqlalchemy_url) as session:
-        corpus = _load(session, corpus_id)
+        corpus = session.get(Corpus, corpus_id) or _load(session, corpus_id)
         if corpus.status != CorpusStatus.ready:
             detail = f": {corpus.error}" if corpus.error else ""
             raise Conflict(f"corpus '{corpus.name}' is {corpus.status}{detail}; search it when "

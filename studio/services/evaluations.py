@@ -10,11 +10,11 @@ from studio.db import session_scope
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.queue import QUEUES, enqueue
 from studio.run_config import RunConfig
-from studio.services import corpora, qa_sets
-from studio.services.errors import InvalidInput
-from studio.services.records import get_or_404
+from studio.services.errors import InvalidInput, NotFound
+from studio.services.records import by_name_or_404, get_or_404
+from studio.services.run_plans import DataRef, PlannedDataGone, load_plan
 from studio.settings import Settings
-from studio.tables import Evaluation, QASet, Run, RunState, utcnow
+from studio.tables import Corpus, CorpusStatus, Evaluation, QASet, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
 PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
@@ -50,13 +50,29 @@ def _view(evaluation: Evaluation) -> dict:
             else None}
 
 
-def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = None,
-                      model: str | None = None, run_id: int | None = None,
-                      limit: int | None = None, protocol: dict | None = None,
-                      queue: str = "cpu", start: bool = True) -> dict:
+def _data_row(session, table, wanted: str | DataRef, kind: str, field: str):
+    """A data set by name (resolved now) or as a run's plan pinned it (kept as it was)."""
+    if isinstance(wanted, str):
+        try:
+            return by_name_or_404(session, table, wanted, kind)
+        except NotFound as exc:
+            raise NotFound(f"{field}: {exc}") from None
+    row = session.get(table, wanted.id)
+    if row is None or row.content_hash != wanted.content_hash:
+        raise PlannedDataGone(f"{field}: the {kind} '{wanted.name}' (#{wanted.id}) the run "
+                              "trained with is no longer stored")
+    return row
+
+
+def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
+                      corpus: str | DataRef | None = None, model: str | None = None,
+                      run_id: int | None = None, limit: int | None = None,
+                      protocol: dict | None = None, queue: str = "cpu",
+                      start: bool = True) -> dict:
     """Evaluate `model` (or run `run_id`'s latest checkpoint) on a QA set, searching `corpus`
-    (default: the run's corpus). `protocol` overrides method.md's evaluation protocol
-    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
+    (default: the corpus of the run's plan). Data is named (resolved now) or a `DataRef` of a
+    run's plan. `protocol` overrides method.md's evaluation protocol (temperature 0.1, 512
+    tokens per turn, 6 tool calls, top-3) key by key."""
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
     if queue not in QUEUES:
@@ -77,18 +93,20 @@ def create_evaluation(settings: Settings, *, qa_set: str, corpus: str | None = N
             if not run.checkpoint_dir:
                 raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet")
             model = run.checkpoint_dir
-            corpus = corpus or run.config["data"]["corpus"]
+        corpus = corpus or load_plan(settings, run_id).corpus
     if corpus is None:
         raise InvalidInput("corpus: name the corpus the model searches")
-    qa = qa_sets.find_qa_set(settings, qa_set)
-    found = corpora.find_corpus(settings, corpus)
-    if found["status"] != "ready":
-        raise InvalidInput(f"corpus: '{corpus}' is {found['status']}; wait until it is ready")
     with session_scope(settings.sqlalchemy_url) as session:
-        total = min(limit or qa["num_rows"], qa["num_rows"])
-        evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa["id"],
-                                params={"corpus": corpus, "limit": limit,
-                                        "protocol": protocol or {}, "done": 0, "total": total})
+        qa = _data_row(session, QASet, qa_set, "QA set", "qa_set")
+        found = _data_row(session, Corpus, corpus, "corpus", "corpus")
+        if found.status != CorpusStatus.ready:
+            raise InvalidInput(f"corpus: '{found.name}' is {found.status}; wait until it is "
+                               "ready")
+        total = min(limit or qa.num_rows, qa.num_rows)
+        evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa.id,
+                                params={"corpus": found.name, "corpus_id": found.id,
+                                        "limit": limit, "protocol": protocol or {}, "done": 0,
+                                        "total": total})
         session.add(evaluation)
         session.flush()
         evaluation_id = evaluation.id
@@ -130,12 +148,14 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
         session.add(evaluation)
 
 
-def evaluate_base_and_trained(settings: Settings, run_id: int, qa_set_names: list[str], *,
+def evaluate_base_and_trained(settings: Settings, run_id: int,
+                              qa_set_names: list[str | DataRef], *,
                               base_model: str | None = None, corpus: str | None = None,
                               limit: int | None = None, protocol: dict | None = None,
                               queue: str = "cpu", start: bool = True) -> list[dict]:
     """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
-    checkpoint under the same protocol. Every name is checked before anything is queued."""
+    checkpoint under the same protocol (and the same corpus: the one of the run's plan unless
+    named). Every name is checked before anything is queued."""
     if not qa_set_names:
         raise InvalidInput("qa_sets: choose at least one QA set to evaluate on")
     with session_scope(settings.sqlalchemy_url) as session:
@@ -144,33 +164,33 @@ def evaluate_base_and_trained(settings: Settings, run_id: int, qa_set_names: lis
             raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet; evaluate it after "
                                "its first checkpoint")
         base_model = base_model or run.config["model"]
-        corpus = corpus or run.config["data"]["corpus"]
-    for name in qa_set_names:
-        qa_sets.find_qa_set(settings, name)
-    shared = {"corpus": corpus, "limit": limit, "protocol": protocol, "queue": queue,
-              "start": start}
+        for wanted in qa_set_names:
+            _data_row(session, QASet, wanted, "QA set", "qa_sets")
+    shared = {"corpus": corpus or load_plan(settings, run_id).corpus, "limit": limit,
+              "protocol": protocol, "queue": queue, "start": start}
     created = []
-    for name in qa_set_names:
-        created.append(create_evaluation(settings, qa_set=name, model=base_model, **shared))
-        created.append(create_evaluation(settings, qa_set=name, run_id=run_id, **shared))
+    for wanted in qa_set_names:
+        created.append(create_evaluation(settings, qa_set=wanted, model=base_model, **shared))
+        created.append(create_evaluation(settings, qa_set=wanted, run_id=run_id, **shared))
     return created
 
 
 def evaluate_finished_run(settings: Settings, run_id: int) -> list[dict]:
-    """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of its
-    `data.eval` sets under `run_protocol`, and say so in the run's events. Nothing otherwise."""
+    """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of the
+    evaluation sets its plan pins, under `run_protocol`, and say so in the run's events.
+    Nothing otherwise."""
     from studio.services import runs
 
     run = runs.get_run(settings, run_id)
-    config = RunConfig.model_validate(run["config"])
-    if run["state"] != RunState.succeeded.value or not config.engine.evaluate_at_end \
-            or not config.data.eval:
+    plan = load_plan(settings, run_id)
+    if run["state"] != RunState.succeeded.value or not plan.config.engine.evaluate_at_end \
+            or not plan.eval:
         return []
-    created = evaluate_base_and_trained(settings, run_id, config.data.eval,
-                                        protocol=run_protocol(config), queue=run["queue"])
+    created = evaluate_base_and_trained(settings, run_id, plan.eval,
+                                        protocol=run_protocol(plan.config), queue=run["queue"])
     runs.record_event(settings, run_id, "info",
                       f"queued the zero-shot evaluation of the base model and the trained "
-                      f"model on {', '.join(config.data.eval)}",
+                      f"model on {', '.join(ref.name for ref in plan.eval)}",
                       step=run["current_step"], data={"evaluations": [e["id"] for e in created]})
     return created
 

@@ -23,6 +23,7 @@ from studio.db import session_scope
 from studio.queue import enqueue
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.records import get_or_404
+from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Export, Run, RunState, utcnow
 
@@ -31,7 +32,6 @@ EXPORT_QUEUE = "cpu"  # an export needs no GPU; it must not hold a GPU worker's 
 TARGETS = ("folder", "zip", "hub")
 RETRYABLE = (RunState.failed, RunState.interrupted)
 # What a complete checkpoint folder holds: its weights' config, or a LoRA adapter's.
-CHECKPOINT_MARKERS = ("config.json", "adapter_config.json")
 # A Hub repo id: "name" (the token's own namespace) or "namespace/name".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
@@ -53,11 +53,8 @@ def export_zip(settings: Settings, export_id: int) -> Path:
 
 
 def checkpoint_steps(settings: Settings, run_id: int) -> dict[int, Path]:
-    """The run's complete checkpoints by steps done (partial ones are hidden folders)."""
-    root = settings.resolved_data_dir / "runs" / str(run_id) / "checkpoints"
-    return {int(folder.name[5:]): folder for folder in root.glob("step-*")
-            if folder.name[5:].isdigit()
-            and any((folder / name).exists() for name in CHECKPOINT_MARKERS)}
+    """The run's complete checkpoints by steps done."""
+    return RunFolder.of(settings, run_id).checkpoint_steps()
 
 
 def checkpoint_folder(settings: Settings, run_id: int, step: int | None) -> tuple[int, Path]:

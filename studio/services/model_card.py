@@ -1,7 +1,7 @@
 """The model card of an exported run: README.md for the Hub and its reward-curve image.
 
-Everything comes from what the studio stored: the run's config, the sizes of
-its corpus, QA sets and exemplar set, its metric rows, and the evaluations
+Everything comes from what the studio stored: the run's plan (its config, the sizes
+and content hashes of its corpus, QA sets and exemplars), its metric rows, and the evaluations
 of the run and of its base model. The UI shows the same card before an
 export (`preview_model_card`).
 """
@@ -16,13 +16,15 @@ from pathlib import Path
 import yaml
 
 from studio.base_models import DEFAULT_MODEL
+from studio.db import session_scope
 from studio.method.prompt import PromptTemplate, build_prompt
 from studio.run_config import LoraSpec, RunConfig
-from studio.services import corpora, evaluations, exemplar_sets, qa_sets, runs
+from studio.services import evaluations, qa_sets, runs
 from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
+from studio.services.run_plans import DataRef, RunPlan, stored_plan
 from studio.settings import Settings
-from studio.tables import RunState
+from studio.tables import Corpus, QASet, RunState
 
 REWARD_CURVES = "reward_curves.png"
 # What the studio knows of a base model it ships: its Hub id and licence.
@@ -79,29 +81,33 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
-def _size(find, settings: Settings, name: str | None, describe) -> str:
-    if not name:
+def _pinned(settings: Settings, table, ref: DataRef | None, describe) -> str:
+    """A data set as the run's plan pinned it: its name, size and content hash."""
+    if ref is None:
         return "none"
-    try:
-        return f"`{name}`: {describe(find(settings, name))}"
-    except NotFound:
-        return f"`{name}` (no longer stored in the studio)"
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = session.get(table, ref.id) if table else None
+        size = describe(row) if row is not None and row.content_hash == ref.content_hash \
+            else None
+    if table and size is None:
+        return f"`{ref.name}` (no longer stored in the studio)"
+    return f"`{ref.name}`: {size or describe(None)} (sha256 `{ref.content_hash[:12]}`)"
 
 
-def _data_section(settings: Settings, config: RunConfig) -> str:
+def _data_section(settings: Settings, plan: RunPlan) -> str:
     rows = [
-        ["corpus (searched with BM25)", _size(corpora.find_corpus, settings, config.data.corpus,
-                                              lambda c: f"{c['num_documents']:,} documents, "
-                                                        f"{c['num_passages']:,} passages")],
-        ["training questions", _size(qa_sets.find_qa_set, settings, config.data.train,
-                                     lambda q: f"{q['num_rows']:,} question/answer pairs")],
+        ["corpus (searched with BM25)", _pinned(settings, Corpus, plan.corpus,
+                                                lambda c: f"{c.num_documents:,} documents, "
+                                                          f"{c.num_passages:,} passages")],
+        ["training questions", _pinned(settings, QASet, plan.train,
+                                       lambda q: f"{q.num_rows:,} question/answer pairs")],
         ["exemplars (in-context, removed over training)",
-         _size(exemplar_sets.find_exemplar_set, settings, config.data.exemplars,
-               lambda e: f"{e['size']} worked examples")],
+         _pinned(settings, None, plan.exemplar_set,
+                 lambda _: f"{len(plan.exemplars)} worked examples")],
     ]
-    rows += [[f"evaluation set {i + 1}", _size(qa_sets.find_qa_set, settings, name,
-                                               lambda q: f"{q['num_rows']:,} questions")]
-             for i, name in enumerate(config.data.eval)]
+    rows += [[f"evaluation set {i + 1}", _pinned(settings, QASet, ref,
+                                                 lambda q: f"{q.num_rows:,} questions")]
+             for i, ref in enumerate(plan.eval)]
     return _table(["data", "set"], rows)
 
 
@@ -278,7 +284,8 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
                      repo_id: str | None = None) -> ModelCard:
     """The card of run `run_id`'s checkpoint after `step` steps (default: the latest)."""
     run = runs.get_run(settings, run_id)
-    config = RunConfig.model_validate(run["config"])
+    plan = stored_plan(settings, run_id)
+    config = plan.config
     if step is None:
         step = max(checkpoint_steps(settings, run_id), default=run["current_step"])
     hub_id, licence = base_model_facts(config.model)
@@ -312,7 +319,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         + _measured_behaviour(latest)
         + (" " + _lora_words(config.lora) if config.lora else ""),
         "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
-        "## Training data\n\n" + _data_section(settings, config),
+        "## Training data\n\n" + _data_section(settings, plan),
         "## Curriculum\n\n" + _curriculum_section(config),
         "## Hyper-parameters\n\n" + _hyperparameters_section(config)
         + "\n\nThe whole run config is `run.yaml` in this repository "

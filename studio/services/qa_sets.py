@@ -6,6 +6,8 @@ with its number); the rows and the set are stored in one transaction.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import BinaryIO
 
 from sqlalchemy import insert
@@ -17,8 +19,9 @@ from studio.services import uploads
 from studio.services.corpora import upload_limits
 from studio.services.errors import InvalidInput
 from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.services.run_plans import pinning_runs
 from studio.settings import Settings
-from studio.tables import QAItem, QASet
+from studio.tables import QAItem, QASet, utcnow
 
 PURPOSES = ("train", "eval")
 _BATCH = 5000
@@ -37,6 +40,13 @@ def _view(qa_set: QASet) -> dict:
         "num_rows": qa_set.num_rows, "report": qa_set.report,
         "created_at": qa_set.created_at.isoformat(),
     }
+
+
+def rows_hash(rows: list[QARow]) -> str:
+    """The content hash of a set made from rows rather than a file (a split's halves)."""
+    text = json.dumps([[r.id, r.question, list(r.golden_answers)] for r in rows],
+                      ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
@@ -88,7 +98,8 @@ def find_qa_set(settings: Settings, name: str) -> dict:
 
 def list_qa_sets(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(q) for q in session.exec(select(QASet).order_by(QASet.id))]
+        return [_view(q) for q in session.exec(
+            select(QASet).where(QASet.retired_at.is_(None)).order_by(QASet.id))]
 
 
 def set_purpose(settings: Settings, qa_set_id: int, purpose: str) -> dict:
@@ -121,9 +132,10 @@ def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20
 
 
 def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
-    """Every row of a set, as the engines and evaluation read them."""
+    """Every row of a set, as the engines and evaluation read them (a retired set's too:
+    the runs whose plan pins it still train and evaluate on it)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        _load(session, qa_set_id)
+        session.get(QASet, qa_set_id) or _load(session, qa_set_id)
         return [QARow(id=i.external_id or str(i.position), question=i.question,
                       golden_answers=list(i.golden_answers or []), meta=i.meta or {})
                 for i in _items(session, qa_set_id)]
@@ -148,15 +160,33 @@ def split_qa_set(settings: Settings, qa_set_id: int, *, eval_fraction: float = 0
             name = check_new_name(session, QASet, new_name or f"{source['name']}-{purpose}")
             out[purpose] = _store(session, QASet(
                 name=name, purpose=purpose, source_filename=source["source_filename"],
-                content_hash="", source_format=source["format"], num_rows=len(part),
+                content_hash=rows_hash(part), source_format=source["format"],
+                num_rows=len(part),
                 report={"split_of": source["name"], "seed": seed,
                         "eval_fraction": eval_fraction}), part)
     return out
 
 
 def delete_qa_set(settings: Settings, qa_set_id: int) -> None:
+    """Remove the set and its rows; a set that a run's plan pins is retired instead (hidden,
+    its name free) and removed with the last such run (`purge_retired`)."""
     with session_scope(settings.sqlalchemy_url) as session:
         qa_set = _load(session, qa_set_id)
-        session.exec(delete(QAItem).where(col(QAItem.qa_set_id) == qa_set.id))
-        session.delete(qa_set)
+        if pinning_runs(session, QASet, qa_set_id):
+            qa_set.retired_at = utcnow()
+            session.add(qa_set)
+        else:
+            _remove(session, qa_set)
 
+
+def _remove(session, qa_set: QASet) -> None:
+    session.exec(delete(QAItem).where(col(QAItem.qa_set_id) == qa_set.id))
+    session.delete(qa_set)
+
+
+def purge_retired(settings: Settings) -> None:
+    """Remove the retired sets that no run's plan pins any more (after a run's deletion)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        for qa_set in session.exec(select(QASet).where(QASet.retired_at.is_not(None))).all():
+            if not pinning_runs(session, QASet, qa_set.id):
+                _remove(session, qa_set)

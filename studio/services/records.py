@@ -12,14 +12,21 @@ Row = TypeVar("Row", bound=SQLModel)
 
 
 def get_or_404(session: Session, table: type[Row], row_id: int, kind: str) -> Row:
+    """The row as its users see it: a retired row (deleted, kept for the runs that pin it,
+    studio.services.run_plans) does not exist for them."""
     row = session.get(table, row_id)
-    if row is None:
+    if row is None or getattr(row, "retired_at", None) is not None:
         raise NotFound(f"{kind} {row_id} does not exist")
     return row
 
 
+def _named(table: type[Row], name: str):
+    query = select(table).where(table.name == name)
+    return query.where(table.retired_at.is_(None)) if hasattr(table, "retired_at") else query
+
+
 def by_name_or_404(session: Session, table: type[Row], name: str, kind: str) -> Row:
-    row = session.exec(select(table).where(table.name == name)).first()
+    row = session.exec(_named(table, name)).first()
     if row is None:
         raise NotFound(f"{kind} '{name}' does not exist")
     return row
@@ -30,6 +37,6 @@ def check_new_name(session: Session, table: type[SQLModel], name: str) -> str:
     name = (name or "").strip()
     if not name or len(name) > 128:
         raise InvalidInput("name: give a name of 1 to 128 characters")
-    if session.exec(select(table).where(table.name == name)).first() is not None:
+    if session.exec(_named(table, name)).first() is not None:
         raise Conflict(f"name: '{name}' is already used; choose another name or delete the old one")
     return name

@@ -61,6 +61,13 @@ class RunRecorder:
             run.heartbeat_at = utcnow()
             session.add(run)
 
+    def event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
+        """One entry of the run's event log (a resume, a stage change, a warning)."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            self.owned(session)
+            session.add(RunEvent(run_id=self.run_id, step=step, kind=kind, message=message,
+                                 data=data))
+
     def forget_steps_from(self, step: int) -> None:
         """Rows of steps after the checkpoint (all of them when there is none) were written
         by an attempt that died before checkpointing: they run again, once."""

@@ -3,12 +3,13 @@
 Three layers, each naming the field: the schema (`studio.run_config`: types,
 ranges, the curriculum's shape), the references (every name in `data` exists,
 the corpus is indexed, the exemplar set is clean and large enough, the model's
-tokenizer loads), and a token estimate per curriculum stage: instruction + k
-exemplars + the training set's longest question, rendered exactly as the
-trainer renders it, against `grpo.max_prompt_tokens`. A stage whose prompts
-would be cut is a warning, not an error: the run can still be launched. With the prompt
-lengths, the time per step of each stage on the run's queue (`calibrations.time_estimate`),
-and a warning when the run would take more than a few hours.
+tokenizer loads; the names resolved make the run's plan, `run_plans`), and a
+token estimate per curriculum stage: instruction + k exemplars + the training
+set's longest question, rendered exactly as the trainer renders it, against
+`grpo.max_prompt_tokens`. A stage whose prompts would be cut is a warning, not an
+error: the run can still be launched. With the prompt lengths, the time per step
+of each stage on the run's queue (`calibrations.time_estimate`), and a warning
+when the run would take more than a few hours.
 """
 
 from __future__ import annotations
@@ -21,58 +22,64 @@ from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import common_prefix_length
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
-from studio.services import calibrations, corpora, exemplar_sets, qa_sets
+from studio.services import calibrations, exemplar_sets
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.prompt_preview import ModelUnavailable, cached_tokenizer, run_prompt_ids
+from studio.services.records import by_name_or_404
+from studio.services.run_plans import RunPlan, make_plan
 from studio.settings import Settings
-from studio.tables import QAItem
+from studio.tables import Corpus, CorpusStatus, QAItem, QASet
 
 CANDIDATES = 100  # the longest questions by characters, token-counted on their own ...
 LONGEST_QUESTIONS = 5  # ... of which the longest in tokens are rendered into whole prompts
 
 
-def check_references(settings: Settings, config: RunConfig) -> list[Exemplar]:
-    """Every name in `data` must exist, the corpus be indexed, the curriculum fit the set.
-
-    Returns the exemplar set's exemplars (empty without one) for the estimate."""
+def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
+    """The run's plan: every name in `data` resolved to the row it names now, which must
+    exist (the corpus indexed, the exemplar set clean and large enough for the curriculum)."""
     problems = []
+    with session_scope(settings.sqlalchemy_url) as session:
+        def lookup(table, name: str, kind: str, field: str):
+            try:
+                return by_name_or_404(session, table, name, kind)
+            except NotFound:
+                problems.append(f"{field}: '{name}' does not exist; upload it first")
+                return None
 
-    def lookup(find, name: str, field: str) -> dict | None:
-        try:
-            return find(settings, name)
-        except NotFound:
-            problems.append(f"{field}: '{name}' does not exist; upload it first")
-            return None
-
-    corpus = lookup(corpora.find_corpus, config.data.corpus, "data.corpus")
-    if corpus and corpus["status"] != "ready":
-        problems.append(f"data.corpus: '{corpus['name']}' is {corpus['status']}; "
-                        "launch when its index is ready")
-    train = lookup(qa_sets.find_qa_set, config.data.train, "data.train")
-    if train and train["num_rows"] == 0:
-        problems.append(f"data.train: '{train['name']}' holds no questions")
-    for i, name in enumerate(config.data.eval):
-        lookup(qa_sets.find_qa_set, name, f"data.eval[{i}]")
-    exemplars: list[Exemplar] = []
+        corpus = lookup(Corpus, config.data.corpus, "corpus", "data.corpus")
+        if corpus and corpus.status != CorpusStatus.ready:
+            problems.append(f"data.corpus: '{corpus.name}' is {corpus.status}; "
+                            "launch when its index is ready")
+        train = lookup(QASet, config.data.train, "QA set", "data.train")
+        if train and train.num_rows == 0:
+            problems.append(f"data.train: '{train.name}' holds no questions")
+        eval_sets = [lookup(QASet, name, "QA set", f"data.eval[{i}]")
+                     for i, name in enumerate(config.data.eval)]
+    exemplar_set = None
     curriculum = config.curriculum.build()
     if not config.data.exemplars and curriculum.max_exemplars:
         problems.append(f"data.exemplars: the curriculum shows up to {curriculum.max_exemplars} "
                         "exemplars per prompt; name an exemplar set (or use stages of 0)")
     elif config.data.exemplars:
-        found = lookup(exemplar_sets.find_exemplar_set, config.data.exemplars, "data.exemplars")
-        if found:
+        try:
+            found = exemplar_sets.find_exemplar_set(settings, config.data.exemplars)
+        except NotFound:
+            problems.append(f"data.exemplars: '{config.data.exemplars}' does not exist; "
+                            "upload it first")
+        else:
             exemplars = exemplar_sets.load_exemplars(settings, found["id"])
+            exemplar_set = (found["id"], found["name"], exemplars)
             if found["errors"]:
                 problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
                                 "errors; fix them on the exemplars page first")
-    if exemplars:
-        try:
-            curriculum.check(available_exemplars=len(exemplars))
-        except CurriculumError as exc:
-            problems += [f"curriculum.{e}" for e in exc.errors]
+            if exemplars:
+                try:
+                    curriculum.check(available_exemplars=len(exemplars))
+                except CurriculumError as exc:
+                    problems += [f"curriculum.{e}" for e in exc.errors]
     if problems:
         raise InvalidInput("; ".join(problems))
-    return exemplars
+    return make_plan(config, corpus, train, eval_sets, exemplar_set)
 
 
 def _tokenizer(settings: Settings, model: str):
@@ -85,9 +92,8 @@ def _tokenizer(settings: Settings, model: str):
                            f"({type(exc).__name__}: {exc})") from None
 
 
-def _longest_questions(settings: Settings, qa_set_name: str, tokenizer) -> list[str]:
+def _longest_questions(settings: Settings, qa_set_id: int, tokenizer) -> list[str]:
     """The questions with the most tokens (the longest in characters are not always those)."""
-    qa_set_id = qa_sets.find_qa_set(settings, qa_set_name)["id"]
     with session_scope(settings.sqlalchemy_url) as session:
         questions = list(session.exec(
             select(QAItem.question).where(QAItem.qa_set_id == qa_set_id)
@@ -105,14 +111,14 @@ def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemp
     return sorted(exemplars, key=lambda e: len(e.question) + len(e.solution), reverse=True)
 
 
-def prompt_estimate(settings: Settings, config: RunConfig,
-                    exemplars: list[Exemplar]) -> list[dict]:
+def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     """Per curriculum stage: its exemplar count, steps, longest prompt in tokens, and the
     tokens its prompts share (the instruction and the exemplars: the engine runs them once
     per step; with sampled exemplars only the part before them)."""
+    config = plan.config
     tokenizer = _tokenizer(settings, config.model)
-    questions = _longest_questions(settings, config.data.train, tokenizer)
-    shown = _worst_exemplars(config, exemplars)
+    questions = _longest_questions(settings, plan.train.id, tokenizer)
+    shown = _worst_exemplars(config, plan.exemplar_list())
     limit = config.grpo.max_prompt_tokens
     ids_for_k: dict[int, list[list[int]]] = {}
 
@@ -147,27 +153,28 @@ def _warnings(config: RunConfig, stages: list[dict]) -> list[str]:
 
 
 def checked_config(settings: Settings, config: dict | str, *,
-                   queue_calibration: bool = True) -> tuple[RunConfig, dict]:
-    """The parsed config and its report ({stages, warnings, time_estimate}); InvalidInput
-    names each field. Each stage gets `seconds_per_step` once the queue's device is
-    measured (None until then); `queue_calibration` queues that measurement when missing."""
+                   queue_calibration: bool = True) -> tuple[RunPlan, dict]:
+    """The run's plan (the parsed config, its data resolved) and its report ({stages,
+    warnings, time_estimate}); InvalidInput names each field. Each stage gets
+    `seconds_per_step` once the queue's device is measured (None until then);
+    `queue_calibration` queues that measurement when missing."""
     try:
         parsed = parse_run_config(config)
     except RunConfigError as exc:
         raise InvalidInput(str(exc)) from None
-    exemplars = check_references(settings, parsed)
-    stages = prompt_estimate(settings, parsed, exemplars)
+    plan = resolve_plan(settings, parsed)
+    stages = prompt_estimate(settings, plan)
     timing = calibrations.time_estimate(settings, parsed, stages, start=queue_calibration)
     per_stage = timing.get("stages") or [{}] * len(stages)
     for stage, estimate in zip(stages, per_stage, strict=True):
         stage["seconds_per_step"] = estimate.get("seconds_per_step")
-    return parsed, {"stages": stages, "warnings": _warnings(parsed, stages) + timing["warnings"],
-                    "time_estimate": timing}
+    return plan, {"stages": stages, "warnings": _warnings(parsed, stages) + timing["warnings"],
+                  "time_estimate": timing}
 
 
 def validate_run(settings: Settings, config: dict | str) -> dict:
     """What launching would store, without storing or queueing anything but the measurement
     of the queue's device when the time estimate needs it (the Launch page)."""
-    parsed, report = checked_config(settings, config)
-    return {"config": parsed.model_dump(mode="json"), "total_steps": parsed.total_steps,
-            **report}
+    plan, report = checked_config(settings, config)
+    return {"config": plan.config.model_dump(mode="json"),
+            "total_steps": plan.config.total_steps, **report}

@@ -22,11 +22,13 @@ from sqlmodel import Session, delete, select
 
 from studio.db import session_scope
 from studio.queue import enqueue
+from studio.services import corpora, qa_sets
 from studio.services.errors import Conflict
 from studio.services.evaluations import evaluation_records_path
 from studio.services.exports import export_folder, export_zip
 from studio.services.health import MISSED_BEATS, alive_since
 from studio.services.records import get_or_404
+from studio.services.run_folder import RunFolder
 from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
 from studio.services.run_validation import checked_config
 from studio.settings import Settings
@@ -38,11 +40,6 @@ RESUMABLE_STATES = (RunState.interrupted, RunState.failed, RunState.cancelled)
 ACTIVE_STATES = (RunState.queued, RunState.running)
 
 
-def run_dir(settings: Settings, run_id: int) -> Path:
-    """The run's files: train.log and checkpoints/."""
-    return settings.resolved_data_dir / "runs" / str(run_id)
-
-
 def create_run(settings: Settings, config: dict | str, *, user_id: int | None = None,
                start: bool = True) -> dict:
     """Validate a config (dict or YAML), store the run as queued, and send it to its queue.
@@ -50,11 +47,12 @@ def create_run(settings: Settings, config: dict | str, *, user_id: int | None = 
     The answer is the run's view plus the launch report: `stages` (each stage's
     longest prompt in tokens and seconds per step), `time_estimate` and `warnings` (e.g.
     prompts that would be cut, a run of many hours)."""
-    parsed, report = checked_config(settings, config, queue_calibration=start)
+    plan, report = checked_config(settings, config, queue_calibration=start)
+    parsed = plan.config
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),
-                  backend=parsed.backend, queue=parsed.queue, total_steps=parsed.total_steps,
-                  created_by=user_id)
+                  plan=plan.model_dump(mode="json"), backend=parsed.backend, queue=parsed.queue,
+                  total_steps=parsed.total_steps, created_by=user_id)
         session.add(run)
         session.flush()
         run_id = run.id
@@ -171,8 +169,10 @@ def delete_run(settings: Settings, run_id: int) -> None:
         for table in (RunMetric, RunEvent, Rollout, Evaluation, Export):
             session.exec(delete(table).where(table.run_id == run_id))
         session.delete(run)
-    for path in [run_dir(settings, run_id), *files]:
+    for path in [RunFolder.of(settings, run_id).root, *files]:
         _remove(path)
+    corpora.purge_retired(settings)
+    qa_sets.purge_retired(settings)
 
 
 # --- heartbeats: a run whose worker died is interrupted -------------------------------------

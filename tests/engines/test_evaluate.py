@@ -8,8 +8,8 @@ from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput
 from studio.tables import RunState
-from tests.engines.test_trainer import tiny_config
 from tests.support.tiny_model import build_tiny_model
+from tests.support.training import tiny_config
 from worker.engines.native.trainer import Trainer
 from worker.evaluation import run_evaluation
 

@@ -11,11 +11,13 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
 from studio.services import runs
 from studio.services.demo import load_demo_pack
+from studio.services.run_folder import RunFolder
 from studio.tables import RunState
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
+from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native import grpo, rollout
-from worker.engines.native.trainer import Trainer, latest_checkpoint
+from worker.engines.native.trainer import Trainer
 
 
 @pytest.fixture
@@ -23,19 +25,6 @@ def studio(settings, tmp_path):
     """A migrated studio with the demo pack and a tiny model folder."""
     load_demo_pack(settings, index_now=True)
     return settings, build_tiny_model(tmp_path / "tiny")
-
-
-def tiny_config(model, steps=3, **grpo) -> dict:
-    return {
-        "name": "tiny", "model": str(model),
-        "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"},
-        "curriculum": {"stages": [{"exemplars": 2, "steps": 1}, {"exemplars": 0, "steps": 2}]},
-        "grpo": {"steps": steps, "batch_size": 2, "group_size": 2, "lr": 1e-4,
-                 "max_turns": 2, "max_turn_tokens": 12, "max_response_tokens": 48,
-                 "max_obs_tokens": 24, "micro_batch_size": 2, **grpo},
-        "engine": {"checkpoint_every": 1, "log_groups_per_step": 1},
-        "seed": 3,
-    }
 
 
 def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio):
@@ -66,25 +55,10 @@ def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio
         assert sources <= {"prompt", "model", "env"}
         assert r["breakdown"]["score"] == r["reward"]
 
-    checkpoint = latest_checkpoint(settings.resolved_data_dir / "runs" / str(run["id"]))
+    checkpoint = RunFolder.of(settings, run["id"]).latest_checkpoint()
     assert checkpoint.step == 3
     assert AutoModelForCausalLM.from_pretrained(checkpoint.folder).config.num_hidden_layers == 2
     assert runs.get_run(settings, run["id"])["current_step"] == 3
-
-
-class _Crash(Exception):
-    pass
-
-
-class CrashingTrainer(Trainer):
-    """Dies right after writing step `crash_after`, before that step's checkpoint."""
-
-    crash_after = 2
-
-    def _after_step(self, step, metrics):
-        super()._after_step(step, metrics)
-        if step == self.crash_after:
-            raise _Crash()
 
 
 def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):
@@ -92,7 +66,7 @@ def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):
     config = tiny_config(model, steps=4)
     config["engine"]["checkpoint_every"] = 2
     run = runs.create_run(settings, config, start=False)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"]).run()
     before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
     assert sorted(before) == [0, 1, 2]  # step 2 was written, its checkpoint was not
@@ -136,7 +110,7 @@ def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_ad
     metrics = runs.run_metrics(settings, run["id"])
     assert metrics[0]["kl"] == 0.0, "B starts at 0: the policy is its reference"
     assert metrics[1]["kl"] > 0.0, "after an update the adapters move the policy off its base"
-    checkpoint = latest_checkpoint(settings.resolved_data_dir / "runs" / str(run["id"]))
+    checkpoint = RunFolder.of(settings, run["id"]).latest_checkpoint()
     files = {p.name for p in checkpoint.folder.iterdir()}
     assert {"adapter_model.safetensors", "adapter_config.json", "trainer_state.pt",
             "tokenizer.json"} <= files
@@ -162,7 +136,7 @@ def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
     config = {**tiny_config(model, steps=4, **LORA_GRPO), "lora": LORA}
     config["engine"]["checkpoint_every"] = 2
     run = runs.create_run(settings, config, start=False)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"]).run()
     before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
 

@@ -15,7 +15,6 @@ from studio.services.prompt_preview import render_prompt
 from tests.support.tiny_server import TinyGenerationServer
 from worker.engines.native.rollout import information_block
 from worker.engines.verl.config import compose
-from worker.engines.verl.dataset import load_exemplars
 from worker.engines.verl.launcher import VerlLaunch
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
@@ -121,7 +120,7 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     assert [m for m, _ in spans(out)][:3] == [1, 0, 1]
 
     # the prompt: the native engine's, with the stage's one exemplar at global step 1
-    prompt = config.prompt.build(question, load_exemplars(settings, config), 1)
+    prompt = config.prompt.build(question, launch.plan.exemplar_list(), 1)
     text = render_prompt(tokenizer, prompt.messages, prompt.assistant_prefix)
     assert out.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -138,7 +137,7 @@ def test_the_exemplar_count_follows_global_steps(prepared, split, global_steps, 
     row = RLHFDataset(data_files=[str(data)], tokenizer=tokenizer, config=cfg.data)[0]
     out, _ = rollout(cfg, model, tokenizer, row, global_steps,
                      [" sure </think><answer> 1702 </answer>"])
-    shown = load_exemplars(launch.settings, launch.config)
+    shown = launch.plan.exemplar_list()
     prompt = tokenizer.decode(out.prompt_ids)
     assert sum(e.question in prompt for e in shown) == exemplars
     assert out.response_mask == [1] * len(out.response_ids)  # answered at once: no env tokens

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 from studio.method.reward import PENALTY_NAMES, score
 from studio.method.tags import corrective_message, format_information
 from studio.run_config import RunConfig
+from studio.services.run_plans import load_plan
 from worker.engines.verl.config import compose, hydra_overrides
 from worker.engines.verl.dataset import PromptTooLong, write_datasets
 
@@ -25,7 +26,7 @@ def test_the_parquet_loads_through_rlhfdataset(verl, verl_run):
     settings, run, files, model = verl_run()
     config, cfg = composed(settings, run, files, model)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    report = write_datasets(settings, config, files, tokenizer)
+    report = write_datasets(settings, load_plan(settings, run["id"]), files, tokenizer)
     assert (report.train_rows, report.val_rows) == (196, 60)  # demo, demo-heldout
     assert 0 < report.longest_prompt_tokens <= config.grpo.max_prompt_tokens
 
@@ -46,10 +47,9 @@ def test_the_parquet_loads_through_rlhfdataset(verl, verl_run):
 
 def test_a_prompt_budget_too_small_for_the_largest_stage_is_refused_before_launch(verl_run):
     settings, run, files, model = verl_run(grpo={"max_prompt_tokens": 300})
-    config = RunConfig.model_validate(run["config"])
     tokenizer = AutoTokenizer.from_pretrained(model)
     with pytest.raises(PromptTooLong, match=r"grpo.max_prompt_tokens: the prompt with 1 exemplars"):
-        write_datasets(settings, config, files, tokenizer)
+        write_datasets(settings, load_plan(settings, run["id"]), files, tokenizer)
     assert not files.train_data.exists()
 
 

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from studio.run_config import LoraSpec
 from studio.services import exports, runs
+from studio.services.run_recorder import RunRecorder
 from worker.engines.verl.export import LATEST_FILE, export_latest, latest_verl_step
 from worker.export import run_export
 from worker.lora import add_adapters, load_checkpoint
@@ -44,11 +45,11 @@ def write_verl_checkpoint(checkpoints, step, model_dir, model=None):
 
 def test_the_latest_checkpoint_becomes_the_runs_hugging_face_folder(verl, verl_run):
     settings, run, files, model_dir = verl_run()
-    assert export_latest(settings, run["id"], files.checkpoints) is None  # nothing saved yet
+    assert export_latest(RunRecorder(settings, run["id"]), files.checkpoints) is None  # nothing saved yet
     trained = write_verl_checkpoint(files.checkpoints, 4, model_dir)
     assert latest_verl_step(files.checkpoints) == 4
 
-    folder = export_latest(settings, run["id"], files.checkpoints)
+    folder = export_latest(RunRecorder(settings, run["id"]), files.checkpoints)
     assert folder == settings.resolved_data_dir / "runs" / str(run["id"]) / "checkpoints" / "step-4"
     assert runs.get_run(settings, run["id"])["checkpoint_dir"] == f"runs/{run['id']}/checkpoints/step-4"
     merged = AutoModelForCausalLM.from_pretrained(folder).state_dict()
@@ -69,7 +70,7 @@ def test_a_lora_runs_checkpoint_is_evaluated_and_exported_with_its_adapter_merge
                 param.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
     write_verl_checkpoint(files.checkpoints, 2, model_dir, adapted)
 
-    folder = export_latest(settings, run["id"], files.checkpoints)
+    folder = export_latest(RunRecorder(settings, run["id"]), files.checkpoints)
     assert (folder / "lora_adapter" / "adapter_model.safetensors").is_file()  # veRL's layout
     merged, _ = load_checkpoint(folder, run["config"]["model"], settings.resolved_data_dir)
     export = exports.create_export(settings, run["id"], target="folder", start=False)

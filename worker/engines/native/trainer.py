@@ -12,8 +12,6 @@ resumed run repeats nothing and skips nothing.
 
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -22,7 +20,6 @@ from pathlib import Path
 import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
-from studio.db import session_scope
 from studio.ingest import QARow
 from studio.method.curriculum import (
     AdaptiveController,
@@ -37,12 +34,13 @@ from studio.method.reward import PENALTY_NAMES, RewardBreakdown, score
 from studio.method.tags import parse
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
-from studio.services import corpora, exemplar_sets, qa_sets, runs
+from studio.services import corpora, qa_sets
 from studio.services.prompt_preview import run_prompt_ids
+from studio.services.run_folder import Checkpoint, RunFolder
+from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
-from studio.tables import Run
 from worker.engines.native.grpo import (
     GrpoConfig,
     frozen_copy,
@@ -65,15 +63,11 @@ class TrainingData:
     index: SearchIndex
 
 
-def load_training_data(settings: Settings, config: RunConfig) -> TrainingData:
-    corpus = corpora.find_corpus(settings, config.data.corpus)
-    train = qa_sets.find_qa_set(settings, config.data.train)
-    exemplars = []
-    if config.data.exemplars:
-        exemplars = exemplar_sets.load_exemplars(
-            settings, exemplar_sets.find_exemplar_set(settings, config.data.exemplars)["id"])
-    return TrainingData(questions=qa_sets.load_rows(settings, train["id"]), exemplars=exemplars,
-                        index=corpora.open_index(settings, corpus["id"]))
+def load_training_data(settings: Settings, plan: RunPlan) -> TrainingData:
+    """The data the run's plan pins: its training set, exemplar snapshot and corpus index."""
+    return TrainingData(questions=qa_sets.load_rows(settings, plan.train.id),
+                        exemplars=plan.exemplar_list(),
+                        index=corpora.open_index(settings, plan.corpus.id))
 
 
 def search_fn(index: SearchIndex, k: int):
@@ -163,40 +157,16 @@ def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
     return segments
 
 
-@dataclass
-class Checkpoint:
-    step: int  # steps completed
-    folder: Path
-
-
-def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
-    done = []
-    for folder in (run_dir / "checkpoints").glob("step-*"):
-        if (folder / STATE_FILE).exists() and folder.name[5:].isdigit():
-            done.append(Checkpoint(int(folder.name[5:]), folder))
-    return max(done, key=lambda c: c.step, default=None)
-
-
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, scheduler,
+def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
                     extra: dict) -> Path:
     """Weights (HF format; a `PeftModel` saves its adapter only), tokenizer, optimizer and
     scheduler; written whole or not at all."""
-    root = run_dir / "checkpoints"
-    final = root / f"step-{step}"
-    partial = root / f".step-{step}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    torch.save({"step": step, "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), **extra}, partial / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(partial, final)
-    kept = sorted((c for c in root.glob("step-*") if c.name[5:].isdigit()),
-                  key=lambda c: int(c.name[5:]))
-    for old in kept[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    with folder.writing_checkpoint(step, keep=KEEP_CHECKPOINTS) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        torch.save({"step": step, "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), **extra}, partial / STATE_FILE)
+    return folder.checkpoint(step)
 
 
 class Trainer:
@@ -206,11 +176,10 @@ class Trainer:
     def __init__(self, settings: Settings, run_id: int, attempt: int | None = None):
         self.settings, self.run_id, self.attempt = settings, run_id, attempt
         self.recorder = RunRecorder(settings, run_id, attempt)
-        with session_scope(settings.sqlalchemy_url) as session:
-            run = session.get(Run, run_id)
-            self.config = RunConfig.model_validate(run.config)
-        self.run_dir = runs.run_dir(settings, run_id)
-        self.curriculum: Curriculum = self.config.curriculum.build()
+        self.plan = load_plan(settings, run_id)
+        self.config = self.plan.config
+        self.folder = RunFolder.of(settings, run_id)
+        self.curriculum: Curriculum = self.plan.curriculum
         self.total_steps = self.config.total_steps
 
     # --- set-up ------------------------------------------------------------------------
@@ -225,11 +194,11 @@ class Trainer:
     def setup(self) -> None:
         cfg = self.config
         torch.set_num_threads(cfg.engine.threads)
-        self.data = load_training_data(self.settings, cfg)
+        self.data = load_training_data(self.settings, self.plan)
         self.device, dtype = self._device_and_dtype()
         data_dir = self.settings.resolved_data_dir
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
-        resume = latest_checkpoint(self.run_dir)
+        resume = self.folder.latest_checkpoint()
         self._load_policy(resume, dtype)
         self.grpo = GrpoConfig(clip=cfg.grpo.clip, kl_coef=cfg.grpo.kl_coef,
                                entropy_coef=cfg.grpo.entropy_coef,
@@ -281,7 +250,7 @@ class Trainer:
             return None
         if resume is None:
             return frozen_copy(self.model)
-        ref_dir = self.run_dir / "reference"
+        ref_dir = self.folder.reference
         source = str(ref_dir) if ref_dir.exists() else self.config.model
         _, dtype = self._device_and_dtype()
         reference = load_causal_lm(source, self.settings.resolved_data_dir, dtype=dtype)
@@ -367,7 +336,7 @@ class Trainer:
             for i in range(min(keep, len(rollouts)))]
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
-        runs.record_event(self.settings, self.run_id, kind, message, step=step, data=data)
+        self.recorder.event(step, kind, message, data)
 
     def _after_step(self, step: int, metrics: dict) -> None:
         rule = self.curriculum.adaptive
@@ -391,13 +360,13 @@ class Trainer:
     def _checkpoint(self, steps_done: int) -> None:
         self.recorder.check()
         folder = save_checkpoint(
-            self.run_dir, steps_done, self.model if self.peft is None else self.peft,
+            self.folder, steps_done, self.model if self.peft is None else self.peft,
             self.tokenizer, self.optimizer, self.scheduler,
             {"adaptive_values": self.adaptive_values,
              "watch": {"history": self.watch.history, "change_at": self.watch.change_at,
                        "before": self.watch.before}})
         if self.config.grpo.reset_each_stage and self.reference is not None:
-            self.reference.save_pretrained(self.run_dir / "reference")
+            self.reference.save_pretrained(self.folder.reference)
         self.recorder.checkpointed(str(folder.relative_to(self.settings.resolved_data_dir)))
 
     def run(self) -> None:

@@ -22,8 +22,9 @@ import pyarrow.parquet as pq
 from studio.ingest import QARow
 from studio.method.exemplars import Exemplar
 from studio.run_config import RunConfig
-from studio.services import exemplar_sets, qa_sets
+from studio.services import qa_sets
 from studio.services.prompt_preview import count_tokens, render_prompt
+from studio.services.run_plans import RunPlan
 from studio.settings import Settings
 from worker.engines.verl.config import AGENT_NAME, RunFiles
 
@@ -39,17 +40,6 @@ class DatasetReport:
     train_rows: int
     val_rows: int
     longest_prompt_tokens: int  # the largest stage's prompt with the longest question
-
-
-def load_exemplars(settings: Settings, config: RunConfig) -> list[Exemplar]:
-    if not config.data.exemplars:
-        return []
-    found = exemplar_sets.find_exemplar_set(settings, config.data.exemplars)
-    return exemplar_sets.load_exemplars(settings, found["id"])
-
-
-def _rows(settings: Settings, name: str) -> list[QARow]:
-    return qa_sets.load_rows(settings, qa_sets.find_qa_set(settings, name)["id"])
 
 
 def dataset_row(config: RunConfig, row: QARow, index: int, source: str, split: str,
@@ -97,23 +87,24 @@ def _write(path: Path, rows: list[dict]) -> None:
     partial.replace(path)
 
 
-def write_datasets(settings: Settings, config: RunConfig, files: RunFiles,
+def write_datasets(settings: Settings, plan: RunPlan, files: RunFiles,
                    tokenizer) -> DatasetReport:
-    """Write `train.parquet` (and `val.parquet` when the run names eval sets)."""
-    exemplars = load_exemplars(settings, config)
-    train = _rows(settings, config.data.train)
-    k = config.curriculum.build().max_exemplars
+    """Write `train.parquet` (and `val.parquet` when the run names eval sets), from the
+    data the run's plan pins."""
+    config, exemplars = plan.config, plan.exemplar_list()
+    train = qa_sets.load_rows(settings, plan.train.id)
+    k = plan.curriculum.max_exemplars
     tokens, at = longest_prompt_tokens(config, tokenizer, train, exemplars, k)
     if tokens > config.grpo.max_prompt_tokens:
         raise PromptTooLong(
             f"grpo.max_prompt_tokens: the prompt with {k} exemplars and the longest question "
-            f"({config.data.train} row {at + 1}) has {tokens} tokens, more than "
+            f"({plan.train.name} row {at + 1}) has {tokens} tokens, more than "
             f"{config.grpo.max_prompt_tokens}; raise grpo.max_prompt_tokens or shorten the "
             "exemplars")
-    _write(files.train_data, [dataset_row(config, row, i, config.data.train, "train",
+    _write(files.train_data, [dataset_row(config, row, i, plan.train.name, "train",
                                           exemplars, k) for i, row in enumerate(train)])
-    val = [dataset_row(config, row, i, name, "val", exemplars, 0)
-           for name in config.data.eval for i, row in enumerate(_rows(settings, name))]
+    val = [dataset_row(config, row, i, ref.name, "val", exemplars, 0)
+           for ref in plan.eval for i, row in enumerate(qa_sets.load_rows(settings, ref.id))]
     if val:
         _write(files.val_data, val)
     return DatasetReport(len(train), len(val), tokens)

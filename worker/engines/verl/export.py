@@ -11,14 +11,12 @@ written whole or not at all, and records it as the run's checkpoint.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from studio.db import session_scope
-from studio.settings import Settings
-from studio.tables import Run
+from studio.services.run_folder import RunFolder
+from studio.services.run_recorder import RunRecorder
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 
@@ -36,13 +34,17 @@ def latest_verl_step(checkpoints: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def merge_checkpoint(checkpoints: Path, step: int, target: Path) -> Path:
-    """Merge `global_step_<step>/actor` into the Hugging Face folder `target`."""
+def merge_checkpoint(checkpoints: Path, step: int, folder: RunFolder) -> Path:
+    """Merge `global_step_<step>/actor` into the run's checkpoint after `step` steps."""
     actor = checkpoints / f"global_step_{step}" / "actor"
     if not actor.is_dir():
         raise MergeFailed(f"{actor} does not exist: veRL saved no checkpoint for step {step}")
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    with folder.writing_checkpoint(step) as partial:
+        _merge(actor, partial)
+    return folder.checkpoint(step)
+
+
+def _merge(actor: Path, partial: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
          "--local_dir", str(actor), "--target_dir", str(partial)],
@@ -51,20 +53,14 @@ def merge_checkpoint(checkpoints: Path, step: int, target: Path) -> Path:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-15:])
         raise MergeFailed(f"veRL's model merger failed for {actor} (exit {result.returncode}):"
                           f"\n{tail}")
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)
-    return target
 
 
-def export_latest(settings: Settings, run_id: int, checkpoints: Path) -> Path | None:
+def export_latest(recorder: RunRecorder, checkpoints: Path) -> Path | None:
     """Merge the run's latest veRL checkpoint and make it the run's checkpoint; None if none."""
     step = latest_verl_step(checkpoints)
     if step is None:
         return None
-    run_dir = settings.resolved_data_dir / "runs" / str(run_id)
-    folder = merge_checkpoint(checkpoints, step, run_dir / "checkpoints" / f"step-{step}")
-    with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        run.checkpoint_dir = str(folder.relative_to(settings.resolved_data_dir))
-        session.add(run)
+    settings = recorder.settings
+    folder = merge_checkpoint(checkpoints, step, RunFolder.of(settings, recorder.run_id))
+    recorder.checkpointed(str(folder.relative_to(settings.resolved_data_dir)))
     return folder

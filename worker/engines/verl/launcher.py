@@ -27,12 +27,12 @@ import yaml
 from studio.api import API_PREFIX
 from studio.base_models import load_tokenizer, resolve_model
 from studio.db import session_scope
-from studio.run_config import RunConfig
-from studio.services import corpora
 from studio.services.auth import create_process_token, revoke_tokens
+from studio.services.run_folder import RunFolder
+from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
-from studio.tables import Run, RunEvent
+from studio.tables import Run
 from worker.engines.verl.config import (
     AGENT_LOOP_TARGET,
     AGENT_NAME,
@@ -41,7 +41,7 @@ from worker.engines.verl.config import (
     compose,
     hydra_overrides,
 )
-from worker.engines.verl.dataset import PromptTooLong, load_exemplars, write_datasets
+from worker.engines.verl.dataset import PromptTooLong, write_datasets
 from worker.engines.verl.export import export_latest, latest_verl_step
 from worker.engines.verl.ingest import Ingestor
 from worker.engines.verl.preflight import LaunchError
@@ -72,12 +72,14 @@ class VerlLaunch:
 
     def __init__(self, settings: Settings, run_id: int, attempt: int | None = None):
         self.settings, self.run_id, self.attempt = settings, run_id, attempt
+        self.plan = load_plan(settings, run_id)
+        self.config = self.plan.config
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
-            self.config = RunConfig.model_validate(run.config)
             self.created_by = run.created_by
             self.number = attempt or run.attempt
-        self.files = RunFiles(settings.resolved_data_dir / "runs" / str(run_id) / "verl")
+        self.recorder = RunRecorder(settings, run_id, attempt)
+        self.files = RunFiles(RunFolder.of(settings, run_id).verl)
         self.token_name = f"verl-run-{run_id}"
 
     def prepare(self) -> list[str]:
@@ -88,13 +90,11 @@ class VerlLaunch:
         files.root.mkdir(parents=True, exist_ok=True)
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
         try:
-            write_datasets(self.settings, cfg, files, self.tokenizer)
+            write_datasets(self.settings, self.plan, files, self.tokenizer)
         except PromptTooLong as exc:
             raise LaunchError(str(exc)) from None
-        corpus_id = corpora.find_corpus(self.settings, cfg.data.corpus)["id"]
-        spec = AgentSpec(run_config=cfg,
-                         exemplars=[e.to_dict() for e in load_exemplars(self.settings, cfg)],
-                         retrieve_url=f"{base}{API_PREFIX}/corpora/{corpus_id}/retrieve",
+        spec = AgentSpec(run_config=cfg, exemplars=self.plan.exemplars,
+                         retrieve_url=f"{base}{API_PREFIX}/corpora/{self.plan.corpus.id}/retrieve",
                          token_file=str(files.token_file))
         files.agent_spec.write_text(spec.model_dump_json())
         files.agent_loops.write_text(yaml.safe_dump(
@@ -119,13 +119,11 @@ class VerlLaunch:
     def _resume_point(self) -> None:
         """Steps after veRL's last checkpoint run again: forget what was stored of them."""
         step = latest_verl_step(self.files.checkpoints) or 0
-        RunRecorder(self.settings, self.run_id, self.attempt).forget_steps_from(step)
+        self.recorder.forget_steps_from(step)
         if step:
-            with session_scope(self.settings.sqlalchemy_url) as session:
-                session.add(RunEvent(run_id=self.run_id, step=step, kind="info",
-                                     message=f"resumed from the checkpoint after step {step}",
-                                     data={"checkpoint": str(self.files.checkpoints /
-                                                             f"global_step_{step}")}))
+            self.recorder.event(step, "info", f"resumed from the checkpoint after step {step}",
+                                {"checkpoint": str(self.files.checkpoints /
+                                                   f"global_step_{step}")})
 
     def run(self) -> None:
         """Prepare, train, ingest, merge; `preflight` is the caller's (main.py) first step."""
@@ -139,7 +137,7 @@ class VerlLaunch:
             with session_scope(self.settings.sqlalchemy_url) as session:
                 revoke_tokens(session, self.token_name)
             self.files.token_file.unlink(missing_ok=True)
-        export_latest(self.settings, self.run_id, self.files.checkpoints)
+        export_latest(self.recorder, self.files.checkpoints)
 
     def _train(self, overrides: list[str]) -> None:
         log_path = self.files.process_log(self.number)

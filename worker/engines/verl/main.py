@@ -13,10 +13,8 @@ from __future__ import annotations
 import socket
 import sys
 
-from studio.db import session_scope
-from studio.run_config import RunConfig
+from studio.services.run_plans import load_plan
 from studio.settings import get_settings
-from studio.tables import Run
 from worker.engines.verl.preflight import LaunchError, preflight
 from worker.parent_watch import run_attempt, start_training_process
 
@@ -24,11 +22,9 @@ from worker.parent_watch import run_attempt, start_training_process
 def main(argv: list[str]) -> int:
     run_id, attempt = start_training_process("worker.engines.verl.main", argv)
     settings = get_settings()
-    with session_scope(settings.sqlalchemy_url) as session:
-        config = RunConfig.model_validate(session.get(Run, run_id).config)
 
     def train() -> None:
-        preflight(config, socket.gethostname())
+        preflight(load_plan(settings, run_id).config, socket.gethostname())
         from worker.engines.verl.launcher import VerlLaunch  # heavy: only once the machine fits
 
         VerlLaunch(settings, run_id, attempt).run()
