@@ -32,7 +32,7 @@ from studio.retrieval import (
 from studio.services import uploads
 from studio.services.errors import Conflict, InvalidInput
 from studio.services.records import by_name_or_404, check_new_name, get_or_404
-from studio.services.run_plans import pinning_runs
+from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, utcnow
 
@@ -128,7 +128,7 @@ def delete_corpus(settings: Settings, corpus_id: int) -> None:
         corpus = _load(session, corpus_id)
         if corpus.status == CorpusStatus.indexing:
             raise Conflict(f"corpus '{corpus.name}' is being indexed; delete it when it is done")
-        if pinning_runs(session, Corpus, corpus_id):
+        if corpus_id in pinned_ids(session, Corpus):
             corpus.retired_at = utcnow()
             session.add(corpus)
             return
@@ -153,7 +153,7 @@ def purge_retired(settings: Settings) -> None:
     """Remove the retired corpora that no run's plan pins any more (after a run's deletion)."""
     with session_scope(settings.sqlalchemy_url) as session:
         retired = session.exec(select(Corpus.id).where(Corpus.retired_at.is_not(None))).all()
-        unpinned = [i for i in retired if not pinning_runs(session, Corpus, i)]
+        unpinned = set(retired) - pinned_ids(session, Corpus)
     for corpus_id in unpinned:
         _remove(settings, corpus_id)
 
@@ -224,7 +224,7 @@ def open_index(settings: Settings, corpus_id: int) -> SearchIndex:
     """The corpus's index, loaded once per process; 409 until it is ready. A retired corpus
     is still searched: the runs whose plan pins it train and evaluate on it."""
     with session_scope(settings.sqlalchemy_url) as session:
-        corpus = session.get(Corpus, corpus_id) or _load(session, corpus_id)
+        corpus = get_or_404(session, Corpus, corpus_id, "corpus", retired=True)
         if corpus.status != CorpusStatus.ready:
             detail = f": {corpus.error}" if corpus.error else ""
             raise Conflict(f"corpus '{corpus.name}' is {corpus.status}{detail}; search it when "

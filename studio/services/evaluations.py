@@ -12,7 +12,7 @@ from studio.queue import QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import by_name_or_404, get_or_404
-from studio.services.run_plans import DataRef, PlannedDataGone, load_plan
+from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, Evaluation, QASet, Run, RunState, utcnow
 
@@ -57,8 +57,8 @@ def _data_row(session, table, wanted: str | DataRef, kind: str, field: str):
             return by_name_or_404(session, table, wanted, kind)
         except NotFound as exc:
             raise NotFound(f"{field}: {exc}") from None
-    row = session.get(table, wanted.id)
-    if row is None or row.content_hash != wanted.content_hash:
+    row = pinned_row(session, table, wanted)
+    if row is None:
         raise PlannedDataGone(f"{field}: the {kind} '{wanted.name}' (#{wanted.id}) the run "
                               "trained with is no longer stored")
     return row
@@ -150,7 +150,8 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
 
 def evaluate_base_and_trained(settings: Settings, run_id: int,
                               qa_set_names: list[str | DataRef], *,
-                              base_model: str | None = None, corpus: str | None = None,
+                              base_model: str | None = None,
+                              corpus: str | DataRef | None = None,
                               limit: int | None = None, protocol: dict | None = None,
                               queue: str = "cpu", start: bool = True) -> list[dict]:
     """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
@@ -186,7 +187,7 @@ def evaluate_finished_run(settings: Settings, run_id: int) -> list[dict]:
     if run["state"] != RunState.succeeded.value or not plan.config.engine.evaluate_at_end \
             or not plan.eval:
         return []
-    created = evaluate_base_and_trained(settings, run_id, plan.eval,
+    created = evaluate_base_and_trained(settings, run_id, plan.eval, corpus=plan.corpus,
                                         protocol=run_protocol(plan.config), queue=run["queue"])
     runs.record_event(settings, run_id, "info",
                       f"queued the zero-shot evaluation of the base model and the trained "

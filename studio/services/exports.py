@@ -31,7 +31,6 @@ EXPORT_TASK = "worker.export"
 EXPORT_QUEUE = "cpu"  # an export needs no GPU; it must not hold a GPU worker's slot
 TARGETS = ("folder", "zip", "hub")
 RETRYABLE = (RunState.failed, RunState.interrupted)
-# What a complete checkpoint folder holds: its weights' config, or a LoRA adapter's.
 # A Hub repo id: "name" (the token's own namespace) or "namespace/name".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 

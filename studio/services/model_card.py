@@ -22,7 +22,7 @@ from studio.run_config import LoraSpec, RunConfig
 from studio.services import evaluations, qa_sets, runs
 from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
-from studio.services.run_plans import DataRef, RunPlan, stored_plan
+from studio.services.run_plans import DataRef, RunPlan, pinned_row, stored_plan
 from studio.settings import Settings
 from studio.tables import Corpus, QASet, RunState
 
@@ -86,9 +86,8 @@ def _pinned(settings: Settings, table, ref: DataRef | None, describe) -> str:
     if ref is None:
         return "none"
     with session_scope(settings.sqlalchemy_url) as session:
-        row = session.get(table, ref.id) if table else None
-        size = describe(row) if row is not None and row.content_hash == ref.content_hash \
-            else None
+        row = pinned_row(session, table, ref) if table else None
+        size = describe(row) if row is not None else None
     if table and size is None:
         return f"`{ref.name}` (no longer stored in the studio)"
     return f"`{ref.name}`: {size or describe(None)} (sha256 `{ref.content_hash[:12]}`)"

@@ -19,7 +19,7 @@ from studio.services import uploads
 from studio.services.corpora import upload_limits
 from studio.services.errors import InvalidInput
 from studio.services.records import by_name_or_404, check_new_name, get_or_404
-from studio.services.run_plans import pinning_runs
+from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
 from studio.tables import QAItem, QASet, utcnow
 
@@ -135,7 +135,7 @@ def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
     """Every row of a set, as the engines and evaluation read them (a retired set's too:
     the runs whose plan pins it still train and evaluate on it)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        session.get(QASet, qa_set_id) or _load(session, qa_set_id)
+        get_or_404(session, QASet, qa_set_id, "QA set", retired=True)
         return [QARow(id=i.external_id or str(i.position), question=i.question,
                       golden_answers=list(i.golden_answers or []), meta=i.meta or {})
                 for i in _items(session, qa_set_id)]
@@ -172,7 +172,7 @@ def delete_qa_set(settings: Settings, qa_set_id: int) -> None:
     its name free) and removed with the last such run (`purge_retired`)."""
     with session_scope(settings.sqlalchemy_url) as session:
         qa_set = _load(session, qa_set_id)
-        if pinning_runs(session, QASet, qa_set_id):
+        if qa_set_id in pinned_ids(session, QASet):
             qa_set.retired_at = utcnow()
             session.add(qa_set)
         else:
@@ -187,6 +187,7 @@ def _remove(session, qa_set: QASet) -> None:
 def purge_retired(settings: Settings) -> None:
     """Remove the retired sets that no run's plan pins any more (after a run's deletion)."""
     with session_scope(settings.sqlalchemy_url) as session:
+        pinned = pinned_ids(session, QASet)
         for qa_set in session.exec(select(QASet).where(QASet.retired_at.is_not(None))).all():
-            if not pinning_runs(session, QASet, qa_set.id):
+            if qa_set.id not in pinned:
                 _remove(session, qa_set)

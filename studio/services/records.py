@@ -11,11 +11,13 @@ from studio.services.errors import Conflict, InvalidInput, NotFound
 Row = TypeVar("Row", bound=SQLModel)
 
 
-def get_or_404(session: Session, table: type[Row], row_id: int, kind: str) -> Row:
+def get_or_404(session: Session, table: type[Row], row_id: int, kind: str, *,
+               retired: bool = False) -> Row:
     """The row as its users see it: a retired row (deleted, kept for the runs that pin it,
-    studio.services.run_plans) does not exist for them."""
+    studio.services.run_plans) does not exist for them; `retired` for the engines, which
+    still train and evaluate on it."""
     row = session.get(table, row_id)
-    if row is None or getattr(row, "retired_at", None) is not None:
+    if row is None or (not retired and getattr(row, "retired_at", None) is not None):
         raise NotFound(f"{kind} {row_id} does not exist")
     return row
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 
 from pydantic import BaseModel, ConfigDict
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, select
 
 from studio.db import session_scope
 from studio.method.curriculum import Curriculum
@@ -82,13 +82,18 @@ def make_plan(config: RunConfig, corpus: Corpus, train: QASet, eval_sets: list[Q
         exemplars=[e.to_dict() for e in exemplars])
 
 
+def pinned_row(session: Session, table: type[Corpus] | type[QASet], ref: DataRef):
+    """The row `ref` pinned, retired or not; None when it is no longer stored as it was."""
+    row = session.get(table, ref.id)
+    return row if row is not None and row.content_hash == ref.content_hash else None
+
+
 def _check_pinned(session: Session, run_id: int, plan: RunPlan) -> None:
     pins = [(Corpus, "data.corpus", "corpus", plan.corpus), (QASet, "data.train", "QA set",
                                                              plan.train)]
     pins += [(QASet, f"data.eval[{i}]", "QA set", ref) for i, ref in enumerate(plan.eval)]
     for table, field, kind, ref in pins:
-        row = session.get(table, ref.id)
-        if row is None or row.content_hash != ref.content_hash:
+        if pinned_row(session, table, ref) is None:
             raise PlannedDataGone(
                 f"{field}: the {kind} '{ref.name}' (#{ref.id}) that run {run_id} started with "
                 "is no longer stored, so the run cannot continue on the same data; launch a "
@@ -118,14 +123,10 @@ def load_plan(settings: Settings, run_id: int) -> RunPlan:
         return plan
 
 
-def pinning_runs(session: Session, table: type[SQLModel], row_id: int) -> list[int]:
-    """Ids of the runs whose plan pins row `row_id` of `corpora` or `qa_sets`."""
-    found = []
-    for run_id, stored in session.exec(select(Run.id, Run.plan).where(Run.plan.is_not(None))):
-        if table is Corpus:
-            pinned = [stored["corpus"]]
-        else:
-            pinned = [stored["train"], *stored.get("eval", [])]
-        if any(ref["id"] == row_id for ref in pinned):
-            found.append(run_id)
+def pinned_ids(session: Session, table: type[Corpus] | type[QASet]) -> set[int]:
+    """Ids of the rows of `corpora` or `qa_sets` that some run's plan pins."""
+    found = set()
+    for stored in session.exec(select(Run.plan).where(Run.plan.is_not(None))):
+        refs = [stored["corpus"]] if table is Corpus else [stored["train"], *stored["eval"]]
+        found.update(ref["id"] for ref in refs)
     return found
