@@ -24,6 +24,7 @@ from pydantic import (
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt
+from studio.method.protocol import Limits
 
 
 class _Strict(BaseModel):
@@ -109,6 +110,14 @@ class GrpoSpec(_Strict):
     max_grad_norm: float = Field(default=1.0, gt=0)
     reset_each_stage: bool = Field(
         default=False, description="Upstream's behaviour: new optimizer and reference per stage")
+
+    def limits(self, response_length: int | None = None) -> Limits:
+        """The tag protocol's budgets; `response_length` (veRL's) can only lower the
+        response budget."""
+        return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,
+                      max_response_tokens=min(self.max_response_tokens,
+                                              response_length or self.max_response_tokens),
+                      max_obs_tokens=self.max_obs_tokens)
 
 
 class RewardSpec(_Strict):

@@ -301,26 +301,28 @@ def stop_strings(tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> tuple[str, ...]:
 STOP_STRINGS: tuple[str, ...] = stop_strings()
 
 
+def result_block(body: str, tool: ToolSpec) -> str:
+    """``\\n\\n<result tag>body</result tag>\\n\\n``: how the environment inserts a tool's output.
+
+    A closing result tag inside the body would end the block early and expose the
+    rest to the parser as model text, so it is defused by inserting a space
+    (``</ information>``); nothing else is changed.
+    """
+    closing = re.compile(re.escape(f"</{tool.result_tag}>"), re.IGNORECASE)
+    safe = closing.sub(lambda m: m.group(0)[:2] + " " + m.group(0)[2:], str(body))
+    return f"\n\n<{tool.result_tag}>{safe}</{tool.result_tag}>\n\n"
+
+
 def format_information(passages: Iterable[tuple[str, str]], tool: ToolSpec = SEARCH_TOOL) -> str:
     """The block the environment appends after ``</search>``.
 
     method.md, "The tag protocol": ``\\n\\n<information>Doc 1(Title: T) text\\nDoc 2(Title: ...)
-    ...</information>\\n\\n``.  A closing result tag inside a passage would end
-    the block early and expose the rest to the parser as model text, so it is
-    defused by inserting a space (``</ information>``); nothing else is changed.
-    Truncation to ``max_obs_length`` tokens is the engine's job; it must keep
-    the closing tag.
+    ...</information>\\n\\n`` (:func:`result_block`).  Truncation to ``max_obs_length``
+    tokens is the protocol's job (`studio.method.protocol.fit_observation`); it keeps the
+    closing tag.
     """
-    closing = re.compile(re.escape(f"</{tool.result_tag}>"), re.IGNORECASE)
-
-    def defuse(s: str) -> str:
-        return closing.sub(lambda m: m.group(0)[:2] + " " + m.group(0)[2:], str(s))
-
-    lines = [
-        f"Doc {i}(Title: {defuse(title)}) {defuse(body)}"
-        for i, (title, body) in enumerate(passages, 1)
-    ]
-    return f"\n\n<{tool.result_tag}>" + "\n".join(lines).strip() + f"</{tool.result_tag}>\n\n"
+    lines = [f"Doc {i}(Title: {title}) {body}" for i, (title, body) in enumerate(passages, 1)]
+    return result_block("\n".join(lines).strip(), tool)
 
 
 def corrective_message(tool: ToolSpec = SEARCH_TOOL) -> str:

@@ -14,34 +14,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import worker.engines.native.rollout as rollout_module
 from studio.method import tags
+from studio.method.rollouts import Rollout, Segment
+from studio.method.tools import SearchTool
 from studio.retrieval import Passage, build_index
-from tests.support.tiny_model import build_tiny_model
-from worker.engines.native.rollout import (
-    Rollout,
-    RolloutConfig,
-    Segment,
-    _generate,
-    generate_rollouts,
+from tests.support.reverse_tool import ReverseTool
+from tests.support.scripted_rollouts import (
+    CORPUS,
+    EOS,
+    INFO_END,
+    RecordingSearch,
+    ScriptedLM,
+    prompt_ids,
+    run_scripted,
 )
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native import attention
+from worker.engines.native.rollout import RolloutConfig, _generate, generate_rollouts
 
 torch.set_num_threads(1)
-
-INFO_END = "</information>\n\n"
-
-CORPUS = [
-    Passage("1", "Moss lamp", "A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."),
-    Passage("2", "Ida Varn", "Ida Varn was a lamp maker from the island of Serrick."),
-    Passage("3", "Serrick", "Serrick is a low, flat island with four towns and grey salt pans."),
-    Passage("4", "Grey salt", "Grey salt from Serrick is the archipelago's chief export."),
-]
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -75,99 +71,6 @@ def tokenizer(tiny):
 @pytest.fixture(scope="module")
 def index():
     return build_index(CORPUS)
-
-
-class RecordingSearch:
-    """A real BM25 search over the in-test corpus that records each call."""
-
-    def __init__(self, index):
-        self.index = index
-        self.calls: list[list[str]] = []
-
-    def __call__(self, queries: list[str]) -> list[list[tuple[str, str]]]:
-        self.calls.append(list(queries))
-        return [
-            [(h.passage.title, h.passage.text) for h in hits]
-            for hits in self.index.search(queries, 5)
-        ]
-
-    def expected(self, query: str, k: int) -> str:
-        hits = self.index.search([query], k)[0]
-        return tags.format_information([(h.passage.title, h.passage.text) for h in hits])
-
-
-EOS = "<EOS>"  # a script turn ending with this emits the eos token after its text
-
-
-class ScriptedLM(torch.nn.Module):
-    """Forces, for each prompt, a list of model turns (strings).
-
-    Turn i is written after the i-th environment block of the response; once a
-    turn's text is out, the model emits the eos token (turn ends with
-    ``EOS``) or the filler token forever (the turn budget must end it).
-    """
-
-    def __init__(self, tokenizer, scripts: dict[tuple[int, ...], list[str]]):
-        super().__init__()
-        self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.tok = tokenizer
-        self.vocab = len(tokenizer)
-        self.eos_id = tokenizer.eos_token_id
-        self.filler = tokenizer(" x", add_special_tokens=False)["input_ids"][-1]
-        self.scripts = {
-            prompt: [self._encode_turn(t) for t in turns] for prompt, turns in scripts.items()
-        }
-        self.calls = 0
-        self.config = SimpleNamespace()
-        self.generation_config = None
-
-    def _encode_turn(self, text: str) -> list[int]:
-        if text.endswith(EOS):
-            return self.tok(text[: -len(EOS)], add_special_tokens=False)["input_ids"] + [self.eos_id]
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def _next(self, context: list[int]) -> int:
-        prompt = next((p for p in self.scripts if tuple(context[: len(p)]) == p), None)
-        if prompt is None:  # a prefill chunk inside the prompt: nothing is sampled from it
-            return self.filler
-        response = context[len(prompt) :]
-        turns = self.scripts[prompt]
-        # Where the last environment block ends (each ends with INFO_END).
-        start = next(
-            (k for k in range(len(response), 0, -1)
-             if self.tok.decode(response[:k]).endswith(INFO_END)),
-            0,
-        )
-        done = self.tok.decode(response[:start]).count(INFO_END)
-        progress = len(response) - start
-        turn = turns[done] if done < len(turns) else []
-        return turn[progress] if progress < len(turn) else self.filler
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
-                use_cache=True, logits_to_keep=0):
-        self.calls += 1
-        as_keys = input_ids.to(torch.float32)[:, None, :, None]
-        keys, _ = past_key_values.update(as_keys, as_keys, 0)
-        logits = torch.full((input_ids.shape[0], 1, self.vocab), -1e9)
-        for b in range(input_ids.shape[0]):
-            seen = attention_mask[b, : keys.shape[2]].bool()
-            context = keys[b, 0, seen, 0].long().tolist()
-            # Position ids count real tokens only (holes in the cache do not count).
-            assert int(position_ids[b, -1]) == len(context) - 1, (position_ids[b], len(context))
-            logits[b, 0, self._next(context)] = 0.0
-        return SimpleNamespace(logits=logits)
-
-
-def prompt_ids(tokenizer, text: str) -> list[int]:
-    return tokenizer(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
-                     add_special_tokens=False)["input_ids"]
-
-
-def run_scripted(tokenizer, scripts: dict[str, list[str]], search, config, prompts=None):
-    ids = {text: tuple(prompt_ids(tokenizer, text)) for text in scripts}
-    model = ScriptedLM(tokenizer, {ids[t]: turns for t, turns in scripts.items()})
-    order = prompts if prompts is not None else list(scripts)
-    return generate_rollouts(model, tokenizer, [list(ids[t]) for t in order], search, config)
 
 
 def check_mask(rollout: Rollout, tokenizer) -> None:
@@ -391,6 +294,28 @@ def test_search_function_result_count_is_checked(tokenizer):
         run_scripted(tokenizer, {"Q?": ["<search> a </search>"]}, lambda qs: [], cfg)
 
 
+def test_a_registered_tool_runs_beside_search(tokenizer, index):
+    """Adding a tool is one registered class: the batched loop stops at its call tag, runs each
+    round's calls of it in one batch, and masks its observation, as it does for search."""
+    search, reverse = RecordingSearch(index), ReverseTool()
+    tools = [SearchTool(search, 3), reverse]
+    scripts = {"Reverse it?": ["<reverse> lamp </reverse>", "<answer> pmal </answer>"],
+               "Both tools?": ["<reverse> moss </reverse>", "<search> Ida Varn </search>",
+                               "<answer> Serrick </answer>"],
+               "Search only?": ["<search> grey salt </search>", "<answer> salt </answer>"]}
+    rollouts = run_scripted(tokenizer, scripts, tools, RolloutConfig(max_turns=4))
+    assert [r.stop_reason for r in rollouts] == ["answer"] * 3
+    assert [r.num_tool_calls for r in rollouts] == [1, 2, 1]
+    assert reverse.calls == [["lamp", "moss"]]  # round 1, in input order
+    assert search.calls == [["grey salt"], ["Ida Varn"]]  # round 1, then round 2
+    first, both, _ = rollouts
+    assert first.segments[1].text == "\n\n<reversed>pmal</reversed>\n\n"
+    assert both.segments[1].text == "\n\n<reversed>ssom</reversed>\n\n"
+    assert both.segments[3].text == search.expected("Ida Varn", 3)
+    for r in rollouts:
+        check_mask(r, tokenizer)
+
+
 def test_config_is_validated():
     with pytest.raises(ValueError):
         RolloutConfig(max_turn_tokens=0)
@@ -510,14 +435,14 @@ def test_shared_prefix_attention_matches_plain_attention(q):
     full_mask = torch.cat([torch.ones(b, 1, q, p, dtype=torch.bool), mask], 3)
     expected = torch.nn.functional.scaled_dot_product_attention(
         query, full_k, full_v, attn_mask=full_mask).transpose(1, 2)
-    got = rollout_module._attend_with_shared_prefix(query, key, value, mask, pk, pv, None)
+    got = attention.attend_with_shared_prefix(query, key, value, mask, pk, pv, None)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     # The kernel-free version (other devices) agrees, including queries that see nothing.
     folded = query.reshape(b, hkv, g * q, d)
     m = mask[:, :, None].expand(b, 1, g, q, lr).reshape(b, 1, g * q, lr).clone()
     m[1] = False
-    o_cpu, lse_cpu = rollout_module._cpu_attention(folded, key, value, m, d**-0.5)
-    o_mm, lse_mm = rollout_module._plain_attention(folded, key, value, m, d**-0.5)
+    o_cpu, lse_cpu = attention._cpu_attention(folded, key, value, m, d**-0.5)
+    o_mm, lse_mm = attention._plain_attention(folded, key, value, m, d**-0.5)
     torch.testing.assert_close(o_mm, o_cpu, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse_mm, lse_cpu)
     assert torch.isinf(lse_cpu[1]).all() and (o_cpu[1] == 0).all()

@@ -16,7 +16,7 @@ from studio.tables import RunState
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
-from worker.engines.native import grpo, rollout
+from worker.engines.native import attention, grpo
 from worker.engines.native.trainer import Trainer
 
 
@@ -96,7 +96,7 @@ def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_ad
     assert trainer.reference is None, "no second model: the reference is the base, adapters off"
     assert type(trainer.model) is LlamaForCausalLM
     assert grpo._plain_head(trainer.model) is not None, "GRPO's fast path applies"
-    with rollout._grouped_sdpa_enabled(trainer.model, True) as grouped:
+    with attention.grouped_sdpa_enabled(trainer.model, True) as grouped:
         assert grouped, "the rollout's attention switch applies"
     trained = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     adapters = {id(p) for name, p in trainer.model.named_parameters() if "lora_" in name}

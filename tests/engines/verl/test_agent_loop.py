@@ -9,11 +9,12 @@ import asyncio
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from studio.method.protocol import fit_observation
 from studio.method.tags import corrective_message
+from studio.method.tools import SearchTool
 from studio.services import corpora
 from studio.services.prompt_preview import render_prompt
 from tests.support.tiny_server import TinyGenerationServer
-from worker.engines.native.rollout import information_block
 from worker.engines.verl.config import compose
 from worker.engines.verl.launcher import VerlLaunch
 
@@ -112,8 +113,9 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     # the environment's spans: the passages /retrieve returned, then the correction
     corpus_id = corpora.find_corpus(settings, "demo")["id"]
     hits = corpora.search(settings, corpus_id, "Herring Moon Fair", 3)["hits"]
-    expected_block = information_block(tokenizer, [(h["title"], h["text"]) for h in hits],
-                                       config.grpo.max_obs_tokens)
+    search = SearchTool(lambda queries: [], config.grpo.top_k)
+    expected_block = fit_observation(tokenizer, search, [(h["title"], h["text"]) for h in hits],
+                                     len(spans(out)[0][1]), config.grpo.limits())
     env_spans = [tokenizer.decode(ts) for m, ts in spans(out) if not m]
     assert env_spans[0] == expected_block[0]
     assert env_spans[1] == corrective_message()

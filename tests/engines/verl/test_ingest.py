@@ -8,16 +8,12 @@ from transformers import AutoTokenizer
 
 from studio.method.grpo import group_advantages
 from studio.method.reward import score
+from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
 from studio.method.tags import corrective_message, format_information
 from studio.run_config import RunConfig
 from studio.services import corpora, runs
 from studio.services.run_recorder import RunRecorder
-from worker.engines.native.rollout import Rollout, Segment
-from worker.engines.native.trainer import (
-    Trainer,
-    rollout_metrics,
-    rollout_segments,
-)
+from worker.engines.native.trainer import Trainer
 from worker.engines.verl.ingest import METRIC_NAMES, Ingestor
 
 GROUPS = [("Which town holds the Herring Moon Fair?", ["Gorsemouth"]),

@@ -16,8 +16,9 @@ import torch
 from studio.ingest import QARow
 from studio.method.prompt import PromptTemplate, build_prompt, check_eval_prefix
 from studio.method.reward import score
+from studio.method.tools import SearchBackend
 from studio.services.prompt_preview import render_prompt
-from worker.engines.native.rollout import RolloutConfig, SearchFn, generate_rollouts
+from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class EvalConfig:
         check_eval_prefix(self.assistant_prefix)
 
 
-def evaluate(model, tokenizer, rows: list[QARow], search: SearchFn, config: EvalConfig,
+def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config: EvalConfig,
              on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Metrics over `rows` and one record per question (prediction, scores, tool use)."""
     rollout_config = RolloutConfig(

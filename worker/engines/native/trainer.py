@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -30,8 +30,8 @@ from studio.method.curriculum import (
 from studio.method.exemplars import Exemplar
 from studio.method.grpo import group_advantages
 from studio.method.prompt import derive_seed
-from studio.method.reward import PENALTY_NAMES, RewardBreakdown, score
-from studio.method.tags import parse
+from studio.method.reward import score
+from studio.method.rollouts import rollout_metrics, rollout_segments
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
@@ -49,7 +49,7 @@ from worker.engines.native.grpo import (
     reference_logprobs,
     update_step,
 )
-from worker.engines.native.rollout import Rollout, RolloutConfig, generate_rollouts
+from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
 
 STATE_FILE = "trainer_state.pt"
@@ -114,49 +114,6 @@ def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: l
     return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, cut)
 
 
-def _mean(values: list[float]) -> float:
-    return float(statistics.fmean(values)) if values else 0.0
-
-
-def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> dict[str, float]:
-    """The method's per-step figures: reward, its parts, each penalty's rate, tool use."""
-    scores = [r.score for r in rewards]
-    searched = [r.num_tool_calls for r in rollouts]
-    model_tokens = [sum(r.response_mask) for r in rollouts]
-    response_tokens = [len(r.response_ids) for r in rollouts]
-    metrics = {
-        "reward_mean": _mean(scores), "reward_std": statistics.pstdev(scores) if scores else 0.0,
-        "reward_min": min(scores, default=0.0), "reward_max": max(scores, default=0.0),
-        "score": _mean(scores),
-        "acc": _mean([r.acc for r in rewards]), "format": _mean([r.format for r in rewards]),
-        "em": _mean([r.em for r in rewards]), "subem": _mean([r.subem for r in rewards]),
-        "f1": _mean([r.f1 for r in rewards]),
-        "search_calls": _mean(searched),
-        "valid_search_rate": _mean([1.0 if n > 0 else 0.0 for n in searched]),
-        "answer_rate": _mean([1.0 if r.answer else 0.0 for r in rewards]),
-        "response_length": _mean(response_tokens),
-        "model_tokens": _mean(model_tokens),
-        "masked_fraction": 1.0 - sum(model_tokens) / max(sum(response_tokens), 1),
-    }
-    for name in PENALTY_NAMES:
-        metrics[f"penalty_{name}"] = _mean([1.0 if name in r.penalties else 0.0 for r in rewards])
-    return metrics
-
-
-def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
-    """The stored form: per source segment its exact token count, and the tag parts to style."""
-    segments = []
-    if prefix:
-        segments.append({"source": "prompt", "text": prefix, "tokens": 0,
-                         "parts": [{"kind": p.kind, "text": p.text} for p in parse(prefix)]})
-    for seg in rollout.segments:
-        kind_parts = [{"kind": p.kind, "text": p.text} for p in parse(seg.text)] \
-            if seg.source == "model" else [{"kind": "information", "text": seg.text}]
-        segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
-                         "parts": kind_parts})
-    return segments
-
-
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
                     extra: dict) -> Path:
     """Weights (HF format; a `PeftModel` saves its adapter only), tokenizer, optimizer and
@@ -205,11 +162,9 @@ class Trainer:
                                micro_batch_size=cfg.grpo.micro_batch_size,
                                mini_batch_size=cfg.grpo.mini_batch_size,
                                max_grad_norm=cfg.grpo.max_grad_norm)
-        self.rollout_config = RolloutConfig(
-            max_turns=cfg.grpo.max_turns, max_turn_tokens=cfg.grpo.max_turn_tokens,
-            max_response_tokens=cfg.grpo.max_response_tokens,
-            max_obs_tokens=cfg.grpo.max_obs_tokens, temperature=cfg.grpo.temperature,
-            top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
+        self.rollout_config = RolloutConfig(**asdict(cfg.grpo.limits()),
+                                            temperature=cfg.grpo.temperature,
+                                            top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
         self.search = search_fn(self.data.index, cfg.grpo.top_k)
         self._new_optimizer()
         self.reference = self._reference_model(resume)
@@ -307,7 +262,7 @@ class Trainer:
         metrics = rollout_metrics(rollouts, rewards)
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
-                        "prompt_tokens": _mean([len(ids) for ids in prompts.ids]),
+                        "prompt_tokens": statistics.fmean(len(ids) for ids in prompts.ids),
                         "prompts_cut": prompts.cut / len(rows),
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})

@@ -18,14 +18,10 @@ from uuid import uuid4
 from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
+from studio.method import protocol
+from studio.method.tools import SearchTool, Tool
 from studio.services.prompt_preview import render_prompt
-from worker.engines.verl.protocol import (
-    STOP_STRINGS,
-    Limits,
-    Retriever,
-    load_agent_spec,
-    roll_out,
-)
+from worker.engines.verl.protocol import Retriever, load_agent_spec, roll_out, run_in_thread
 
 
 class IcrlSearchAgentLoop(AgentLoopBase):
@@ -36,7 +32,7 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         kwargs.pop("tools", None)
         super().__init__(*args, **kwargs)
         self.spec = load_agent_spec(spec_path)
-        self.limits = Limits.of(self.spec.run_config, self.rollout_config.response_length)
+        self.limits = self.spec.run_config.grpo.limits(self.rollout_config.response_length)
         self.eos_ids = {t for t in (self.tokenizer.eos_token_id,) if t is not None}
 
     def prompt_ids(self, question: str, k: int, seed: int) -> list[int]:
@@ -57,23 +53,25 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         k = self.spec.exemplars_for(str(extra.get("split", "train")), steps)
         prompt_ids = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
         token = Path(self.spec.token_file).read_text().strip()
-        retriever = Retriever(self.spec.retrieve_url, token, self.limits.top_k)
+        top_k = self.spec.run_config.grpo.top_k
+        tools = [SearchTool(Retriever(self.spec.retrieve_url, token, top_k), top_k)]
+        stop = list(protocol.stop_strings(tools))
         request_id = uuid4().hex  # one sticky session per rollout: prefix caching across turns
         metrics: dict[str, float] = {}
 
         async def generate(context: list[int], max_tokens: int):
-            params = {**sampling_params, "stop": STOP_STRINGS, "max_tokens": max_tokens}
+            params = {**sampling_params, "stop": stop, "max_tokens": max_tokens}
             with simple_timer("generate_sequences", metrics):
                 out = await self.server_manager.generate(
                     request_id=request_id, prompt_ids=context, sampling_params=params)
             return out.token_ids, out.log_probs
 
-        async def search(query: str):
+        async def execute(tool: Tool, text: str):
             with simple_timer("tool_calls", metrics):
-                return await retriever.search(query)
+                return await run_in_thread(tool, text)
 
-        result = await roll_out(prompt_ids, generate, search, self.tokenizer, self.limits,
-                                self.eos_ids)
+        result = await roll_out(prompt_ids, generate, tools, self.tokenizer, self.limits,
+                                self.eos_ids, execute)
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
             response_ids=result.response_ids,

@@ -9,7 +9,7 @@ written in one transaction the way the native engine writes its steps:
 
 * metrics: the method's figures (reward, acc, format, EM/SubEM/F1, penalty
   rates, search calls, masked fraction, ...) computed from the dumped
-  responses by the native engine's own `rollout_metrics`, then veRL's
+  responses by `studio.method.rollouts.rollout_metrics` (the native engine's), then veRL's
   training figures under the native names of `METRIC_NAMES`; validation
   figures `val-core/<set>/<var>/mean@n` become `val_<set>_<var>`;
 * rollouts: `engine.log_groups_per_step` groups, their segments rebuilt from
@@ -34,16 +34,12 @@ from studio.method import tags
 from studio.method.curriculum import Curriculum, PrematureWatch, premature_message
 from studio.method.grpo import group_advantages
 from studio.method.reward import score
+from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
 from studio.run_config import RunConfig
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
 from studio.tables import RunEvent, RunMetric
-from worker.engines.native.rollout import Rollout, Segment
-from worker.engines.native.trainer import (
-    rollout_metrics,
-    rollout_segments,
-)
 from worker.engines.verl.config import RunFiles
 from worker.engines.verl.reward import golden_answers
 
@@ -113,7 +109,7 @@ def protocol_segments(text: str, tokenizer) -> list[Segment]:
 
 
 def rebuild_rollout(output: str, tokenizer) -> Rollout:
-    """A native `Rollout` from a dumped response (tool calls: env blocks other than corrections)."""
+    """A `Rollout` from a dumped response (tool calls: env blocks other than corrections)."""
     segments = protocol_segments(output, tokenizer)
     calls = sum(1 for s in segments if s.source == "env" and s.text != _CORRECTIVE)
     stop = "answer" if tags.final_answer(output) is not None else "length"

@@ -1,12 +1,9 @@
 """The tag protocol, one rollout at a time, for veRL's agent loop (no veRL import here).
 
-method.md, "The tag protocol": the model generates until `</search>` or
-`</answer>`; after a search the environment appends the information block
-(the top-k passages from the studio's `/retrieve`, cut to `max_obs_tokens`);
-a turn that ends with neither gets the corrective message; after
-`max_turns` environment turns the model gets one last turn. The rules and
-stop reasons are the native engine's (`worker/engines/native/rollout.py`),
-so a veRL rollout and a native one differ only in who samples the tokens.
+`studio.method.protocol` decides every move (answer, call a tool, correct, stop) as it
+does for the native engine's batched loop, so a veRL rollout and a native one differ
+only in who samples the tokens. The search tool's backend here is the studio's
+`/retrieve` for the run's corpus (`Retriever`), run off the event loop.
 
 Model tokens are kept exactly as generated, with their log-probs; every
 environment token has mask 0 and log-prob 0.0. The response never exceeds
@@ -17,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -26,20 +24,25 @@ import httpx
 from pydantic import BaseModel
 
 from studio.ingest.corpus import split_contents
-from studio.method import tags
+from studio.method import protocol
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import derive_seed
+from studio.method.tools import Passages, Tool, run_tool
 from studio.run_config import RunConfig
-from worker.engines.native.rollout import information_block
 
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float] | None]]]
 """(context ids, max new tokens) -> (new token ids, their log-probs or None)."""
 
-Search = Callable[[str], Awaitable[list[tuple[str, str]]]]
-"""A query -> its passages as (title, text), best first."""
+RunTool = Callable[[Tool, str], Awaitable[object]]
+"""(tool, its input) -> the tool's result for it."""
 
-STOP_STRINGS = list(tags.STOP_STRINGS)
 RETRIEVE_ATTEMPTS = 3
+
+
+async def run_in_thread(tool: Tool, text: str) -> object:
+    """A tool's `execute` is blocking (a search, a sandbox): run it off the event loop."""
+    [result] = await asyncio.to_thread(run_tool, tool, [text])
+    return result
 
 
 class AgentSpec(BaseModel):
@@ -78,18 +81,18 @@ class RetrievalError(RuntimeError):
 
 
 class Retriever:
-    """The studio's Search-R1-compatible `POST /retrieve` for the run's corpus."""
+    """The studio's Search-R1-compatible `POST /retrieve` for the run's corpus, as a search
+    backend: queries -> per query its passages as (title, text)."""
 
     def __init__(self, url: str, token: str, top_k: int):
         self.url, self.top_k = url, top_k
         self.headers = {"Authorization": f"Bearer {token}"}
 
-    async def _post(self, client: httpx.AsyncClient, query: str) -> httpx.Response:
-        body = {"queries": [query], "topk": self.top_k, "return_scores": False}
+    def _post(self, client: httpx.Client, queries: list[str]) -> httpx.Response:
+        body = {"queries": queries, "topk": self.top_k, "return_scores": False}
         for attempt in range(RETRIEVE_ATTEMPTS):
             try:
-                response = await client.post(self.url, json=body, headers=self.headers,
-                                             timeout=60)
+                response = client.post(self.url, json=body, headers=self.headers, timeout=60)
             except httpx.TransportError as exc:
                 if attempt + 1 == RETRIEVE_ATTEMPTS:
                     raise RetrievalError(
@@ -98,38 +101,18 @@ class Retriever:
             else:
                 if response.status_code < 500 or attempt + 1 == RETRIEVE_ATTEMPTS:
                     return response
-            await asyncio.sleep(2 ** attempt)
+            time.sleep(2 ** attempt)
         raise AssertionError("unreachable")
 
-    async def search(self, query: str) -> list[tuple[str, str]]:
-        async with httpx.AsyncClient() as client:
-            response = await self._post(client, query)
+    def __call__(self, queries: list[str]) -> list[Passages]:
+        with httpx.Client() as client:
+            response = self._post(client, list(queries))
         if response.status_code != 200:
             raise RetrievalError(f"the studio's /retrieve at {self.url} answered "
                                  f"{response.status_code}: {response.text[:300]}")
-        passages = []
-        for doc in response.json()["result"][0]:
-            title, text = split_contents(doc["contents"])
-            passages.append((title or "", text))
-        return passages
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The run's budgets (RunConfig.grpo), in tokens and turns."""
-
-    max_turns: int
-    max_turn_tokens: int
-    max_response_tokens: int
-    max_obs_tokens: int
-    top_k: int
-
-    @classmethod
-    def of(cls, config: RunConfig, response_length: int | None = None) -> Limits:
-        g = config.grpo
-        return cls(g.max_turns, g.max_turn_tokens,
-                   min(g.max_response_tokens, response_length or g.max_response_tokens),
-                   g.max_obs_tokens, g.top_k)
+        return [[(title or "", text) for title, text in
+                 (split_contents(doc["contents"]) for doc in docs)]
+                for docs in response.json()["result"]]
 
 
 @dataclass
@@ -150,23 +133,9 @@ class ProtocolRollout:
         self.response_logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
 
 
-def _turn_end(text: str, ids: list[int], eos_ids: set[int]) -> str:
-    lowered = text.lower()
-    if f"</{tags.ANSWER}>" in lowered:
-        return "answer"
-    if f"</{tags.SEARCH_TOOL.call_tag}>" in lowered:
-        return "search"
-    if ids and ids[-1] in eos_ids:
-        return "eos"
-    return "budget"
-
-
-def _encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-async def roll_out(prompt_ids: list[int], generate: Generate, search: Search, tokenizer,
-                   limits: Limits, eos_ids: set[int]) -> ProtocolRollout:
+async def roll_out(prompt_ids: list[int], generate: Generate, tools: Sequence[Tool], tokenizer,
+                   limits: protocol.Limits, eos_ids: set[int],
+                   execute: RunTool = run_in_thread) -> ProtocolRollout:
     """Run one rollout of the protocol (see the module docstring)."""
     out = ProtocolRollout()
     while True:
@@ -179,31 +148,21 @@ async def roll_out(prompt_ids: list[int], generate: Generate, search: Search, to
         out.add(new_ids, 1, logprobs)
         out.model_turns += 1
         text = tokenizer.decode(new_ids)
-        end = _turn_end(text, new_ids, eos_ids)
-        last_turn = out.env_turns >= limits.max_turns
-        if end == "answer":
-            out.stop_reason = "answer"
-        elif len(out.response_ids) >= limits.max_response_tokens:
-            out.stop_reason = "length"
-        elif end == "search" and last_turn:
-            out.stop_reason = "max_turns"
-        elif last_turn:
-            out.stop_reason = {"eos": "eos", "budget": "length"}.get(end, "max_turns")
-        elif end == "search" and (queries := tags.search_queries(text)):
-            passages = (await search(queries[-1]))[: limits.top_k]
-            room = limits.max_response_tokens - len(out.response_ids) - 1
-            block = information_block(tokenizer, passages, min(limits.max_obs_tokens, room))
-            if block is not None:
-                out.add(block[1], 0)
-                out.env_turns += 1
-                out.tool_calls += 1
-                continue
-            out.stop_reason = "length"
+        end = protocol.turn_end(text, bool(new_ids) and new_ids[-1] in eos_ids, tools)
+        move = protocol.after_turn(text, end, response_tokens=len(out.response_ids),
+                                   env_turns=out.env_turns, limits=limits, tools=tools)
+        if move.action == "stop":
+            out.stop_reason = move.reason
+            return out
+        if move.action == "call":
+            result = await execute(move.tool, move.input)
+            fitted = protocol.fit_observation(tokenizer, move.tool, result,
+                                              len(out.response_ids), limits)
         else:
-            corrective = _encode(tokenizer, tags.corrective_message(tags.SEARCH_TOOL))
-            if len(out.response_ids) + len(corrective) < limits.max_response_tokens:
-                out.add(corrective, 0)
-                out.env_turns += 1
-                continue
+            fitted = protocol.correction(tokenizer, tools, len(out.response_ids), limits)
+        if fitted is None:
             out.stop_reason = "length"
-        return out
+            return out
+        out.add(fitted[1], 0)
+        out.env_turns += 1
+        out.tool_calls += int(move.action == "call")

@@ -1,0 +1,99 @@
+"""A rollout as both engines hand it over, and what the method reads from a batch of them.
+
+The native engine builds these while it generates; the veRL ingest rebuilds them from
+veRL's dumps. Either way the metrics, the stored segments and the loss mask come from
+the same definitions here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .reward import PENALTY_NAMES, RewardBreakdown
+from .tags import parse
+
+
+@dataclass
+class Segment:
+    """A stretch of the response written by one side."""
+
+    source: str  # "model" | "env"
+    token_ids: list[int]
+    text: str  # model: decode(token_ids); env: the exact text that was encoded
+
+
+@dataclass
+class Rollout:
+    """One response: its segments in order, why it stopped, and how many tool calls ran.
+
+    ``stop_reason`` (`studio.method.protocol.STOP_REASONS`):
+
+    * ``"answer"``: the model closed an answer (``</answer>``);
+    * ``"eos"``: the model ended its last allowed turn with EOS;
+    * ``"length"``: the response budget (``max_response_tokens``) ran out, or
+      the last allowed turn hit ``max_turn_tokens``;
+    * ``"max_turns"``: the model called a tool again in its last allowed
+      turn (the call was not executed).
+    """
+
+    prompt_ids: list[int]
+    segments: list[Segment]  # the response only, in order
+    stop_reason: str
+    num_tool_calls: int
+
+    @property
+    def response_ids(self) -> list[int]:
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def response_mask(self) -> list[int]:
+        """1 for each token the model sampled, 0 for each token the environment inserted."""
+        return [int(s.source == "model") for s in self.segments for _ in s.token_ids]
+
+    @property
+    def response_text(self) -> str:
+        return "".join(s.text for s in self.segments)
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values)) if values else 0.0
+
+
+def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> dict[str, float]:
+    """The method's per-step figures: reward, its parts, each penalty's rate, tool use."""
+    scores = [r.score for r in rewards]
+    searched = [r.num_tool_calls for r in rollouts]
+    model_tokens = [sum(r.response_mask) for r in rollouts]
+    response_tokens = [len(r.response_ids) for r in rollouts]
+    metrics = {
+        "reward_mean": _mean(scores), "reward_std": statistics.pstdev(scores) if scores else 0.0,
+        "reward_min": min(scores, default=0.0), "reward_max": max(scores, default=0.0),
+        "score": _mean(scores),
+        "acc": _mean([r.acc for r in rewards]), "format": _mean([r.format for r in rewards]),
+        "em": _mean([r.em for r in rewards]), "subem": _mean([r.subem for r in rewards]),
+        "f1": _mean([r.f1 for r in rewards]),
+        "search_calls": _mean(searched),
+        "valid_search_rate": _mean([1.0 if n > 0 else 0.0 for n in searched]),
+        "answer_rate": _mean([1.0 if r.answer else 0.0 for r in rewards]),
+        "response_length": _mean(response_tokens),
+        "model_tokens": _mean(model_tokens),
+        "masked_fraction": 1.0 - sum(model_tokens) / max(sum(response_tokens), 1),
+    }
+    for name in PENALTY_NAMES:
+        metrics[f"penalty_{name}"] = _mean([1.0 if name in r.penalties else 0.0 for r in rewards])
+    return metrics
+
+
+def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
+    """The stored form: per source segment its exact token count, and the tag parts to style."""
+    segments = []
+    if prefix:
+        segments.append({"source": "prompt", "text": prefix, "tokens": 0,
+                         "parts": [{"kind": p.kind, "text": p.text} for p in parse(prefix)]})
+    for seg in rollout.segments:
+        kind_parts = [{"kind": p.kind, "text": p.text} for p in parse(seg.text)] \
+            if seg.source == "model" else [{"kind": "information", "text": seg.text}]
+        segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
+                         "parts": kind_parts})
+    return segments

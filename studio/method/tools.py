@@ -1,0 +1,79 @@
+"""Tools the model calls with tags, registered by name: `search` first.
+
+A tool is a class with its tags (`spec`), a line the prompt can show (`description`),
+`execute` (a batch of inputs to one result each: the native engine runs a round's calls of
+a tool in one batch, the veRL agent loop one at a time) and `observation` (a result as the
+text the environment inserts, in the tool's result tag). Register it with `@register_tool`;
+both engines drive it through the protocol (`studio.method.protocol`) as they drive search.
+Executing is the backend's business (a BM25 index, the studio's /retrieve, a sandbox): a
+tool receives it when it is built, so this module does no I/O itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from .tags import SEARCH_TOOL, ToolSpec, format_information
+
+
+class Tool(ABC):
+    spec: ClassVar[ToolSpec]
+    description: ClassVar[str]
+
+    @abstractmethod
+    def execute(self, inputs: list[str]) -> list[object]:
+        """One result per input, in order."""
+
+    @abstractmethod
+    def observation(self, result: object) -> str:
+        """The whole environment text for a result: blank lines, the result tag around the
+        body, and nothing in the body that closes the tag early."""
+
+
+TOOLS: dict[str, type[Tool]] = {}
+
+
+def register_tool(cls: type[Tool]) -> type[Tool]:
+    """Class decorator: the tool becomes known by `cls.spec.name`."""
+    name = cls.spec.name
+    if TOOLS.get(name, cls) is not cls:
+        raise ValueError(f"tool '{name}' is registered already ({TOOLS[name].__qualname__})")
+    TOOLS[name] = cls
+    return cls
+
+
+Passages = list[tuple[str, str]]
+SearchBackend = Callable[[list[str]], list[Passages]]
+"""Queries -> for each query its passages as ``(title, text)``, best first."""
+
+
+@register_tool
+class SearchTool(Tool):
+    """method.md's tool: a query in `<search>`, the top-k passages in `<information>`."""
+
+    spec = SEARCH_TOOL
+    description = "search the documents: <search> a query </search>"
+
+    def __init__(self, backend: SearchBackend, top_k: int):
+        self.backend, self.top_k = backend, top_k
+
+    def execute(self, inputs: list[str]) -> list[object]:
+        return [list(passages)[: self.top_k] for passages in self.backend(list(inputs))]
+
+    def observation(self, result: object) -> str:
+        return format_information(result, self.spec)
+
+
+def specs(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
+    return tuple(t.spec for t in tools)
+
+
+def run_tool(tool: Tool, inputs: list[str]) -> list[object]:
+    """`tool.execute(inputs)`, checked to give one result per input."""
+    results = list(tool.execute(list(inputs)))
+    if len(results) != len(inputs):
+        raise ValueError(f"{tool.spec.name} returned {len(results)} result lists for "
+                         f"{len(inputs)} inputs")
+    return results

@@ -1,0 +1,87 @@
+"""veRL's per-sample agent loop (`roll_out`) and the native batched loop drive one protocol:
+for the same model turns they give the same response, token for token, mask for mask, with
+search and a test-only tool registered beside it. No veRL import: `roll_out` needs none."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from transformers import AutoTokenizer
+
+from studio.method.protocol import Limits
+from studio.method.tools import SearchTool
+from studio.retrieval import build_index
+from tests.support.reverse_tool import ReverseTool
+from tests.support.scripted_rollouts import (
+    CORPUS,
+    EOS,
+    RecordingSearch,
+    prompt_ids,
+    run_scripted,
+    scripted_turns,
+)
+from tests.support.tiny_model import build_tiny_model
+from worker.engines.native.rollout import RolloutConfig
+from worker.engines.verl.protocol import roll_out
+
+SCRIPTS = {
+    "Reverse, search, answer?": ["<reverse> lamp </reverse>", "<search> Ida Varn </search>",
+                                 "<answer> Serrick </answer>"],
+    "Ramble first?": ["I am not sure yet", "<search> grey salt </search>",
+                      "<answer> salt </answer>"],
+    "Stop at eos?": ["just words" + EOS, "still words" + EOS, "more" + EOS],
+    "Keep calling?": ["<reverse> a </reverse>", "<search> Serrick </search>",
+                      "<reverse> b </reverse>"],
+    "Answer at once?": ["<answer> now </answer>"],
+}
+LIMITS = {"max_turns": 2, "max_turn_tokens": 24, "max_response_tokens": 400,
+          "max_obs_tokens": 60}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path_factory.mktemp("tiny"))))
+
+
+@pytest.mark.parametrize("question", list(SCRIPTS))
+def test_verl_and_native_rollouts_are_the_same(tokenizer, question):
+    index = build_index(CORPUS)
+    native_search, verl_search = RecordingSearch(index), RecordingSearch(index)
+    native_reverse, verl_reverse = ReverseTool(), ReverseTool()
+    [native] = run_scripted(tokenizer, {question: SCRIPTS[question]},
+                            [SearchTool(native_search, 3), native_reverse],
+                            RolloutConfig(**LIMITS))
+    generate = scripted_turns(tokenizer, SCRIPTS[question])
+    verl = asyncio.run(roll_out(prompt_ids(tokenizer, question), generate,
+                                [SearchTool(verl_search, 3), verl_reverse], tokenizer,
+                                Limits(**LIMITS), {tokenizer.eos_token_id}))
+
+    assert verl.response_ids == native.response_ids
+    assert verl.response_mask == native.response_mask
+    assert (verl.stop_reason, verl.tool_calls) == (native.stop_reason, native.num_tool_calls)
+    assert verl.model_turns == sum(s.source == "model" for s in native.segments)
+    assert verl_search.calls == native_search.calls
+    assert verl_reverse.calls == native_reverse.calls
+    assert verl.response_logprobs == [-0.5 if m else 0.0 for m in verl.response_mask]
+    assert len(generate.contexts) == verl.model_turns
+
+
+def test_the_scripts_cover_every_move(tokenizer):
+    """What the comparison above exercises: each stop reason the scripts reach, both tools,
+    the correction and the observation cut to max_obs_tokens."""
+    index = build_index(CORPUS)
+    search, reverse = RecordingSearch(index), ReverseTool()
+    rollouts = run_scripted(tokenizer, SCRIPTS, [SearchTool(search, 3), reverse],
+                            RolloutConfig(**LIMITS))
+    by_question = dict(zip(SCRIPTS, rollouts, strict=True))
+    assert {q: r.stop_reason for q, r in by_question.items()} == {
+        "Reverse, search, answer?": "answer", "Ramble first?": "answer", "Stop at eos?": "eos",
+        "Keep calling?": "max_turns", "Answer at once?": "answer"}
+    assert reverse.calls == [["lamp", "a"]]  # the last turn's call is not run
+    ramble = by_question["Ramble first?"].segments[1].text
+    assert "neither a tool call nor an answer" in ramble
+    observation = by_question["Reverse, search, answer?"].segments[3]
+    whole = tokenizer(search.expected("Ida Varn", 3), add_special_tokens=False)["input_ids"]
+    assert len(observation.token_ids) <= LIMITS["max_obs_tokens"] < len(whole)
+    assert observation.text.endswith("</information>\n\n")
