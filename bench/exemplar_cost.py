@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     from studio.method.grpo import group_advantages
     from studio.method.reward import score
     from studio.run_config import PromptSpec
-    from studio.services.prompt_preview import run_prompt_ids
     from worker.engines.native import grpo as G
     from worker.engines.native.rollout import RolloutConfig, _generate
 
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     config = G.GrpoConfig(kl_coef=0.001, micro_batch_size=args.micro_batch)
     rows = load_rows(args.batch)
     spec = PromptSpec(layout="chat", assistant_prefix="<think>")
-    prompts = {k: [run_prompt_ids(tok, spec, r["question"], exemplars, k) for r in rows]
+    prompts = {k: [spec.build(r["question"], exemplars, k).token_ids(tok) for r in rows]
                for k in {k for _, k, _ in ARMS}}
     rollout_config = RolloutConfig(max_turns=0, max_turn_tokens=args.new_tokens,
                                    max_response_tokens=args.new_tokens, temperature=1.0)

@@ -54,7 +54,6 @@ from studio.base_models import load_causal_lm, load_tokenizer  # noqa: E402
 from studio.method.exemplars import parse_jsonl  # noqa: E402
 from studio.method.prompt import build_prompt  # noqa: E402
 from studio.retrieval import Passage, build_index  # noqa: E402
-from studio.services.prompt_preview import render_prompt  # noqa: E402
 from worker.engines.native.rollout import RolloutConfig, _generate  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "hotpotqa-train100"
@@ -70,9 +69,7 @@ def build_prompts(tokenizer, kind: str, batch: int, group: int, offset: int) -> 
         q = questions[(offset + i) % len(questions)]
         k = {"short": 0, "exemplar": 1 + i % len(exemplars), "exemplar3": len(exemplars)}[kind]
         p = build_prompt(q, exemplars, k, layout="chat", assistant_prefix="<think>")
-        ids = tokenizer(render_prompt(tokenizer, p.messages, p.assistant_prefix),
-                        add_special_tokens=False)["input_ids"]
-        out += [ids] * group
+        out += [p.token_ids(tokenizer)] * group
     return out
 
 

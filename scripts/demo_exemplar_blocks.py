@@ -2,7 +2,7 @@
 
 Each block after a ``<search> query </search>`` of studio/demo/exemplars.jsonl
 must be exactly what the studio's retriever returns for that query on
-studio/demo/corpus.jsonl: the top 3 passages of BM25 (tests/test_demo_pack.py
+studio/demo/corpus.jsonl: the top 3 passages of BM25 (tests/services/test_demo_pack.py
 checks it). Run this after editing the corpus; it rewrites the blocks in
 place, leaves the rest of each trace alone, and prints the queries whose
 block changed, so that you can check the <think> text that follows still

@@ -283,19 +283,27 @@ def _step_line(run: dict, row: dict) -> str:
 
 
 def _follow(settings: Settings, run_id: int, since_step: int = 0) -> dict:
-    """Print state changes and one line per new step until the run stops; return it."""
-    from studio.services.runs import ACTIVE_STATES, get_run, run_metrics
+    """Print state changes, one line per new step and the run's new events (stage changes,
+    warnings) until the run stops; return it."""
+    from studio.services.run_progress import run_progress
 
-    shown_state = None
+    shown_state, shown_events = None, None
     while True:
-        run = get_run(settings, run_id)
-        for row in run_metrics(settings, run_id, since_step):  # all of them once it stopped
+        progress = run_progress(settings, run_id, since_step)
+        run = progress.run
+        for row in progress.rows:  # all of them once it stopped
             typer.echo(_step_line(run, row))
-            since_step = row["step"] + 1
+        if shown_events is None:  # events from before the follow began are history
+            shown_events = {e["id"] for e in progress.events}
+        for event in progress.events:
+            if event["id"] not in shown_events:
+                typer.echo(f"step {event['step'] + 1}: {event['kind']}: {event['message']}")
+                shown_events.add(event["id"])
+        since_step = progress.next_step(since_step)
         if run["state"] != shown_state:
             typer.echo(_state_line(run))
             shown_state = run["state"]
-        if run["state"] not in ACTIVE_STATES:
+        if progress.final:
             return run
         time.sleep(POLL_SECONDS)
 

@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
@@ -89,22 +90,43 @@ class PromptSpec(_Strict):
 
 class GrpoSpec(_Strict):
     steps: int | None = Field(default=None, gt=0, description="Default: the curriculum's length")
-    batch_size: int = Field(default=8, gt=0, description="Questions per step")
-    group_size: int = Field(default=4, gt=0, description="Responses per question")
-    lr: float = Field(default=1.0e-6, gt=0)
+    batch_size: int = Field(default=8, gt=0, title="Questions per step",
+                            description="How many training questions each step answers; more "
+                            "is steadier but slower.")
+    group_size: int = Field(default=4, gt=0, title="Answers per question",
+                            description="Answers sampled for each question and compared with "
+                            "each other (GRPO); the paper uses 4.")
+    lr: float = Field(default=1.0e-6, gt=0, title="Learning rate",
+                      description="How big each update is; 1e-6 in the paper (1e-4 with LoRA: "
+                      "ticking it switches an untouched 1e-6 to 1e-4). Larger learns faster "
+                      "but can break the model.")
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0)
-    kl_coef: float = Field(default=0.001, ge=0)
-    clip: float = Field(default=0.2, gt=0)
+    kl_coef: float = Field(default=0.001, ge=0, title="Stay-close penalty (KL)",
+                           description="Keeps the model near where it started; 0.001 in the "
+                           "paper.")
+    clip: float = Field(default=0.2, gt=0, title="Clip range",
+                        description="Limits how far one update moves the model (PPO clipping); "
+                        "0.2 is the usual value.")
     entropy_coef: float = Field(default=0.0, ge=0)
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0, title="Sampling temperature",
+                               description="Randomness of answers while training; 1.0 lets the "
+                               "model try different ways.")
     top_p: float = Field(default=1.0, gt=0, le=1)
-    max_turns: int = Field(default=6, ge=0)
-    top_k: int = Field(default=3, gt=0, le=50)
+    max_turns: int = Field(default=6, ge=0, title="Searches per answer, at most",
+                           description="The most times one answer may call the search tool.")
+    top_k: int = Field(default=3, gt=0, le=50, title="Passages per search",
+                       description="How many passages each search returns.")
     max_turn_tokens: int = Field(default=256, gt=0)
-    max_response_tokens: int = Field(default=512, gt=0)
-    max_obs_tokens: int = Field(default=500, gt=0)
-    max_prompt_tokens: int = Field(default=5000, gt=0)
+    max_response_tokens: int = Field(default=512, gt=0, title="Answer length, at most (tokens)",
+                                     description="Longer answers are cut; the searches' "
+                                     "results count towards it.")
+    max_obs_tokens: int = Field(default=500, gt=0, title="Search result length, at most (tokens)",
+                                description="Longer search results are cut before the model "
+                                "reads them.")
+    max_prompt_tokens: int = Field(default=5000, gt=0, title="Prompt length, at most (tokens)",
+                                   description="The prompt with its exemplars must fit: see the "
+                                   "estimate below.")
     micro_batch_size: int = Field(default=4, gt=0)
     mini_batch_size: int | None = Field(default=None, gt=0)
     max_grad_norm: float = Field(default=1.0, gt=0)
@@ -121,12 +143,17 @@ class GrpoSpec(_Strict):
 
 
 class RewardSpec(_Strict):
-    acc_weight: float = 0.8
-    format_weight: float = 0.2
+    acc_weight: float = Field(default=0.8, title="Reward for a right answer",
+                              description="Share of the reward for matching the gold answer "
+                              "(0.8).")
+    format_weight: float = Field(default=0.2, title="Reward for good form",
+                                 description="Share of the reward for using the tags correctly "
+                                 "(0.2).")
 
 
 class EngineSpec(_Strict):
-    checkpoint_every: int = Field(default=50, gt=0, description="Steps between checkpoints")
+    checkpoint_every: int = Field(default=50, gt=0, title="Save a checkpoint every (steps)",
+                                  description="A stopped run resumes from its last checkpoint.")
     log_groups_per_step: int = Field(default=1, ge=0, description="Rollout groups kept per step")
     premature_drop: float = Field(
         default=0.5, gt=0, lt=1,
@@ -204,8 +231,9 @@ class MirrorSpec(_Strict):
     """Copies of the metrics outside the studio (the studio's own tables always get them)."""
 
     tensorboard: bool = Field(
-        default=False, description="Also write the metrics as TensorBoard event files in the "
-        "run's folder (runs/<id>/tensorboard); the worker needs the tensorboard package")
+        default=False, title="Also write TensorBoard logs",
+        description="Copies every step's metrics to the run's folder (runs/<id>/tensorboard) "
+        "for `tensorboard --logdir`; the worker needs the tensorboard package.")
 
 
 class VerlSpec(_Strict):
@@ -250,7 +278,8 @@ class RunConfig(_Strict):
     mirror: MirrorSpec = Field(default_factory=MirrorSpec)
     lora: LoraSpec | None = Field(default=None, description="LoRA adapters; none: full "
                                   "fine-tuning")
-    seed: int = 0
+    seed: int = Field(default=0, title="Seed",
+                      description="The same seed, data and settings give the same run.")
 
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:
@@ -336,3 +365,13 @@ def parse_run_config(data: dict | str) -> RunConfig:
             message = str(cause) if isinstance(cause, ValueError) else err["msg"]
             lines.append(f"{path}: {message}")
         raise RunConfigError("; ".join(lines)) from None
+
+
+def config_field(path: str) -> FieldInfo:
+    """The field at a dotted path of the run config ("grpo.lr"): its title (a form's label),
+    description (its help), default and bounds."""
+    model: type[BaseModel] = RunConfig
+    *parents, last = path.split(".")
+    for key in parents:
+        model = model.model_fields[key].annotation
+    return model.model_fields[last]

@@ -143,16 +143,6 @@ class Exemplar(SQLModel, table=True):
     findings: list | None = _json()  # validation results, re-computed on each save
 
 
-class CurriculumRecord(SQLModel, table=True):
-    """A named curriculum; `spec` is `studio.method.curriculum.Curriculum.to_dict()`."""
-
-    __tablename__ = "curricula"
-    id: int | None = Field(default=None, primary_key=True)
-    name: str = Field(index=True, unique=True, max_length=128)
-    spec: dict | None = _json()
-    created_at: datetime = Field(default_factory=utcnow)
-
-
 # --- training runs ----------------------------------------------------------------
 
 

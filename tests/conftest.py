@@ -85,3 +85,18 @@ def models_dir(tmp_path_factory) -> Path:
     data_dir = tmp_path_factory.mktemp("converted-models")
     resolve_model(DEFAULT_MODEL, data_dir)
     return data_dir
+
+
+@pytest.fixture
+def api(settings):
+    """The admin's API client of a fresh studio (`tests/support/api_client.Api`)."""
+    from fastapi.testclient import TestClient
+
+    from frontend.server import create_app
+    from studio.services import auth
+    from tests.support.api_client import Api
+
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        token = auth.bootstrap_admin(session).token
+    with TestClient(create_app(settings)) as client:
+        yield Api(settings, client, token)

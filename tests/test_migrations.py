@@ -17,7 +17,7 @@ from studio.tables import Run, RunEvent, RunMetric
 
 DOMAIN_TABLES = {
     "users", "api_tokens", "corpora", "qa_sets", "qa_items", "exemplar_sets", "exemplars",
-    "curricula", "runs", "run_metrics", "run_events", "rollouts", "evaluations", "exports",
+    "runs", "run_metrics", "run_events", "rollouts", "evaluations", "exports",
     "worker_heartbeats", "device_calibrations",
 }
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
-from contextlib import nullcontext
 
 from studio.devices import queue_device
 from studio.services import calibrations
 from studio.settings import Settings
-from worker.training_process import gpu_slots
+from worker.child_process import child_env, devices_for
 
 log = logging.getLogger(__name__)
 TIMEOUT_SECONDS = 900  # ~45 s for the default model on a CPU; a 7B model on a CPU is too slow
@@ -28,11 +26,8 @@ def _measure(settings: Settings, calibration: dict) -> dict:
     """The measuring process's figures; RuntimeError with the end of its output if it fails."""
     device = calibration["device"]
     on_gpu = device["kind"] == "cuda"
-    with gpu_slots().take(1) if on_gpu else nullcontext([]) as gpus:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-               "STUDIO_DATA_DIR": str(settings.resolved_data_dir)}
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    with devices_for(on_gpu) as gpus:
+        env = child_env(settings, gpus)
         command = [sys.executable, "-m", "worker.engines.native.calibrate", calibration["model"],
                    "--dtype", calibration["dtype"], "--threads", str(calibration["threads"]),
                    "--device", "cuda" if on_gpu else "cpu"]

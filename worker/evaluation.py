@@ -1,23 +1,42 @@
-"""The evaluation task's body: load the model and the tool, evaluate, store the figures."""
+"""Evaluations as jobs: the Celery task claims one, spawns its process, watches it, records.
+
+`run_evaluation_job` is the task's body: the evaluation's process (`python -m
+worker.evaluation ID --parent-pid PID`) runs in its own process group with a GPU of the
+worker's on queue gpu (`worker.child_process`), so an evaluation never lands on a GPU a
+training run holds; a cancel stops the group within a second. `run_evaluation` is the
+process's body (also called in-process by tests): load the model and the tool,
+evaluate, store the figures.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import subprocess
+import sys
+import traceback
 
 import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
-from studio.services import corpora, qa_sets, runs
+from studio.method.evaluation import EvalConfig
+from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.evaluations import (
+    evaluation_log_path,
     evaluation_records_path,
     get_evaluation,
     update_evaluation,
 )
-from studio.settings import Settings
+from studio.settings import Settings, get_settings
 from studio.tables import RunState
-from worker.engines.native.evaluate import EvalConfig, evaluate
+from worker.child_process import child_env, devices_for, log_tail, watch
+from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import search_fn
 from worker.lora import load_checkpoint
+from worker.parent_watch import watch_parent
+
+POLL_SECONDS = 1.0
 
 
 def _load_model(settings: Settings, evaluation: dict):
@@ -33,6 +52,8 @@ def _load_model(settings: Settings, evaluation: dict):
 
 
 def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
+    """Evaluate here and record the outcome; on queue gpu the model goes to the GPU this
+    process was given."""
     evaluation = get_evaluation(settings, evaluation_id)
     update_evaluation(settings, evaluation_id, state=RunState.running)
     try:
@@ -41,7 +62,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         index = corpora.open_index(settings, params["corpus_id"])
         config = EvalConfig(**params.get("protocol", {}))
         model, tokenizer = _load_model(settings, evaluation)
-        if torch.cuda.is_available():
+        if params.get("queue") == "gpu" and torch.cuda.is_available():
             model = model.to("cuda")
         result = evaluate(model, tokenizer, rows, search_fn(index, config.top_k), config,
                           on_progress=lambda done, total: update_evaluation(
@@ -56,3 +77,49 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     update_evaluation(settings, evaluation_id, state=RunState.succeeded,
                       metrics=result["metrics"])
     return get_evaluation(settings, evaluation_id)
+
+
+def run_evaluation_job(settings: Settings, evaluation_id: int) -> dict:
+    """The task's body: claim, spawn the evaluation's process, stop it on a cancel; a process
+    that ends without recording an outcome leaves the evaluation failed with its log's tail."""
+    evaluation = evaluations.claim_evaluation(settings, evaluation_id)
+    if evaluation is None:
+        return get_evaluation(settings, evaluation_id)
+    log_path = evaluation_log_path(settings, evaluation_id)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with devices_for(evaluation["params"].get("queue") == "gpu") as gpus, \
+            open(log_path, "ab") as out:
+        out.write(f"--- evaluation {evaluation_id}, GPU {','.join(gpus) or 'none'} ---\n".encode())
+        out.flush()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.evaluation", str(evaluation_id),
+             "--parent-pid", str(os.getpid())],
+            stdout=out, stderr=subprocess.STDOUT, env=child_env(settings, gpus),
+            start_new_session=True)
+        code = watch(process, lambda _pid: evaluations.is_running(settings, evaluation_id),
+                     POLL_SECONDS)
+    update_evaluation(settings, evaluation_id, state=RunState.failed,
+                      error=f"the evaluation process exited with code {code} without "
+                            f"recording an outcome:\n{log_tail(log_path)}")
+    return get_evaluation(settings, evaluation_id)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="worker.evaluation")
+    parser.add_argument("evaluation_id", type=int)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    settings = get_settings()
+    watch_parent(args.parent_pid, lambda: update_evaluation(
+        settings, args.evaluation_id, state=RunState.failed,
+        error=f"its worker (pid {args.parent_pid}) died while it evaluated"))
+    try:
+        run_evaluation(settings, args.evaluation_id)
+    except Exception:
+        traceback.print_exc()  # into the log; the evaluation holds the reason
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -38,7 +38,7 @@ METRIC_WORDS = {
     "valid_search_rate": "share of searches that were well formed",
     "search_calls": "searches per answer",
     "acc": "accuracy (answers that match)",
-    "score": "total reward",
+    "reward_mean": "total reward",
 }
 RULE_KEYS = ("metric", "direction", "threshold", "window", "min_steps", "max_steps")
 MAX_EXEMPLARS = 8

@@ -83,7 +83,10 @@ def build(settings: Settings) -> None:
                                     minimum=1, elem_id="evaluate-turn-tokens")
             max_turns = gr.Number(label="Tool calls at most", value=6, precision=0, minimum=0,
                                   elem_id="evaluate-max-turns")
-    start = gr.Button("Evaluate base and trained", variant="primary", elem_id="evaluate-start")
+    with gr.Row():
+        start = gr.Button("Evaluate base and trained", variant="primary",
+                          elem_id="evaluate-start")
+        stop = gr.Button("Cancel running evaluations", variant="stop", elem_id="evaluate-stop")
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
     shown = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
@@ -128,6 +131,17 @@ def build(settings: Settings) -> None:
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
                                 max_turns], outputs=[message, table, shown])
+
+    @toast_user_errors
+    def cancel(run_id, model):
+        if run_id is None:
+            raise InvalidInput("Choose a run first.")
+        count = evaluations.cancel_base_vs_trained(settings, int(run_id), model or None)
+        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
+        return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
+                else "No evaluation of this run is queued or running."), rows, rows
+
+    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, shown])
 
     def refresh_table(run_id, model, previous):
         if run_id is None:

@@ -27,7 +27,14 @@ from frontend.components import (
 from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show
 from studio.base_models import DEFAULT_MODEL
-from studio.run_config import GrpoSpec, LoraSpec, RunConfig, RunConfigError, parse_run_config
+from studio.run_config import (
+    GrpoSpec,
+    LoraSpec,
+    RunConfig,
+    RunConfigError,
+    config_field,
+    parse_run_config,
+)
 from studio.services import auth, corpora, exemplar_sets, presets, qa_sets, run_validation, runs
 from studio.services.errors import UserError
 from studio.settings import Settings
@@ -75,39 +82,14 @@ class Setting:
     explain: str
 
 
-SETTINGS = [
-    Setting("grpo.batch_size", "Questions per step", "How many training questions each step "
-            "answers; more is steadier but slower."),
-    Setting("grpo.group_size", "Answers per question", "Answers sampled for each question and "
-            "compared with each other (GRPO); the paper uses 4."),
-    Setting("grpo.lr", "Learning rate", "How big each update is; 1e-6 in the paper (1e-4 with "
-            "LoRA: ticking it switches an untouched 1e-6 to 1e-4). Larger learns faster but can "
-            "break the model."),
-    Setting("grpo.kl_coef", "Stay-close penalty (KL)", "Keeps the model near where it "
-            "started; 0.001 in the paper."),
-    Setting("grpo.clip", "Clip range", "Limits how far one update moves the model (PPO "
-            "clipping); 0.2 is the usual value."),
-    Setting("grpo.temperature", "Sampling temperature", "Randomness of answers while "
-            "training; 1.0 lets the model try different ways."),
-    Setting("grpo.max_turns", "Searches per answer, at most", "The most times one answer may "
-            "call the search tool."),
-    Setting("grpo.top_k", "Passages per search", "How many passages each search returns."),
-    Setting("grpo.max_response_tokens", "Answer length, at most (tokens)", "Longer answers are "
-            "cut; the searches' results count towards it."),
-    Setting("grpo.max_obs_tokens", "Search result length, at most (tokens)", "Longer search "
-            "results are cut before the model reads them."),
-    Setting("grpo.max_prompt_tokens", "Prompt length, at most (tokens)", "The prompt with its "
-            "exemplars must fit: see the estimate below."),
-    Setting("reward.acc_weight", "Reward for a right answer", "Share of the reward for "
-            "matching the gold answer (0.8)."),
-    Setting("reward.format_weight", "Reward for good form", "Share of the reward for using "
-            "the tags correctly (0.2)."),
-    Setting("engine.checkpoint_every", "Save a checkpoint every (steps)", "A stopped run "
-            "resumes from its last checkpoint."),
-    Setting("seed", "Seed", "The same seed, data and settings give the same run."),
-    Setting("mirror.tensorboard", "Also write TensorBoard logs", "Copies every step's metrics "
-            "to the run's folder (runs/<id>/tensorboard) for `tensorboard --logdir`."),
-]
+FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef", "grpo.clip",
+                 "grpo.temperature", "grpo.max_turns", "grpo.top_k", "grpo.max_response_tokens",
+                 "grpo.max_obs_tokens", "grpo.max_prompt_tokens", "reward.acc_weight",
+                 "reward.format_weight", "engine.checkpoint_every", "seed",
+                 "mirror.tensorboard")
+"""The config keys the form shows; their labels and help are the fields' own (run_config)."""
+SETTINGS = [Setting(path, config_field(path).title, config_field(path).description)
+            for path in FORM_SETTINGS]
 
 
 def default_config() -> dict:

@@ -25,7 +25,7 @@ from frontend.rollout_view import (
 from frontend.run_picker import run_choices, run_label, tick_while_shown
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
-from studio.services.runs import FINAL_STATES
+from studio.services.run_progress import run_progress
 from studio.settings import Settings
 
 TITLE = "Live run"
@@ -187,10 +187,8 @@ def build(settings: Settings) -> None:
         if run_id is None:
             return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False),
                     gr.DownloadButton(visible=False))
-        run = runs.get_run(settings, int(run_id))
-        rows = runs.run_metrics(settings, run["id"])
-        events = runs.run_events(settings, run["id"])
-        final = run["state"] in FINAL_STATES
+        progress = run_progress(settings, int(run_id))
+        run, rows, events, final = progress.run, progress.rows, progress.events, progress.final
         return ({"run_id": run["id"], "rows": rows, "events": events, "final": final},
                 status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
                 filter_rollouts(settings, run["id"], *filter_values),
@@ -228,11 +226,9 @@ def build(settings: Settings) -> None:
         """Only the steps after the last one held are fetched; nothing new redraws nothing."""
         if not current:
             return [gr.skip()] * 5 + [gr.Timer(active=False)]
-        run = runs.get_run(settings, current["run_id"])
         next_step = current["rows"][-1]["step"] + 1 if current["rows"] else 0
-        new_rows = runs.run_metrics(settings, run["id"], since_step=next_step)
-        events = runs.run_events(settings, run["id"])
-        final = run["state"] in FINAL_STATES
+        progress = run_progress(settings, current["run_id"], next_step)
+        run, new_rows, events, final = progress.run, progress.rows, progress.events, progress.final
         keep_going = gr.Timer(active=not final)
         if not new_rows and len(events) == len(current["events"]):
             if final == current["final"]:

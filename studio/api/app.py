@@ -10,6 +10,7 @@ from studio.api.deps import current_user
 from studio.api.routes import (
     calibrations,
     corpora,
+    curricula,
     demo,
     exemplar_sets,
     exports,
@@ -32,8 +33,8 @@ def create_api(settings: Settings) -> FastAPI:
     app.include_router(system.public)
     protected = [Depends(current_user)]
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
-    for module in (system, corpora, qa_sets, exemplar_sets, demo, run_history, run_streams, runs,
-                   exports, calibrations):
+    for module in (system, corpora, qa_sets, exemplar_sets, demo, curricula, run_history,
+                   run_streams, runs, exports, calibrations):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

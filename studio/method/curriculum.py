@@ -26,8 +26,12 @@ PRESETS: dict[str, tuple[int, ...]] = {
 }
 """method.md, "The curriculum": 3 -> 2 -> 0 worked best; "0" is exemplar-free (Search-R1-like)."""
 
-ADAPTIVE_METRICS: tuple[str, ...] = ("format", "valid_search_rate", "search_calls", "acc", "score")
+ADAPTIVE_METRICS: tuple[str, ...] = ("format", "valid_search_rate", "search_calls", "acc",
+                                     "reward_mean")
 """Per-step metrics (batch means) an adaptive rule may watch, named as the engine logs them."""
+
+RENAMED_METRICS = {"score": "reward_mean"}
+"""Names a stored rule may still use -> the metric's name now (one name per figure)."""
 
 Direction = Literal["at_least", "at_most"]
 
@@ -67,6 +71,9 @@ class AdaptiveRule:
     min_steps: int = 20
     max_steps: int = 200
     direction: Direction = "at_least"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric", RENAMED_METRICS.get(self.metric, self.metric))
 
     def errors(self, path: str = "adaptive") -> list[str]:
         errs: list[str] = []

@@ -47,6 +47,9 @@ DEFAULT_INSTRUCTION = (
 EVAL_PREFIXES: tuple[str, ...] = ("", "<think>")
 
 
+LONGEST_QUESTIONS = 5  # the questions a prompt-length check renders whole
+
+
 def check_eval_prefix(prefix: str | None) -> str:
     """The evaluation's assistant prefix ('' for None), or ValueError naming what is allowed."""
     prefix = prefix or ""
@@ -166,6 +169,22 @@ class Prompt:
         """What the reward and the parser must see: the pre-filled prefix plus the generation."""
         return self.assistant_prefix + generated
 
+    def text(self, tokenizer) -> str:
+        """The exact text generation starts from: the tokenizer's chat template over the
+        messages (plain blocks where it has none), then the assistant prefix."""
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(self.messages, tokenize=False,
+                                                 add_generation_prompt=True)
+        else:
+            text = "".join(f"{m['content']}\n\n" for m in self.messages)
+        return text + self.assistant_prefix
+
+    def token_ids(self, tokenizer) -> list[int]:
+        """What the model reads: `text` encoded, no special tokens added. Every prompt the
+        studio feeds or counts (launch check, trainer, evaluation, veRL data and agent
+        loop, the exemplar preview) is this."""
+        return list(tokenizer(self.text(tokenizer), add_special_tokens=False)["input_ids"])
+
 
 def build_prompt(
     question: str,
@@ -222,6 +241,26 @@ def build_prompt(
             messages.append({"role": "assistant", "content": e.solution.strip()})
         messages.append({"role": "user", "content": asked})
     return Prompt(messages, assistant_prefix or "", indices)
+
+
+def longest_prompt_inputs(tokenizer, questions: Sequence[str], exemplars: Sequence[Exemplar],
+                          sampled: bool, n: int = LONGEST_QUESTIONS
+                          ) -> tuple[list[int], list[Exemplar]]:
+    """Where a stage's longest prompt is: the indices of the `n` questions with the most
+    tokens (the longest in characters are not always those), and the exemplars in the order
+    whose first k are longest (the set's order when the first k are shown; most tokens first
+    when any k may be sampled). Launch validation and the veRL data set measure these."""
+    def tokens(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] \
+            if texts else []
+
+    lengths = tokens(list(questions))
+    longest = sorted(range(len(questions)), key=lambda i: -lengths[i])[:n]
+    shown = [Exemplar.coerce(e) for e in exemplars]
+    if sampled:
+        sizes = tokens([e.question + e.solution for e in shown])
+        shown = [e for _, e in sorted(zip(sizes, shown, strict=True), key=lambda p: -p[0])]
+    return longest, shown
 
 
 def build_messages(

@@ -69,7 +69,6 @@ def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> 
     metrics = {
         "reward_mean": _mean(scores), "reward_std": statistics.pstdev(scores) if scores else 0.0,
         "reward_min": min(scores, default=0.0), "reward_max": max(scores, default=0.0),
-        "score": _mean(scores),
         "acc": _mean([r.acc for r in rewards]), "format": _mean([r.format for r in rewards]),
         "em": _mean([r.em for r in rewards]), "subem": _mean([r.subem for r in rewards]),
         "f1": _mean([r.f1 for r in rewards]),

@@ -1,4 +1,10 @@
-"""Zero-shot evaluations of a base model or a run's checkpoint on a QA set (a worker task)."""
+"""Zero-shot evaluations of a base model or a run's checkpoint on a QA set.
+
+An evaluation is a job like a training run: queued, claimed by a worker whose task spawns
+it in a process of its own (one GPU of the worker's on queue gpu), running, then
+succeeded, failed or cancelled. A cancel is a state: the worker sees it within a second
+and stops the process; what the process writes after that is ignored.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,18 @@ from pathlib import Path
 from sqlmodel import select
 
 from studio.db import session_scope
+from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.queue import QUEUES, enqueue
 from studio.run_config import RunConfig
-from studio.services.errors import InvalidInput, NotFound
+from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.records import by_name_or_404, get_or_404
 from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, Evaluation, QASet, Run, RunState, utcnow
 
 EVAL_TASK = "worker.evaluate"
-PROTOCOL_KEYS = ("temperature", "max_turn_tokens", "max_turns", "top_k", "max_response_tokens",
-                 "max_obs_tokens", "batch_size", "layout", "assistant_prefix", "instruction",
-                 "seed")
+ACTIVE = (RunState.queued, RunState.running)
 
 
 def run_protocol(config: RunConfig) -> dict:
@@ -39,6 +44,11 @@ def run_protocol(config: RunConfig) -> dict:
 def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
     """One JSON line per question of an evaluation (prediction, scores, tool use)."""
     return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
+
+
+def evaluation_log_path(settings: Settings, evaluation_id: int) -> Path:
+    """The evaluation process's output."""
+    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.log"
 
 
 def _view(evaluation: Evaluation) -> dict:
@@ -106,7 +116,7 @@ def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
         evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa.id,
                                 params={"corpus": found.name, "corpus_id": found.id,
                                         "limit": limit, "protocol": protocol or {}, "done": 0,
-                                        "total": total})
+                                        "total": total, "queue": queue})
         session.add(evaluation)
         session.flush()
         evaluation_id = evaluation.id
@@ -128,15 +138,48 @@ def list_evaluations(settings: Settings, run_id: int | None = None) -> list[dict
         return [_view(e) for e in session.exec(query)]
 
 
+def claim_evaluation(settings: Settings, evaluation_id: int) -> dict | None:
+    """Worker-side: a queued evaluation becomes running; None when it is not queued (cancelled
+    before it started, or a redelivered message for one taken already)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
+        if evaluation.state != RunState.queued:
+            return None
+        evaluation.state = RunState.running
+        session.add(evaluation)
+    return get_evaluation(settings, evaluation_id)
+
+
+def is_running(settings: Settings, evaluation_id: int) -> bool:
+    with session_scope(settings.sqlalchemy_url) as session:
+        evaluation = session.get(Evaluation, evaluation_id)
+        return evaluation is not None and evaluation.state == RunState.running
+
+
+def cancel_evaluation(settings: Settings, evaluation_id: int) -> dict:
+    """Mark a queued or running evaluation cancelled; its worker stops the process."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
+        if evaluation.state not in ACTIVE:
+            raise Conflict(f"evaluation {evaluation_id} is already "
+                           f"{RunState(evaluation.state).value}")
+        evaluation.state, evaluation.finished_at = RunState.cancelled, utcnow()
+        session.add(evaluation)
+    return get_evaluation(settings, evaluation_id)
+
+
 def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState | None = None,
                       progress: tuple[int, int] | None = None, metrics: dict | None = None,
                       error: str | None = None) -> None:
-    """Worker-side: state, progress (done, total), final metrics or the failure's reason."""
+    """Worker-side: state, progress (done, total), final metrics or the failure's reason.
+    Nothing changes once the evaluation has ended (a cancel is final)."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
+        if evaluation.state not in ACTIVE:
+            return
         if state is not None:
             evaluation.state = state
-            if state in (RunState.succeeded, RunState.failed):
+            if state not in ACTIVE:
                 evaluation.finished_at = utcnow()
         if progress is not None:
             evaluation.params = {**(evaluation.params or {}), "done": progress[0],
@@ -211,3 +254,13 @@ def base_vs_trained(settings: Settings, run_id: int, base_model: str | None = No
              "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
              "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}
             for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]
+
+
+def cancel_base_vs_trained(settings: Settings, run_id: int,
+                           base_model: str | None = None) -> int:
+    """Cancel the queued or running evaluations `base_vs_trained` shows; how many."""
+    active = [e["id"] for pair in base_vs_trained(settings, run_id, base_model)
+              for e in (pair["base"], pair["trained"]) if e and e["state"] in ACTIVE]
+    for evaluation_id in active:
+        cancel_evaluation(settings, evaluation_id)
+    return len(active)

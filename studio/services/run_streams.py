@@ -34,6 +34,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from studio.db import session_scope
+from studio.services import runs
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.run_history import (
     ROLLOUT_SUMMARY_COLUMNS,
@@ -45,7 +46,7 @@ from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 
 log = logging.getLogger(__name__)
 
-FINAL_STATES = {RunState.succeeded.value, RunState.failed.value, RunState.cancelled.value}
+FINAL_STATES = {state.value for state in runs.FINAL_STATES}
 RETRY_MS = 2000  # how long EventSource waits before it reconnects
 
 

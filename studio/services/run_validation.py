@@ -19,19 +19,17 @@ from sqlmodel import select
 
 from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
-from studio.method.exemplars import Exemplar
-from studio.method.prompt import common_prefix_length
+from studio.method.prompt import common_prefix_length, longest_prompt_inputs
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.services import calibrations, exemplar_sets
 from studio.services.errors import InvalidInput, NotFound
-from studio.services.prompt_preview import ModelUnavailable, cached_tokenizer, run_prompt_ids
 from studio.services.records import by_name_or_404
 from studio.services.run_plans import RunPlan, make_plan
+from studio.services.tokenizers import ModelUnavailable, cached_tokenizer
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, QAItem, QASet
 
-CANDIDATES = 100  # the longest questions by characters, token-counted on their own ...
-LONGEST_QUESTIONS = 5  # ... of which the longest in tokens are rendered into whole prompts
+CANDIDATES = 100  # the longest questions by characters, of which the tokenizer picks the longest
 
 
 def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
@@ -92,23 +90,12 @@ def _tokenizer(settings: Settings, model: str):
                            f"({type(exc).__name__}: {exc})") from None
 
 
-def _longest_questions(settings: Settings, qa_set_id: int, tokenizer) -> list[str]:
-    """The questions with the most tokens (the longest in characters are not always those)."""
+def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
+    """The candidates: the longest questions in characters (the tokenizer then ranks them)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        questions = list(session.exec(
+        return list(session.exec(
             select(QAItem.question).where(QAItem.qa_set_id == qa_set_id)
             .order_by(func.length(QAItem.question).desc()).limit(CANDIDATES)))
-    ids = tokenizer(questions, add_special_tokens=False)["input_ids"]
-    ranked = sorted(zip(questions, ids, strict=True), key=lambda pair: -len(pair[1]))
-    return [question for question, _ in ranked[:LONGEST_QUESTIONS]]
-
-
-def _worst_exemplars(config: RunConfig, exemplars: list[Exemplar]) -> list[Exemplar]:
-    """The exemplars a stage's longest prompt shows first: the set's own order when the
-    first k are shown, the longest first when k are sampled per prompt."""
-    if config.prompt.exemplar_selection == "first":
-        return exemplars
-    return sorted(exemplars, key=lambda e: len(e.question) + len(e.solution), reverse=True)
 
 
 def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
@@ -117,14 +104,16 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     per step; with sampled exemplars only the part before them)."""
     config = plan.config
     tokenizer = _tokenizer(settings, config.model)
-    questions = _longest_questions(settings, plan.train.id, tokenizer)
-    shown = _worst_exemplars(config, plan.exemplar_list())
+    candidates = _longest_questions(settings, plan.train.id)
+    longest, shown = longest_prompt_inputs(tokenizer, candidates, plan.exemplar_list(),
+                                           config.prompt.exemplar_selection == "sample")
+    questions = [candidates[i] for i in longest]
     limit = config.grpo.max_prompt_tokens
     ids_for_k: dict[int, list[list[int]]] = {}
 
     def prompts(k: int) -> list[list[int]]:
         if k not in ids_for_k:
-            ids_for_k[k] = [run_prompt_ids(tokenizer, config.prompt, q, shown, k)
+            ids_for_k[k] = [config.prompt.build(q, shown, k).token_ids(tokenizer)
                             for q in questions]
         return ids_for_k[k]
 

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from studio.ingest import QA_FORMATS, IngestError, Limits, QARow, read_qa, split_qa
 from studio.ingest.qa import REPORT_EXAMPLES, detect_schema, split_aliases
-
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from tests.support.shared_data import SHARED
 
 
 def put(tmp_path: Path, data: str | bytes) -> Path:
@@ -325,9 +324,9 @@ def test_split_keeps_duplicate_questions_on_one_side():
         assert len(train) + len(evaluation) == 60
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="no shared data")
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no shared data")
 def test_split_of_popqa_keeps_its_duplicates_together():
-    path = DATA / "qa-only" / "popqa-test-1000.jsonl"
+    path = SHARED / "qa-only" / "popqa-test-1000.jsonl"
     rows = read_qa(path, path.name).rows
     train, evaluation = split_qa(rows, 0.1, seed=3)
     assert len(evaluation) == 100 and len(train) == 900

@@ -9,10 +9,9 @@ import pytest
 
 from studio.ingest import read_documents, read_qa
 from studio.ingest.qa import normalize_question
+from tests.support.shared_data import SHARED
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no shared data at {DATA}")
+pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no shared data at {SHARED}")
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -30,7 +29,7 @@ def _clean(answers: list[str]) -> list[str]:
 @pytest.mark.parametrize("folder,count", [
     ("hotpotqa-dev100", 1000), ("hotpotqa-train100", 994), ("musique-train100", 1890)])
 def test_corpus_jsonl_loads_every_document(folder: str, count: int):
-    path = DATA / folder / "corpus.jsonl"
+    path = SHARED / folder / "corpus.jsonl"
     docs = list(read_documents(path, "corpus.jsonl"))
     assert len(docs) == count
     raw = _jsonl(path)
@@ -42,7 +41,7 @@ def test_corpus_jsonl_loads_every_document(folder: str, count: int):
 
 
 def test_hotpot_corpus_first_document():
-    docs = read_documents(DATA / "hotpotqa-dev100" / "corpus.jsonl", "corpus.jsonl")
+    docs = read_documents(SHARED / "hotpotqa-dev100" / "corpus.jsonl", "corpus.jsonl")
     first = next(docs)
     assert first.id == "0"
     assert first.title == "Constantin Medien"
@@ -61,7 +60,7 @@ def test_hotpot_corpus_first_document():
     ("qa-only/popqa-test-1000.jsonl", "flashrag-jsonl", 1000),
 ])
 def test_qa_files_load_in_their_format(relpath: str, fmt: str, count: int):
-    path = DATA / relpath
+    path = SHARED / relpath
     result = read_qa(path, path.name)
     assert result.fmt == fmt
     assert len(result.rows) == count
@@ -78,7 +77,7 @@ def test_qa_files_load_in_their_format(relpath: str, fmt: str, count: int):
     "qa-only/nq-test-1000.jsonl", "qa-only/triviaqa-test-1000.jsonl",
     "qa-only/popqa-test-1000.jsonl"])
 def test_flashrag_rows_match_the_raw_file(relpath: str):
-    path = DATA / relpath
+    path = SHARED / relpath
     rows = read_qa(path, path.name).rows
     raw = _jsonl(path)
     for k in (0, 7, len(raw) - 1):
@@ -91,7 +90,7 @@ def test_flashrag_rows_match_the_raw_file(relpath: str):
 
 
 def test_popqa_keeps_its_metadata():
-    path = DATA / "qa-only" / "popqa-test-1000.jsonl"
+    path = SHARED / "qa-only" / "popqa-test-1000.jsonl"
     row = read_qa(path, path.name).rows[0]
     assert row.id == "test_10207"
     assert row.question == "Who was the composer of Easy Living?"
@@ -100,7 +99,7 @@ def test_popqa_keeps_its_metadata():
 
 
 def test_popqa_duplicate_questions_are_reported_with_both_rows():
-    path = DATA / "qa-only" / "popqa-test-1000.jsonl"
+    path = SHARED / "qa-only" / "popqa-test-1000.jsonl"
     result = read_qa(path, path.name)
     dups = result.report["duplicate_questions"]
     raw = _jsonl(path)
@@ -125,9 +124,9 @@ def test_popqa_duplicate_questions_are_reported_with_both_rows():
     ("hotpotqa-dev100", "hotpot_dev_distractor_sample100.json"),
     ("hotpotqa-train100", "hotpotqa_train100.json")])
 def test_hotpotqa_original_matches_raw_and_flashrag_copy(folder: str, name: str):
-    raw = json.loads((DATA / folder / name).read_text(encoding="utf-8"))
-    result = read_qa(DATA / folder / name, name)
-    flash = read_qa(DATA / folder / "qa.jsonl", "qa.jsonl").rows
+    raw = json.loads((SHARED / folder / name).read_text(encoding="utf-8"))
+    result = read_qa(SHARED / folder / name, name)
+    flash = read_qa(SHARED / folder / "qa.jsonl", "qa.jsonl").rows
     for k in (0, 42, 99):
         row, item = result.rows[k], raw[k]
         assert row.id == item["_id"]
@@ -142,7 +141,7 @@ def test_hotpotqa_original_matches_raw_and_flashrag_copy(folder: str, name: str)
 
 
 def test_hotpotqa_dev_first_row():
-    path = DATA / "hotpotqa-dev100" / "hotpot_dev_distractor_sample100.json"
+    path = SHARED / "hotpotqa-dev100" / "hotpot_dev_distractor_sample100.json"
     row = read_qa(path, path.name).rows[0]
     assert row.id == "5a7613c15542994ccc9186bf"
     assert row.golden_answers == ["Gesellschaft mit beschränkter Haftung"]
@@ -150,10 +149,10 @@ def test_hotpotqa_dev_first_row():
 
 
 def test_musique_original_answers_are_answer_plus_aliases():
-    path = DATA / "musique-train100" / "musique_train100.json"
+    path = SHARED / "musique-train100" / "musique_train100.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
     result = read_qa(path, path.name)
-    flash = read_qa(DATA / "musique-train100" / "qa.jsonl", "qa.jsonl").rows
+    flash = read_qa(SHARED / "musique-train100" / "qa.jsonl", "qa.jsonl").rows
     first = result.rows[0]
     assert first.id == "2hop__150763_14904"
     assert first.golden_answers == ["G. Stanley Hall", "Stanley Hall"]
@@ -172,20 +171,20 @@ def test_musique_original_answers_are_answer_plus_aliases():
 
 
 def test_musique_as_jsonl_reads_the_same(tmp_path: Path):
-    raw = json.loads((DATA / "musique-train100" / "musique_train100.json").read_text("utf-8"))
+    raw = json.loads((SHARED / "musique-train100" / "musique_train100.json").read_text("utf-8"))
     path = tmp_path / "upload"
     path.write_text("".join(json.dumps(item) + "\n" for item in raw), encoding="utf-8")
     result = read_qa(path, "musique_ans_v1.0_train.jsonl")
     assert result.fmt == "musique-json"
     assert [r.golden_answers for r in result.rows] == [
-        r.golden_answers for r in read_qa(DATA / "musique-train100" / "musique_train100.json",
+        r.golden_answers for r in read_qa(SHARED / "musique-train100" / "musique_train100.json",
                                           "musique_train100.json").rows]
     assert result.rows[5].meta == read_qa(
-        DATA / "musique-train100" / "musique_train100.json", "m.json").rows[5].meta
+        SHARED / "musique-train100" / "musique_train100.json", "m.json").rows[5].meta
 
 
 def test_explicit_format_overrides_detection():
-    path = DATA / "musique-train100" / "musique_train100.json"
+    path = SHARED / "musique-train100" / "musique_train100.json"
     result = read_qa(path, path.name, fmt="flashrag-jsonl")
     assert result.fmt == "flashrag-jsonl"
     assert result.rows[0].golden_answers == ["G. Stanley Hall"]

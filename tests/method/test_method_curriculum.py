@@ -296,3 +296,9 @@ def test_premature_watch_warns_once_when_searching_falls_after_a_stage_change():
     steady = PrematureWatch(drop=0.5, history=[1.0] * PREMATURE_WINDOW)
     steady.stage_changed()
     assert [steady.observe(0.6) for _ in range(PREMATURE_WINDOW)] == [None] * PREMATURE_WINDOW
+
+
+def test_a_rule_on_the_older_score_name_watches_reward_mean():
+    rule = AdaptiveRule(metric="score")
+    assert rule.metric == "reward_mean" and rule.errors() == []
+    assert AdaptiveRule(metric="nonsense").errors()[0].startswith("adaptive.metric: unknown")

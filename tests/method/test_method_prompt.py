@@ -12,6 +12,7 @@ from studio.method.prompt import (
     build_messages,
     build_prompt,
     derive_seed,
+    longest_prompt_inputs,
     normalize_question,
     select_exemplars,
 )
@@ -167,3 +168,42 @@ def test_common_prefix_length_is_the_longest_shared_start():
     assert common_prefix_length([[7, 8], [7, 8, 9]]) == 2
     assert common_prefix_length([[1, 2], [3]]) == 0
     assert common_prefix_length([[4, 5, 6]]) == 3
+
+
+class WordTokenizer:
+    """One id per whitespace-separated word; a chat template when `template` is set."""
+
+    def __init__(self, template: bool):
+        self.chat_template = "yes" if template else None
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert tokenize is False and add_generation_prompt is True
+        return "".join(f"[{m['role']}] {m['content']} " for m in messages) + "[assistant] "
+
+    def __call__(self, texts, add_special_tokens=False):
+        assert add_special_tokens is False
+        if isinstance(texts, str):
+            return {"input_ids": [len(w) for w in texts.split()]}
+        return {"input_ids": [[len(w) for w in t.split()] for t in texts]}
+
+
+def test_the_prompt_text_and_ids_the_model_reads():
+    prompt = build_prompt("Who?", EXEMPLARS, 1, layout="chat", assistant_prefix="<think>")
+    chat = WordTokenizer(template=True)
+    assert prompt.text(chat).startswith("[system] ")
+    assert prompt.text(chat).endswith("[assistant] <think>")
+    assert prompt.token_ids(chat) == [len(w) for w in prompt.text(chat).split()]
+    plain = WordTokenizer(template=False)  # no template: the messages as blocks
+    assert prompt.text(plain) == "".join(f"{m['content']}\n\n" for m in prompt.messages) \
+        + "<think>"
+
+
+def test_the_longest_prompt_inputs_rank_by_tokens_not_characters():
+    tok = WordTokenizer(template=False)
+    questions = ["a b c d e f", "abcdefghijklmnopqrstuvwxyz", "a b", "a b c"]
+    longest, shown = longest_prompt_inputs(tok, questions, EXEMPLARS[:2], sampled=False, n=2)
+    assert longest == [0, 3]  # 6 and 3 words; the longest in characters has one
+    assert shown == EXEMPLARS[:2]  # the first k are shown: the set's order
+    wordy = Exemplar("q", "one two three four five six seven eight")
+    _, shown = longest_prompt_inputs(tok, questions, [EXEMPLARS[0], wordy], sampled=True)
+    assert shown == [wordy, EXEMPLARS[0]]  # any k may be sampled: most tokens first

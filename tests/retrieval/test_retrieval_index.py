@@ -27,13 +27,10 @@ from studio.retrieval import (
     split_into_passages,
     tokenize,
 )
-
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-HOTPOT = DATA / "hotpotqa-dev100"
-MUSIQUE = DATA / "musique-train100"
+from tests.support.shared_data import HOTPOT, MUSIQUE, SHARED
 
 pytestmark = pytest.mark.skipif(
-    not (HOTPOT / "corpus.jsonl").exists(), reason=f"the shared QA data is not at {DATA}"
+    not (HOTPOT / "corpus.jsonl").exists(), reason=f"the shared QA data is not at {SHARED}"
 )
 
 
@@ -56,8 +53,8 @@ def hotpot_gold() -> list[tuple[str, set[str]]]:
 def real_questions(n: int) -> list[str]:
     qs = []
     for name in ("hotpotqa-dev100", "hotpotqa-train100", "musique-train100"):
-        qs += [r["question"] for r in read_jsonl(DATA / name / "qa.jsonl")]
-    for path in sorted((DATA / "qa-only").glob("*.jsonl")):
+        qs += [r["question"] for r in read_jsonl(SHARED / name / "qa.jsonl")]
+    for path in sorted((SHARED / "qa-only").glob("*.jsonl")):
         qs += [r["question"] for r in read_jsonl(path)]
     random.Random(7).shuffle(qs)
     return qs[:n]
@@ -346,7 +343,7 @@ def test_progress_counts_increase_and_end_at_the_passage_count(backend):
     passages = [
         p
         for name in ("hotpotqa-dev100", "hotpotqa-train100", "musique-train100")
-        for d in read_jsonl(DATA / name / "corpus.jsonl")
+        for d in read_jsonl(SHARED / name / "corpus.jsonl")
         for p in split_into_passages(f"{name}/{d['id']}", d["title"], d["text"], words=10)
     ]
     seen = []

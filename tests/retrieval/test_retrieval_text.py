@@ -220,5 +220,8 @@ def test_search_r1_result_without_scores_lists_the_bare_documents():
     assert search_r1_result([], return_scores=True) == []
 
 
-def test_search_r1_result_is_json_serialisable():
-    json.dumps({"result": [search_r1_result(HITS, True)]})
+def test_search_r1_result_is_json_as_it_is():
+    # plain dicts, lists, strings and floats: JSON gives back exactly what was built
+    body = {"result": [search_r1_result(HITS, True)]}
+    assert json.loads(json.dumps(body)) == body
+    assert all(type(item["score"]) is float for item in body["result"][0])

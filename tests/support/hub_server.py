@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import yaml
 
+TOKEN = "hf_studioTestToken0123456789abcdef"  # a token the tests' local Hub knows
 LFS_SUFFIXES = (".safetensors", ".bin", ".png", ".zip", ".pt")
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 

@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from studio.settings import Settings
+from tests.support.tiny_model import build_tiny_model
+
 STUDIO = [sys.executable, "-m", "studio.cli"]
 
 
@@ -73,3 +76,21 @@ def running_worker(data_dir: Path, log: Path, **settings: str) -> Iterator[subpr
     finally:
         code = stop(worker)
         assert code == 0, log.read_text()
+
+
+def studio_cli(tmp_path: Path):
+    """Settings and a `cli(*args)` running `studio` on a data folder under `tmp_path`."""
+    data = tmp_path / "data"
+    env = studio_env(data, heartbeat_seconds="1")
+
+    def cli(*args: str, timeout: float = 300):
+        return run_studio(list(args), env, timeout=timeout)
+    return Settings(data_dir=data, heartbeat_seconds=1), cli
+
+
+def demo_studio_cli(tmp_path: Path):
+    """A migrated studio with the demo pack, its CLI, and a tiny model."""
+    settings, cli = studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0
+    assert cli("demo").returncode == 0
+    return settings, cli, build_tiny_model(tmp_path / "tiny")

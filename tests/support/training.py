@@ -1,9 +1,18 @@
-"""What the trainer's tests share: a tiny run config over the demo pack, and a trainer that
-dies mid-run as a killed worker's process would."""
+"""What the trainer's tests share: a tiny run config over the demo pack, a trainer that
+dies mid-run as a killed worker's process would, and a studio with a trained run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from studio import db
+from studio.services import evaluations, runs
+from studio.services.demo import load_demo_pack
+from studio.settings import Settings
+from studio.tables import RunState
+from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.trainer import Trainer
+from worker.evaluation import run_evaluation
 
 
 def tiny_config(model, steps=3, **grpo) -> dict:
@@ -33,3 +42,35 @@ class CrashingTrainer(Trainer):
         super()._after_step(step, metrics)
         if step == self.crash_after:
             raise Crash()
+
+
+def trained_studio(data_dir: Path, database_url: str | None = None, **extra
+                   ) -> tuple[Settings, int, Path]:
+    """A migrated studio with the demo pack, a tiny model, a 2-step run (checkpoints after
+    steps 1 and 2; `extra` keys added to its config) and evaluations of the base model and
+    the run."""
+    settings = Settings(data_dir=data_dir, database_url=database_url)
+    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+    db.upgrade(settings.sqlalchemy_url)
+    load_demo_pack(settings, index_now=True)
+    model = build_tiny_model(data_dir / "tiny-base")
+    config = {
+        "name": "tiny export", "model": str(model),
+        "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
+        "curriculum": {"stages": [{"exemplars": 2, "steps": 1}, {"exemplars": 0, "steps": 1}]},
+        "grpo": {"steps": 2, "batch_size": 2, "group_size": 2, "lr": 1e-3, "max_turns": 1,
+                 "max_turn_tokens": 8, "max_response_tokens": 24, "max_obs_tokens": 16,
+                 "micro_batch_size": 2},
+        "engine": {"checkpoint_every": 1},
+        **extra,
+    }
+    run_id = runs.create_run(settings, config, start=False)["id"]
+    Trainer(settings, run_id).run()
+    runs.finish_run(settings, run_id, RunState.succeeded)
+    protocol = {"max_turns": 1, "max_turn_tokens": 8, "max_response_tokens": 16}
+    for source in ({"model": str(model), "corpus": "demo"}, {"run_id": run_id}):
+        evaluation = evaluations.create_evaluation(settings, qa_set="demo", limit=2,
+                                                   protocol=protocol, start=False, **source)
+        done = run_evaluation(settings, evaluation["id"])
+        assert done["state"] == RunState.succeeded, done["error"]
+    return settings, run_id, model

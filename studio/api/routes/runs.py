@@ -4,9 +4,10 @@ runs."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Body, Depends, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from studio.api.deps import current_user, get_settings
+from studio.run_config import RunConfig
 from studio.services import evaluations, run_validation, runs
 from studio.settings import Settings
 from studio.tables import User
@@ -14,7 +15,28 @@ from studio.tables import User
 router = APIRouter(tags=["runs"])
 
 
-RunConfigBody = Body(..., description="A run config (the YAML file's schema)")
+def _inlined_schema(model: type[BaseModel]) -> dict:
+    """`model`'s JSON schema with its `$defs` written in place: inside the OpenAPI document a
+    `#/$defs/...` reference would resolve from the document's root."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return inline(schema)
+
+
+# The body stays a plain mapping so that a bad config gets the studio's own errors (each
+# names its field path, `parse_run_config`); the docs show RunConfig's schema.
+RunConfigBody = Body(..., description="A run config (the YAML file's schema)",
+                     json_schema_extra=_inlined_schema(RunConfig))
 
 
 @router.post("/runs", status_code=201)
@@ -81,6 +103,40 @@ def evaluate(body: EvaluationRequest, settings: Settings = Depends(get_settings)
     return evaluations.create_evaluation(settings, **body.model_dump())
 
 
+class BaseVsTrainedRequest(BaseModel):
+    qa_sets: list[str] = Field(description="The QA sets to evaluate both models on")
+    base_model: str | None = Field(default=None, description="Default: the run's own model")
+    corpus: str | None = Field(default=None, description="Default: the corpus the run trained "
+                               "with")
+    limit: int | None = None
+    protocol: dict | None = None
+    queue: str = "cpu"
+
+
+@router.post("/runs/{run_id}/base-vs-trained", status_code=201)
+def evaluate_base_and_trained(run_id: int, body: BaseVsTrainedRequest,
+                              settings: Settings = Depends(get_settings)) -> list[dict]:
+    """Queue, per QA set, the evaluation of the run's base model and of its latest checkpoint
+    under one protocol; every name is checked before anything is queued."""
+    return evaluations.evaluate_base_and_trained(
+        settings, run_id, body.qa_sets, base_model=body.base_model, corpus=body.corpus,
+        limit=body.limit, protocol=body.protocol, queue=body.queue)
+
+
+@router.get("/runs/{run_id}/base-vs-trained")
+def base_vs_trained(run_id: int, base_model: str | None = Query(None),
+                    settings: Settings = Depends(get_settings)) -> list[dict]:
+    """Per QA set, the newest evaluation of the run's checkpoint beside its base model's."""
+    return evaluations.base_vs_trained(settings, run_id, base_model)
+
+
+@router.post("/runs/{run_id}/base-vs-trained/cancel")
+def cancel_base_vs_trained(run_id: int, base_model: str | None = Query(None),
+                           settings: Settings = Depends(get_settings)) -> dict:
+    """Cancel those of them still queued or running."""
+    return {"cancelled": evaluations.cancel_base_vs_trained(settings, run_id, base_model)}
+
+
 @router.get("/evaluations")
 def list_evaluations(run_id: int | None = Query(None),
                      settings: Settings = Depends(get_settings)) -> list[dict]:
@@ -90,3 +146,9 @@ def list_evaluations(run_id: int | None = Query(None),
 @router.get("/evaluations/{evaluation_id}")
 def get_evaluation(evaluation_id: int, settings: Settings = Depends(get_settings)) -> dict:
     return evaluations.get_evaluation(settings, evaluation_id)
+
+
+@router.post("/evaluations/{evaluation_id}/cancel")
+def cancel_evaluation(evaluation_id: int, settings: Settings = Depends(get_settings)) -> dict:
+    """Stop a queued or running evaluation (409 once it has ended)."""
+    return evaluations.cancel_evaluation(settings, evaluation_id)

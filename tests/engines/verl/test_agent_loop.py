@@ -13,7 +13,6 @@ from studio.method.protocol import fit_observation
 from studio.method.tags import corrective_message
 from studio.method.tools import SearchTool
 from studio.services import corpora
-from studio.services.prompt_preview import render_prompt
 from tests.support.tiny_server import TinyGenerationServer
 from worker.engines.verl.config import compose
 from worker.engines.verl.launcher import VerlLaunch
@@ -123,7 +122,8 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
 
     # the prompt: the native engine's, with the stage's one exemplar at global step 1
     prompt = config.prompt.build(question, launch.plan.exemplar_list(), 1)
-    text = render_prompt(tokenizer, prompt.messages, prompt.assistant_prefix)
+    text = tokenizer.apply_chat_template(prompt.messages, tokenize=False,
+                                         add_generation_prompt=True) + prompt.assistant_prefix
     assert out.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

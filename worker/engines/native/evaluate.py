@@ -9,45 +9,23 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict
 
 import torch
 
 from studio.ingest import QARow
-from studio.method.prompt import PromptTemplate, build_prompt, check_eval_prefix
+from studio.method.evaluation import EvalConfig
+from studio.method.prompt import PromptTemplate, build_prompt
 from studio.method.reward import score
 from studio.method.tools import SearchBackend
-from studio.services.prompt_preview import render_prompt
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """The zero-shot protocol; ``instruction`` None is the default instruction."""
-
-    temperature: float = 0.1
-    max_turn_tokens: int = 512
-    max_turns: int = 6
-    top_k: int = 3
-    max_response_tokens: int = 4096
-    max_obs_tokens: int = 500
-    batch_size: int = 16
-    layout: str = "chat"
-    assistant_prefix: str | None = "<think>"
-    instruction: str | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_eval_prefix(self.assistant_prefix)
 
 
 def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config: EvalConfig,
              on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Metrics over `rows` and one record per question (prediction, scores, tool use)."""
-    rollout_config = RolloutConfig(
-        max_turns=config.max_turns, max_turn_tokens=config.max_turn_tokens,
-        max_response_tokens=config.max_response_tokens, max_obs_tokens=config.max_obs_tokens,
-        temperature=config.temperature, top_k_passages=config.top_k)
+    rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
+                                   top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
     device = next(model.parameters()).device
     records = []
@@ -60,8 +38,7 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
                 if config.instruction else None
             prompt = build_prompt(row.question, [], 0, template, layout=config.layout,
                                   assistant_prefix=config.assistant_prefix)
-            text = render_prompt(tokenizer, prompt.messages, config.assistant_prefix)
-            prompt_ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+            prompt_ids.append(prompt.token_ids(tokenizer))
         rollouts = generate_rollouts(
             model, tokenizer, prompt_ids, search, rollout_config,
             generator=torch.Generator(device).manual_seed(config.seed + start),

@@ -39,7 +39,7 @@ once per group. The responses of a group share micro-batches and the rest of
 their prompt (the question) goes through the model once per micro-batch (its
 KV cache repeated over the responses), not once per response. Both give the
 unshared computation's log-probs and gradients up to float rounding
-(tests/engines/test_grpo.py). Other sequences are
+(tests/engines/native/test_grpo.py). Other sequences are
 sorted by length and each micro-batch is cut to its own longest sequence, so
 padding costs little. The device (and bf16 autocast on CUDA) is taken from the model; the
 batch tensors live on CPU and are moved one micro-batch at a time; returned
@@ -706,17 +706,6 @@ def grpo_loss(
 # --------------------------------------------------------------------------
 
 
-def _masked_fraction(batch: PolicyBatch) -> float:
-    """Share of the response tokens (after the prompt, before padding) that are env tokens."""
-    lengths = batch.attention_mask.sum(dim=1)
-    starts = _prompt_lengths(batch)
-    response_tokens = float((lengths - starts).clamp(min=0).sum().item())
-    if response_tokens == 0:
-        return 0.0
-    model_tokens = float(batch.loss_mask.sum().item())
-    return max(0.0, 1.0 - model_tokens / response_tokens)
-
-
 def update_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -755,9 +744,8 @@ def update_step(
     batch); ``grad_norm`` (before clipping; mean over the optimizer steps),
     ``grad_norm_max``, ``lr`` (of the first optimizer step), ``num_tokens``
     (scored tokens), ``num_sequences``, ``optimizer_steps``, ``skipped_steps``,
-    ``masked_fraction`` (share of response tokens, after the prompt and
-    before padding, that the environment wrote), ``advantage_mean``,
-    ``advantage_abs_mean``.
+    ``advantage_mean``, ``advantage_abs_mean``. (The share of tokens the environment
+    wrote is the rollouts' figure: `studio.method.rollouts.rollout_metrics`.)
     """
     n, t = batch.input_ids.shape
     if ref_logp is not None and tuple(ref_logp.shape) != (n, t):
@@ -867,7 +855,6 @@ def update_step(
         num_sequences=float(n),
         optimizer_steps=float(len(grad_norms) - skipped),
         skipped_steps=float(skipped),
-        masked_fraction=_masked_fraction(batch),
         advantage_mean=float(batch.advantages.mean().item()),
         advantage_abs_mean=float(batch.advantages.abs().mean().item()),
     )

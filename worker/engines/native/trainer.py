@@ -35,7 +35,6 @@ from studio.method.rollouts import rollout_metrics, rollout_segments
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
-from studio.services.prompt_preview import run_prompt_ids
 from studio.services.run_folder import Checkpoint, RunFolder
 from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import RunRecorder
@@ -105,10 +104,9 @@ def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: l
     limit = config.grpo.max_prompt_tokens
     ids, cut = [], 0
     for i, row in enumerate(rows):
-        seed = derive_seed(config.seed, step, i) if config.prompt.exemplar_selection == "sample" \
-            else None
-        prompt_ids = run_prompt_ids(tokenizer, config.prompt, row.question, data.exemplars, k,
-                                    sample_seed=seed)
+        prompt = config.prompt.build(row.question, data.exemplars, k,
+                                     sample_seed=derive_seed(config.seed, step, i))
+        prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
         ids.append(prompt_ids[-limit:])
     return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, cut)

@@ -20,7 +20,6 @@ from verl.utils.profiler import simple_timer
 
 from studio.method import protocol
 from studio.method.tools import SearchTool, Tool
-from studio.services.prompt_preview import render_prompt
 from worker.engines.verl.protocol import Retriever, load_agent_spec, roll_out, run_in_thread
 
 
@@ -38,9 +37,7 @@ class IcrlSearchAgentLoop(AgentLoopBase):
     def prompt_ids(self, question: str, k: int, seed: int) -> list[int]:
         """The native engine's prompt: the run's layout, k exemplars, the assistant prefix."""
         prompt = self.spec.run_config.prompt.build(question, self.spec.exemplar_list(), k, seed)
-        text = render_prompt(self.tokenizer, prompt.messages, prompt.assistant_prefix)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._cap_text_prompt_length(list(ids))
+        return self._cap_text_prompt_length(prompt.token_ids(self.tokenizer))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         if "global_steps" not in kwargs:

@@ -21,14 +21,12 @@ import pyarrow.parquet as pq
 
 from studio.ingest import QARow
 from studio.method.exemplars import Exemplar
+from studio.method.prompt import longest_prompt_inputs
 from studio.run_config import RunConfig
 from studio.services import qa_sets
-from studio.services.prompt_preview import count_tokens, render_prompt
 from studio.services.run_plans import RunPlan
 from studio.settings import Settings
 from worker.engines.verl.config import AGENT_NAME, RunFiles
-
-LONGEST_QUESTIONS_MEASURED = 8
 
 
 class PromptTooLong(ValueError):
@@ -61,23 +59,12 @@ def dataset_row(config: RunConfig, row: QARow, index: int, source: str, split: s
 
 def longest_prompt_tokens(config: RunConfig, tokenizer, questions: list[QARow],
                           exemplars: list[Exemplar], k: int) -> tuple[int, int]:
-    """(tokens, row) of the longest k-exemplar prompt: the longest questions, longest exemplars.
-
-    With sampled exemplars any k of them may be shown, so the k longest are
-    measured; the prompt's length otherwise grows with its question's alone.
-    """
-    shown = exemplars
-    if config.prompt.exemplar_selection == "sample":
-        shown = sorted(exemplars, key=lambda e: -count_tokens(tokenizer, e.question + e.solution))
-    lengths = [count_tokens(tokenizer, q.question) for q in questions]
-    candidates = sorted(range(len(questions)), key=lambda i: -lengths[i])
-    best = (0, 0)
-    for i in candidates[:LONGEST_QUESTIONS_MEASURED]:
-        prompt = config.prompt.build(questions[i].question, shown, k)
-        tokens = count_tokens(tokenizer, render_prompt(tokenizer, prompt.messages,
-                                                       prompt.assistant_prefix))
-        best = max(best, (tokens, i))
-    return best
+    """(tokens, row) of the longest k-exemplar prompt, measured as launch validation does
+    (`studio.method.prompt.longest_prompt_inputs`)."""
+    longest, shown = longest_prompt_inputs(tokenizer, [q.question for q in questions],
+                                           exemplars, config.prompt.exemplar_selection == "sample")
+    return max(((len(config.prompt.build(questions[i].question, shown, k).token_ids(tokenizer)),
+                 i) for i in longest), default=(0, 0))
 
 
 def _write(path: Path, rows: list[dict]) -> None:

@@ -33,6 +33,7 @@ from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
 from studio.tables import Run
+from worker.child_process import log_tail, stop_process_group
 from worker.engines.verl.config import (
     AGENT_LOOP_TARGET,
     AGENT_NAME,
@@ -46,7 +47,6 @@ from worker.engines.verl.export import export_latest, latest_verl_step
 from worker.engines.verl.ingest import Ingestor
 from worker.engines.verl.preflight import LaunchError
 from worker.engines.verl.protocol import AgentSpec
-from worker.training_process import log_tail, stop_process_group
 
 POLL_SECONDS = 2.0
 STOP_GRACE_SECONDS = 5.0  # within the worker's own grace before its SIGKILL

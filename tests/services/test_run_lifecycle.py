@@ -29,10 +29,10 @@ from studio.tables import (
     utcnow,
 )
 from tests.support.training import Crash, CrashingTrainer, tiny_config
+from worker.child_process import DeviceSlots
 from worker.engines.native.trainer import Trainer, build_step_prompts, load_training_data
 from worker.evaluation import run_evaluation
 from worker.export import run_export
-from worker.training_process import DeviceSlots
 
 
 class CrashAfterFirstStep(CrashingTrainer):
@@ -226,7 +226,7 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
     plan = run_validation.checked_config(settings, config)[0]
     parsed = plan.config
     data = load_training_data(settings, plan)
-    from studio.services.prompt_preview import cached_tokenizer
+    from studio.services.tokenizers import cached_tokenizer
 
     tokenizer = cached_tokenizer(str(model), str(settings.resolved_data_dir))
     for stage in report["stages"]:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.support.processes import running_worker, wait_for
-from tests.test_data_api import HOTPOT, api, needs_shared  # noqa: F401  (fixture)
+from tests.support.shared_data import HOTPOT, needs_shared
 
 
 @pytest.mark.slow

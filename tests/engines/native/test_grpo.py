@@ -227,10 +227,6 @@ def test_make_batch_masks_prompt_env_tokens_and_padding():
     assert b.loss_mask.dtype == torch.float32 and b.input_ids.dtype == torch.long
     assert b.advantages.tolist() == [0.5, -0.5]
     assert b.prompt_lengths.tolist() == [3, 1]
-    # 2 env tokens out of 7 response tokens (padding is not a response token)
-    assert G._masked_fraction(b) == pytest.approx(2 / 7)
-    b.prompt_lengths = None  # derived from the first model token
-    assert G._masked_fraction(b) == pytest.approx(2 / 7)
 
 
 def test_make_batch_rejects_inconsistent_input():
@@ -621,7 +617,6 @@ def test_stats_are_present_and_finite(model):
         "num_sequences",
         "optimizer_steps",
         "skipped_steps",
-        "masked_fraction",
         "advantage_mean",
         "advantage_abs_mean",
     }
@@ -632,7 +627,6 @@ def test_stats_are_present_and_finite(model):
     assert stats["entropy"] > 0
     env = sum(2 for i in range(5) if i % 2 == 0)
     response = int((b.attention_mask.sum(1) - b.prompt_lengths).sum())
-    assert stats["masked_fraction"] == pytest.approx(env / response)
     assert stats["num_tokens"] == response - env
     assert model.training is False  # the caller's mode is restored
 

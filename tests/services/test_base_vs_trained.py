@@ -114,7 +114,7 @@ def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, b
 
 
 def test_an_evaluation_prefills_at_most_think(settings, run_id):
-    from worker.engines.native.evaluate import EvalConfig
+    from studio.method.evaluation import EvalConfig
 
     _give_checkpoint(settings, run_id)
     for prefix in ("<search>", "<think> I should search </think> <search>"):

@@ -20,6 +20,7 @@ from studio.settings import Settings
 from studio.tables import Run, RunState
 from tests.conftest import REDIS_URL
 from tests.support.processes import (
+    demo_studio_cli,
     pid_alive,
     run_studio,
     running_worker,
@@ -107,23 +108,6 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
     assert "attempt 1 on cpu@" in log and "attempt 2 on cpu@" in log
 
 
-def _studio_cli(tmp_path):
-    data = tmp_path / "data"
-    env = studio_env(data, heartbeat_seconds="1")
-
-    def cli(*args: str, timeout: float = 300):
-        return run_studio(list(args), env, timeout=timeout)
-    return Settings(data_dir=data, heartbeat_seconds=1), cli
-
-
-def _demo_studio_cli(tmp_path):
-    """A migrated studio with the demo pack, its CLI, and a tiny model."""
-    settings, cli = _studio_cli(tmp_path)
-    assert cli("db", "upgrade").returncode == 0
-    assert cli("demo").returncode == 0
-    return settings, cli, build_tiny_model(tmp_path / "tiny")
-
-
 def test_the_quick_start_preset_from_the_command_line(tmp_path):
     """`--preset quick-start` instead of a file: the demo pack stored if missing, the studio's
     default model, the preset's stages; a file and a preset together, or an unknown preset,
@@ -173,7 +157,7 @@ def _error_line(done) -> str:
 
 @pytest.mark.slow
 def test_the_run_and_eval_commands_end_to_end(tmp_path):
-    settings, cli, model = _demo_studio_cli(tmp_path)
+    settings, cli, model = demo_studio_cli(tmp_path)
     good = tmp_path / "run.yaml"
     good.write_text(yaml.safe_dump(tiny_config(model, steps=3, max_prompt_tokens=300)))
 

@@ -13,12 +13,12 @@ forward); one test runs the real SmolLM2-135M-Instruct with BM25 search.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 import worker.engines.native.rollout as rollout_module
+from studio import demo
 from studio.method import tags
 from studio.method.rollouts import Rollout, Segment
 from studio.method.tools import SearchTool
@@ -33,6 +33,7 @@ from tests.support.scripted_rollouts import (
     prompt_ids,
     run_scripted,
 )
+from tests.support.shared_data import HOTPOT_TRAIN
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native import attention
 from worker.engines.native.rollout import RolloutConfig, _generate, generate_rollouts
@@ -481,9 +482,6 @@ def test_tiny_top_p_keeps_only_the_most_likely_token(scrambled, index):
 
 # ---------------------------------------------------------------- the real default model
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa-train100"
-DEMO_EXEMPLARS = Path(__file__).resolve().parents[2] / "studio" / "demo" / "exemplars.jsonl"
-
 
 @pytest.fixture(scope="module")
 def smollm(tmp_path_factory):
@@ -495,23 +493,21 @@ def smollm(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} is not there")
+@pytest.mark.skipif(not HOTPOT_TRAIN.is_dir(), reason=f"{HOTPOT_TRAIN} is not there")
 def test_smollm2_searches_the_corpus(smollm):
     from studio.method.exemplars import parse_jsonl
     from studio.method.prompt import build_prompt
-    from studio.services.prompt_preview import render_prompt
 
     model, tokenizer = smollm
-    rows = [json.loads(line) for line in (DATA / "corpus.jsonl").read_text().splitlines() if line]
+    rows = [json.loads(line) for line in (HOTPOT_TRAIN / "corpus.jsonl").read_text().splitlines() if line]
     titles = {r["title"] for r in rows}
     corpus = build_index([Passage(str(r["id"]), r["title"], r["text"]) for r in rows])
-    exemplars = parse_jsonl(DEMO_EXEMPLARS.read_text())
+    exemplars = parse_jsonl(demo.EXEMPLARS.read_text())
     prompts = []
-    for line in (DATA / "qa.jsonl").read_text().splitlines()[:4]:
+    for line in (HOTPOT_TRAIN / "qa.jsonl").read_text().splitlines()[:4]:
         prompt = build_prompt(json.loads(line)["question"], exemplars, 3, layout="chat",
                               assistant_prefix="<think>")
-        text = render_prompt(tokenizer, prompt.messages, prompt.assistant_prefix)
-        prompts += [tokenizer(text, add_special_tokens=False)["input_ids"]] * 2
+        prompts += [prompt.token_ids(tokenizer)] * 2
     calls: list[list[str]] = []
 
     def search(queries):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,47 +13,9 @@ from frontend.server import create_app
 from studio import db
 from studio.services import auth, corpora
 from studio.settings import Settings
+from tests.support.api_client import Api
+from tests.support.shared_data import HOTPOT, MUSIQUE, needs_shared
 from tests.support.tiny_model import build_tiny_model
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-HOTPOT = SHARED / "hotpotqa-dev100"
-MUSIQUE = SHARED / "musique-train100"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data is not here")
-
-
-class Api:
-    """A logged-in client of one studio, plus its settings."""
-
-    def __init__(self, settings: Settings, client: TestClient, token: str):
-        self.settings, self.client = settings, client
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    def get(self, path: str, **kw):
-        return self.client.get(f"/api/v1{path}", headers=self.headers, **kw)
-
-    def post(self, path: str, **kw):
-        return self.client.post(f"/api/v1{path}", headers=self.headers, **kw)
-
-    def put(self, path: str, **kw):
-        return self.client.put(f"/api/v1{path}", headers=self.headers, **kw)
-
-    def delete(self, path: str):
-        return self.client.delete(f"/api/v1{path}", headers=self.headers)
-
-    def upload(self, path: str, name: str, filename: str, content: bytes, **form):
-        return self.post(path, files={"file": (filename, content)}, data={"name": name, **form})
-
-    def stored_uploads(self) -> list[Path]:
-        folder = self.settings.resolved_data_dir / "uploads"
-        return sorted(folder.iterdir()) if folder.exists() else []
-
-
-@pytest.fixture
-def api(settings) -> Api:
-    with db.session_scope(settings.sqlalchemy_url) as session:
-        token = auth.bootstrap_admin(session).token
-    with TestClient(create_app(settings)) as client:
-        yield Api(settings, client, token)
 
 
 def _index_now(api: Api, corpus_id: int) -> dict:

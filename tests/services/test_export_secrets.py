@@ -21,9 +21,10 @@ from sqlalchemy import inspect, text
 from studio import db
 from studio.api.app import create_api
 from tests.conftest import REDIS_URL
-from tests.support.hub_server import LocalHub
+from tests.support.api_client import admin_headers
+from tests.support.hub_server import TOKEN, LocalHub
 from tests.support.processes import run_studio, running_worker, studio_env, wait_for
-from tests.test_exports import TOKEN, auth, trained_studio
+from tests.support.training import trained_studio
 
 _BASE64 = re.compile(rb"[A-Za-z0-9+/]{16,}={0,2}")
 
@@ -97,7 +98,7 @@ def test_the_token_reaches_the_hub_and_nothing_else(backend, tmp_path, monkeypat
     data_dir = tmp_path / "data"
     settings, run_id, _ = trained_studio(data_dir, extra.get("database_url"))
     settings = settings.model_copy(update={"broker_url": extra.get("broker_url")})
-    client, headers = TestClient(create_api(settings)), auth(settings)
+    client, headers = TestClient(create_api(settings)), admin_headers(settings)
     answers: list[str] = []
 
     with LocalHub({TOKEN: "alice"}) as hub:

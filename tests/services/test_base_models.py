@@ -14,7 +14,7 @@ import pytest
 from studio import base_models as bm
 from tests.support.tiny_model import IM_END, build_tiny_model
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _subprocess_env(**extra: str) -> dict[str, str]:

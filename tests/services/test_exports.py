@@ -17,56 +17,17 @@ import yaml
 from fastapi.testclient import TestClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from studio import db
 from studio.api.app import create_api
 from studio.run_config import parse_run_config
 from studio.services import corpora, evaluations, exports, model_card, runs
-from studio.services.auth import bootstrap_admin
-from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput
-from studio.settings import Settings
 from studio.tables import RunState
-from tests.support.hub_server import LocalHub
+from tests.support.api_client import admin_headers
+from tests.support.hub_server import TOKEN, LocalHub
 from tests.support.processes import run_studio, studio_env
-from tests.support.tiny_model import build_tiny_model
+from tests.support.training import trained_studio
 from worker import export as export_job
 from worker import hub as hub_push
-from worker.engines.native.trainer import Trainer
-from worker.evaluation import run_evaluation
-
-TOKEN = "hf_studioTestToken0123456789abcdef"
-
-
-def trained_studio(data_dir: Path, database_url: str | None = None, **extra
-                   ) -> tuple[Settings, int, Path]:
-    """A migrated studio with the demo pack, a tiny model, a 2-step run (checkpoints after
-    steps 1 and 2; `extra` keys added to its config) and evaluations of the base model and
-    the run."""
-    settings = Settings(data_dir=data_dir, database_url=database_url)
-    settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
-    db.upgrade(settings.sqlalchemy_url)
-    load_demo_pack(settings, index_now=True)
-    model = build_tiny_model(data_dir / "tiny-base")
-    config = {
-        "name": "tiny export", "model": str(model),
-        "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
-        "curriculum": {"stages": [{"exemplars": 2, "steps": 1}, {"exemplars": 0, "steps": 1}]},
-        "grpo": {"steps": 2, "batch_size": 2, "group_size": 2, "lr": 1e-3, "max_turns": 1,
-                 "max_turn_tokens": 8, "max_response_tokens": 24, "max_obs_tokens": 16,
-                 "micro_batch_size": 2},
-        "engine": {"checkpoint_every": 1},
-        **extra,
-    }
-    run_id = runs.create_run(settings, config, start=False)["id"]
-    Trainer(settings, run_id).run()
-    runs.finish_run(settings, run_id, RunState.succeeded)
-    protocol = {"max_turns": 1, "max_turn_tokens": 8, "max_response_tokens": 16}
-    for source in ({"model": str(model), "corpus": "demo"}, {"run_id": run_id}):
-        evaluation = evaluations.create_evaluation(settings, qa_set="demo", limit=2,
-                                                   protocol=protocol, start=False, **source)
-        done = run_evaluation(settings, evaluation["id"])
-        assert done["state"] == RunState.succeeded, done["error"]
-    return settings, run_id, model
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +66,10 @@ def assert_loads_and_generates(folder: Path, checkpoint: Path) -> None:
     with torch.no_grad():
         assert torch.equal(model(**ids).logits, reference(**ids).logits)
         out = model.generate(**ids, max_new_tokens=5, do_sample=False)
-    assert out.shape[1] > ids["input_ids"].shape[1]
-    assert isinstance(tokenizer.decode(out[0]), str)
+        expected = reference.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] > ids["input_ids"].shape[1] and torch.equal(out, expected)
+    # the exported tokenizer reads the ids as the checkpoint's does
+    assert tokenizer.decode(out[0]) == AutoTokenizer.from_pretrained(checkpoint).decode(out[0])
 
 
 def test_a_folder_export_loads_with_transformers_and_generates(studio):
@@ -143,7 +106,7 @@ def assert_card_states_its_evaluations(settings, run_id: int, text: str) -> None
 def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(studio):
     settings, run_id, model = studio
     card = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card",
-                                         headers=auth(settings)).json()
+                                         headers=admin_headers(settings)).json()
     text = card["markdown"]
     front = yaml.safe_load(text.split("---")[1])
     assert front["library_name"] == "transformers" and "icrl" in front["tags"]
@@ -160,7 +123,7 @@ def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)
     png = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card/reward-curves.png",
-                                        headers=auth(settings))
+                                        headers=admin_headers(settings))
     assert png.status_code == 200 and png.content[:4] == b"\x89PNG"
 
 
@@ -168,18 +131,9 @@ def api(settings):
     return create_api(settings)
 
 
-def auth(settings) -> dict:
-    """A bearer header for the studio's admin (created once per data directory)."""
-    path = settings.resolved_data_dir / "api-token.txt"
-    if not path.exists():
-        with db.session_scope(settings.sqlalchemy_url) as session:
-            path.write_text(bootstrap_admin(session).token)
-    return {"Authorization": f"Bearer {path.read_text()}"}
-
-
 def test_a_zip_export_downloads_through_the_api_and_loads(studio, tmp_path):
     settings, run_id, _ = studio
-    client, headers = TestClient(api(settings)), auth(settings)
+    client, headers = TestClient(api(settings)), admin_headers(settings)
     created = client.post(f"/api/v1/runs/{run_id}/exports", json={"target": "zip", "step": 1},
                           headers=headers)
     assert created.status_code == 201, created.text
@@ -206,7 +160,7 @@ def test_a_zip_export_downloads_through_the_api_and_loads(studio, tmp_path):
 
 def test_bad_requests_answer_4xx_naming_the_field(studio):
     settings, run_id, _ = studio
-    client, headers = TestClient(api(settings)), auth(settings)
+    client, headers = TestClient(api(settings)), admin_headers(settings)
     cases = [({"target": "hub", "repo_id": "alice/model"}, 422, "token:"),
              ({"target": "hub", "repo_id": "not a repo", "token": TOKEN}, 422, "repo_id:"),
              ({"target": "folder", "step": 7}, 422, "after steps 1, 2"),
@@ -262,7 +216,7 @@ def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(st
     with pytest.raises(InvalidInput, match="token"):
         exports.retry_export(settings, done["id"], start=False)
     retried = TestClient(api(settings)).post(f"/api/v1/exports/{done['id']}/retry",
-                                             json={"token": TOKEN}, headers=auth(settings))
+                                             json={"token": TOKEN}, headers=admin_headers(settings))
     assert retried.status_code == 200 and retried.json()["state"] == "queued"
     assert TOKEN not in retried.text
     again = export_job.run_export(settings, done["id"])  # the worker's part, run here

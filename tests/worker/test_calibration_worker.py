@@ -11,16 +11,15 @@ import yaml
 
 from studio.services import calibrations
 from studio.services.health import health, live_workers
-from tests.support.processes import running_worker, wait_for
+from tests.support.processes import demo_studio_cli, running_worker, wait_for
 from tests.support.training import tiny_config
-from tests.test_run_workers import _demo_studio_cli
 
 SECONDS_PER_STEP = re.compile(r", at most about [\d,.]+ s per step$")
 
 
 @pytest.mark.slow
 def test_validate_measures_the_queues_device_once_and_prints_seconds_per_stage(tmp_path):
-    settings, cli, model = _demo_studio_cli(tmp_path)
+    settings, cli, model = demo_studio_cli(tmp_path)
     run = tmp_path / "run.yaml"
     run.write_text(yaml.safe_dump(tiny_config(model, steps=3)))
 

@@ -34,7 +34,7 @@ from studio.services.demo import HELDOUT_NAME, load_demo_pack
 STOPWORDS = frozenset(STOPWORDS_EN)
 PASSAGES, QUESTIONS = 257, 256
 SPLITS = {("train", 1): 120, ("train", 2): 76, ("heldout", 1): 36, ("heldout", 2): 24}
-REBUILD_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "demo_exemplar_blocks.py"
+REBUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "demo_exemplar_blocks.py"
 
 
 def tokens(text: str) -> list[str]:

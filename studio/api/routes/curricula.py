@@ -1,0 +1,37 @@
+"""The curriculum designer's checks, as the Curriculum page uses them: presets and a design's
+plan, errors and warnings."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from studio.services import curricula
+
+router = APIRouter(tags=["curricula"])
+
+
+class DesignCheck(BaseModel):
+    design: dict = Field(description="The run config's `curriculum` part (stages, adaptive)")
+    available_exemplars: int | None = Field(
+        default=None, ge=0, description="The exemplar set's size, to check the stages against")
+
+
+@router.get("/curricula/presets")
+def presets() -> dict:
+    """The named presets (exemplars per stage) and the one that worked best in the paper."""
+    return {"presets": {name: list(counts) for name, counts in curricula.PRESETS.items()},
+            "best": curricula.BEST_PRESET, "adaptive_metrics": list(curricula.ADAPTIVE_METRICS)}
+
+
+@router.get("/curricula/presets/{name}")
+def preset(name: str, steps_per_stage: int = Query(50, gt=0)) -> dict:
+    """A preset's design, each stage `steps_per_stage` steps long (422 for an unknown name)."""
+    return curricula.preset_design(name, steps_per_stage)
+
+
+@router.post("/curricula/check")
+def check(body: DesignCheck) -> dict:
+    """A design's stage starts and total steps, the errors that block a launch and the
+    paper's warnings that do not."""
+    return curricula.describe(body.design, body.available_exemplars)

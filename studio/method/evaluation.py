@@ -1,0 +1,42 @@
+"""The zero-shot evaluation protocol (method.md, "Evaluation protocol") as one typed value.
+
+k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool calls, top-3
+passages. The API checks a request's overrides against its fields (`PROTOCOL_KEYS`), the
+evaluation process builds its rollouts from it (`limits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .prompt import check_eval_prefix
+from .protocol import Limits
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """The zero-shot protocol; ``instruction`` None is the default instruction."""
+
+    temperature: float = 0.1
+    max_turn_tokens: int = 512
+    max_turns: int = 6
+    top_k: int = 3
+    max_response_tokens: int = 4096
+    max_obs_tokens: int = 500
+    batch_size: int = 16
+    layout: str = "chat"
+    assistant_prefix: str | None = "<think>"
+    instruction: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_eval_prefix(self.assistant_prefix)
+
+    def limits(self) -> Limits:
+        return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,
+                      max_response_tokens=self.max_response_tokens,
+                      max_obs_tokens=self.max_obs_tokens)
+
+
+PROTOCOL_KEYS: tuple[str, ...] = tuple(f.name for f in fields(EvalConfig))
+"""What an evaluation request may override, key by key."""
