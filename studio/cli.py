@@ -285,21 +285,18 @@ def _step_line(run: dict, row: dict) -> str:
 def _follow(settings: Settings, run_id: int, since_step: int = 0) -> dict:
     """Print state changes, one line per new step and the run's new events (stage changes,
     warnings) until the run stops; return it."""
-    from studio.services.run_progress import run_progress
+    from studio.services.run_progress import RunFollower
 
-    shown_state, shown_events = None, None
+    follower, shown_state, first = RunFollower(settings, run_id), None, True
     while True:
-        progress = run_progress(settings, run_id, since_step)
+        progress = follower.poll()
         run = progress.run
-        for row in progress.rows:  # all of them once it stopped
-            typer.echo(_step_line(run, row))
-        if shown_events is None:  # events from before the follow began are history
-            shown_events = {e["id"] for e in progress.events}
-        for event in progress.events:
-            if event["id"] not in shown_events:
-                typer.echo(f"step {event['step'] + 1}: {event['kind']}: {event['message']}")
-                shown_events.add(event["id"])
-        since_step = progress.next_step(since_step)
+        for row in progress.metrics:  # all of them once it stopped
+            if row["step"] >= since_step:
+                typer.echo(_step_line(run, row))
+        for event in [] if first else progress.events:  # the earlier ones are history
+            typer.echo(f"step {event['step'] + 1}: {event['kind']}: {event['message']}")
+        first = False
         if run["state"] != shown_state:
             typer.echo(_state_line(run))
             shown_state = run["state"]

@@ -25,7 +25,7 @@ from frontend.rollout_view import (
 from frontend.run_picker import run_choices, run_label, tick_while_shown
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
-from studio.services.run_progress import run_progress
+from studio.services.run_progress import RunFollower
 from studio.settings import Settings
 
 TITLE = "Live run"
@@ -87,6 +87,16 @@ def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
     return "  \n".join(lines)
 
 
+def by_step(rows: list[dict]) -> list[dict]:
+    """Metric rows in step order, one per step: a step run again after a resume replaces
+    the row it had."""
+    return sorted({row["step"]: row for row in rows}.values(), key=lambda row: row["step"])
+
+
+def in_step_order(events: list[dict]) -> list[dict]:
+    return sorted(events, key=lambda event: (event["step"], event["id"]))
+
+
 def parse_step(text: str | None) -> int | None:
     text = (text or "").strip()
     if not text:
@@ -145,7 +155,7 @@ def stage_choices(rows: list[dict]) -> list[str]:
 
 def build(settings: Settings) -> None:
     common = shared.current()
-    state = gr.State(None)  # {"run_id", "rows", "events", "final"} of this browser session
+    state = gr.State(None)  # {"run_id", "rows", "events", "final", "follower"} of this session
     with gr.Row(equal_height=True):
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
         refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
@@ -187,9 +197,12 @@ def build(settings: Settings) -> None:
         if run_id is None:
             return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False),
                     gr.DownloadButton(visible=False))
-        progress = run_progress(settings, int(run_id))
-        run, rows, events, final = progress.run, progress.rows, progress.events, progress.final
-        return ({"run_id": run["id"], "rows": rows, "events": events, "final": final},
+        follower = RunFollower(settings, int(run_id))
+        progress = follower.poll()
+        run, final = progress.run, progress.final
+        rows, events = by_step(progress.metrics), in_step_order(progress.events)
+        return ({"run_id": run["id"], "rows": rows, "events": events, "final": final,
+                 "follower": follower},
                 status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
                 filter_rollouts(settings, run["id"], *filter_values),
                 gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
@@ -223,20 +236,20 @@ def build(settings: Settings) -> None:
     tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
 
     def tick(current, *filter_values):
-        """Only the steps after the last one held are fetched; nothing new redraws nothing."""
+        """Only rows written since the last tick are fetched; nothing new redraws nothing."""
         if not current:
             return [gr.skip()] * 5 + [gr.Timer(active=False)]
-        next_step = current["rows"][-1]["step"] + 1 if current["rows"] else 0
-        progress = run_progress(settings, current["run_id"], next_step)
-        run, new_rows, events, final = progress.run, progress.rows, progress.events, progress.final
+        progress = current["follower"].poll()
+        run, final = progress.run, progress.final
         keep_going = gr.Timer(active=not final)
-        if not new_rows and len(events) == len(current["events"]):
+        if not progress.metrics and not progress.events:
             if final == current["final"]:
                 return [gr.skip()] * 5 + [keep_going]
             current = {**current, "final": final}
-            return (current, status_markdown(run, current["rows"], events), gr.skip(),
+            return (current, status_markdown(run, current["rows"], current["events"]), gr.skip(),
                     gr.skip(), gr.skip(), keep_going)
-        rows = current["rows"] + new_rows
+        rows = by_step(current["rows"] + progress.metrics)
+        events = in_step_order(current["events"] + progress.events)
         current = {**current, "rows": rows, "events": events, "final": final}
         try:
             rollouts = filter_rollouts(settings, run["id"], *filter_values)

@@ -60,6 +60,15 @@ def _mean(values: list[float]) -> float:
     return float(statistics.fmean(values)) if values else 0.0
 
 
+def tool_use(answers: list[str | None], tool_calls: list[int]) -> dict[str, float]:
+    """How responses used the tool and ended, the figures training steps and evaluations
+    share: `search_calls` (per response), `valid_search_rate` (share with at least one
+    executed call), `answer_rate` (share with a closed, non-empty answer)."""
+    return {"search_calls": _mean(tool_calls),
+            "valid_search_rate": _mean([1.0 if n > 0 else 0.0 for n in tool_calls]),
+            "answer_rate": _mean([1.0 if a else 0.0 for a in answers])}
+
+
 def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> dict[str, float]:
     """The method's per-step figures: reward, its parts, each penalty's rate, tool use."""
     scores = [r.score for r in rewards]
@@ -72,9 +81,7 @@ def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> 
         "acc": _mean([r.acc for r in rewards]), "format": _mean([r.format for r in rewards]),
         "em": _mean([r.em for r in rewards]), "subem": _mean([r.subem for r in rewards]),
         "f1": _mean([r.f1 for r in rewards]),
-        "search_calls": _mean(searched),
-        "valid_search_rate": _mean([1.0 if n > 0 else 0.0 for n in searched]),
-        "answer_rate": _mean([1.0 if r.answer else 0.0 for r in rewards]),
+        **tool_use([r.answer for r in rewards], searched),
         "response_length": _mean(response_tokens),
         "model_tokens": _mean(model_tokens),
         "masked_fraction": 1.0 - sum(model_tokens) / max(sum(response_tokens), 1),

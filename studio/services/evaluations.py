@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlmodel import select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.method.evaluation import PROTOCOL_KEYS
@@ -51,7 +52,28 @@ def evaluation_log_path(settings: Settings, evaluation_id: int) -> Path:
     return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.log"
 
 
-def _view(evaluation: Evaluation) -> dict:
+class EvaluationView(TypedDict):
+    """An evaluation as the API and the pages show it (times in ISO 8601, UTC)."""
+
+    id: int
+    run_id: int | None  # the run whose checkpoint is evaluated; None for a model
+    model: str  # the model reference, or the checkpoint's folder relative to the data folder
+    qa_set_id: int
+    state: str  # queued | running | succeeded | failed | cancelled
+    params: dict | None  # corpus, limit, protocol overrides, queue, progress (done, total)
+    metrics: dict | None  # em, subem, f1, acc, format, search_calls, answer_rate, ...
+    error: str | None
+    created_at: str
+    finished_at: str | None
+
+
+class BaseVsTrained(TypedDict):
+    qa_set: str
+    base: EvaluationView | None
+    trained: EvaluationView | None
+
+
+def _view(evaluation: Evaluation) -> EvaluationView:
     return {"id": evaluation.id, "run_id": evaluation.run_id, "model": evaluation.model_ref,
             "qa_set_id": evaluation.qa_set_id, "state": evaluation.state,
             "params": evaluation.params, "metrics": evaluation.metrics,
@@ -78,7 +100,7 @@ def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
                       corpus: str | DataRef | None = None, model: str | None = None,
                       run_id: int | None = None, limit: int | None = None,
                       protocol: dict | None = None, queue: str = "cpu",
-                      start: bool = True) -> dict:
+                      start: bool = True) -> EvaluationView:
     """Evaluate `model` (or run `run_id`'s latest checkpoint) on a QA set, searching `corpus`
     (default: the corpus of the run's plan). Data is named (resolved now) or a `DataRef` of a
     run's plan. `protocol` overrides method.md's evaluation protocol (temperature 0.1, 512
@@ -125,12 +147,12 @@ def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
     return get_evaluation(settings, evaluation_id)
 
 
-def get_evaluation(settings: Settings, evaluation_id: int) -> dict:
+def get_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"))
 
 
-def list_evaluations(settings: Settings, run_id: int | None = None) -> list[dict]:
+def list_evaluations(settings: Settings, run_id: int | None = None) -> list[EvaluationView]:
     with session_scope(settings.sqlalchemy_url) as session:
         query = select(Evaluation).order_by(Evaluation.id.desc())
         if run_id is not None:
@@ -138,7 +160,7 @@ def list_evaluations(settings: Settings, run_id: int | None = None) -> list[dict
         return [_view(e) for e in session.exec(query)]
 
 
-def claim_evaluation(settings: Settings, evaluation_id: int) -> dict | None:
+def claim_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView | None:
     """Worker-side: a queued evaluation becomes running; None when it is not queued (cancelled
     before it started, or a redelivered message for one taken already)."""
     with session_scope(settings.sqlalchemy_url) as session:
@@ -156,7 +178,7 @@ def is_running(settings: Settings, evaluation_id: int) -> bool:
         return evaluation is not None and evaluation.state == RunState.running
 
 
-def cancel_evaluation(settings: Settings, evaluation_id: int) -> dict:
+def cancel_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
     """Mark a queued or running evaluation cancelled; its worker stops the process."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
@@ -196,7 +218,7 @@ def evaluate_base_and_trained(settings: Settings, run_id: int,
                               base_model: str | None = None,
                               corpus: str | DataRef | None = None,
                               limit: int | None = None, protocol: dict | None = None,
-                              queue: str = "cpu", start: bool = True) -> list[dict]:
+                              queue: str = "cpu", start: bool = True) -> list[EvaluationView]:
     """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
     checkpoint under the same protocol (and the same corpus: the one of the run's plan unless
     named). Every name is checked before anything is queued."""
@@ -219,7 +241,7 @@ def evaluate_base_and_trained(settings: Settings, run_id: int,
     return created
 
 
-def evaluate_finished_run(settings: Settings, run_id: int) -> list[dict]:
+def evaluate_finished_run(settings: Settings, run_id: int) -> list[EvaluationView]:
     """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of the
     evaluation sets its plan pins, under `run_protocol`, and say so in the run's events.
     Nothing otherwise."""
@@ -239,7 +261,8 @@ def evaluate_finished_run(settings: Settings, run_id: int) -> list[dict]:
     return created
 
 
-def base_vs_trained(settings: Settings, run_id: int, base_model: str | None = None) -> list[dict]:
+def base_vs_trained(settings: Settings, run_id: int,
+                    base_model: str | None = None) -> list[BaseVsTrained]:
     """Per QA set, the newest evaluation of the run's checkpoint beside the newest of its base
     model (the run's `model` unless named): `{qa_set, base, trained}`, either may be None."""
     with session_scope(settings.sqlalchemy_url) as session:

@@ -159,6 +159,7 @@ TABLES = (
                 metric_view, lambda _row: "metric"),
     StreamTable(Rollout, ROLLOUT_SUMMARY_COLUMNS, rollout_summary, lambda _row: "rollout"),
 )
+EVENTS_TABLE, METRICS_TABLE = 0, 1  # their places in TABLES (and in a cursor)
 
 
 @dataclass
@@ -241,6 +242,27 @@ def _recent_rows(url: str, run_id: int, seconds: float, look_back: int = 1000):
     return _run_view(run), recent
 
 
+class Settler:
+    """Moves ids into a cursor's `after` once they were first seen `seconds` ago: nothing
+    smaller can still commit then (the module docstring says why)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.first_seen: list[dict[int, float]] = [{} for _ in TABLES]
+
+    def seen(self, table: int, row_id: int, now: float) -> None:
+        self.first_seen[table].setdefault(row_id, now)
+
+    def settle(self, cursor: StreamCursor, now: float) -> StreamCursor:
+        for index, first_seen in enumerate(self.first_seen):
+            settled = [i for i, t in first_seen.items() if now - t >= self.seconds]
+            if settled:
+                upto = max(settled)
+                cursor = cursor.settle(index, upto)
+                self.first_seen[index] = {i: t for i, t in first_seen.items() if i > upto}
+        return cursor
+
+
 # --- the log one poller writes and every client reads ---------------------------------------
 
 
@@ -290,7 +312,7 @@ class RunFeed:
         self.ended = False  # ... after appending the end item
         self.clients = 0
         self._changed = asyncio.Event()
-        self._first_seen: list[dict[int, float]] = [{} for _ in TABLES]
+        self.settler = Settler(options.settle_seconds)
         self._final_since: float | None = None
         self.task: asyncio.Task | None = None
 
@@ -345,7 +367,7 @@ class RunFeed:
         now = time.monotonic()
         tables = []
         for index, (after, fresh) in enumerate(recent):
-            self._first_seen[index] = dict.fromkeys(fresh, now)
+            self.settler.first_seen[index] = dict.fromkeys(fresh, now)
             tables.append(TableCursor(after, frozenset(fresh)))
         self.cursor = StreamCursor(run["state"] if run else None, tuple(tables))
         ended: list[LogItem] = []
@@ -356,7 +378,7 @@ class RunFeed:
     def _take(self, snapshot: Snapshot, now: float) -> None:
         items = []
         for row in snapshot.in_time_order():
-            self._first_seen[row.table][row.id] = now
+            self.settler.seen(row.table, row.id, now)
             self.cursor = self.cursor.add(row.table, row.id)
             items.append(LogItem("row", row.event, _json(row.data), self.cursor,
                                  table=row.table, row_id=row.id))
@@ -364,18 +386,9 @@ class RunFeed:
         if run is not None and run["state"] != self.cursor.state:
             self.cursor = replace(self.cursor, state=run["state"])
             items.append(LogItem("state", "state", _json(run), self.cursor, state=run["state"]))
-        self._settle(now)
+        self.cursor = self.settler.settle(self.cursor, now)
         self._check_end(run, now, items)
         self._append(items)
-
-    def _settle(self, now: float) -> None:
-        """Ids seen `settle_seconds` ago move into `after`: nothing smaller can still commit."""
-        for index, first_seen in enumerate(self._first_seen):
-            settled = [i for i, t in first_seen.items() if now - t >= self.options.settle_seconds]
-            if settled:
-                upto = max(settled)
-                self.cursor = self.cursor.settle(index, upto)
-                self._first_seen[index] = {i: t for i, t in first_seen.items() if i > upto}
 
     def _check_end(self, run: dict | None, now: float, items: list[LogItem]) -> None:
         """The stream ends `settle_seconds` after a final state (rows committing behind it

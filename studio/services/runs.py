@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sqlalchemy import func, or_, update
 from sqlmodel import Session, delete, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.queue import enqueue
@@ -41,7 +42,7 @@ ACTIVE_STATES = (RunState.queued, RunState.running)
 
 
 def create_run(settings: Settings, config: dict | str, *, user_id: int | None = None,
-               start: bool = True) -> dict:
+               start: bool = True) -> LaunchedRun:
     """Validate a config (dict or YAML), store the run as queued, and send it to its queue.
 
     The answer is the run's view plus the launch report: `stages` (each stage's
@@ -81,7 +82,38 @@ def _iso(moment) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def _view(run: Run, positions: dict[int, int]) -> dict:
+class RunView(TypedDict):
+    """A run as the API, the CLI and the pages show it (times in ISO 8601, UTC)."""
+
+    id: int
+    name: str
+    state: str  # queued | running | succeeded | failed | cancelled | interrupted
+    backend: str
+    queue: str
+    queue_position: int | None  # 1 = next on its queue; None unless queued
+    attempt: int
+    current_step: int  # steps done
+    total_steps: int
+    error: str | None
+    checkpoint_dir: str | None  # the latest complete checkpoint, relative to the data folder
+    config: dict  # the run config as validated, every default filled in
+    worker: str | None
+    created_at: str
+    queued_at: str | None
+    started_at: str | None
+    finished_at: str | None
+    heartbeat_at: str | None
+
+
+class LaunchedRun(RunView):
+    """The run just stored, with its launch report."""
+
+    stages: list[dict]  # per stage: exemplars, steps, longest prompt in tokens, seconds
+    warnings: list[str]
+    time_estimate: dict
+
+
+def _view(run: Run, positions: dict[int, int]) -> RunView:
     return {
         "id": run.id, "name": run.name, "state": RunState(run.state).value,
         "backend": run.backend,
@@ -95,20 +127,20 @@ def _view(run: Run, positions: dict[int, int]) -> dict:
     }
 
 
-def get_run(settings: Settings, run_id: int) -> dict:
+def get_run(settings: Settings, run_id: int) -> RunView:
     reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(get_or_404(session, Run, run_id, "run"), _queue_positions(session))
 
 
-def list_runs(settings: Settings) -> list[dict]:
+def list_runs(settings: Settings) -> list[RunView]:
     reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
         positions = _queue_positions(session)
         return [_view(r, positions) for r in session.exec(select(Run).order_by(Run.id.desc()))]
 
 
-def cancel_run(settings: Settings, run_id: int) -> dict:
+def cancel_run(settings: Settings, run_id: int) -> RunView:
     """Mark the run cancelled; its worker sees it within a second and kills the process group.
 
     Its metrics, rollouts and checkpoints stay; `resume` can continue it later."""
@@ -121,7 +153,7 @@ def cancel_run(settings: Settings, run_id: int) -> dict:
     return get_run(settings, run_id)
 
 
-def resume_run(settings: Settings, run_id: int) -> dict:
+def resume_run(settings: Settings, run_id: int) -> RunView:
     """Queue an interrupted, failed or cancelled run again as its next attempt; the trainer
     continues from the latest checkpoint (steps after it run again, seeded identically)."""
     with session_scope(settings.sqlalchemy_url) as session:

@@ -24,3 +24,22 @@ def test_a_bad_config_still_gets_the_studios_field_errors(api):
     answer = api.post("/runs/validate", json={"name": "x", "grpo": {"lr": -1}})
     assert answer.status_code == 422
     assert "grpo.lr" in answer.json()["detail"]
+
+
+def test_run_and_evaluation_answers_are_documented_models(api):
+    spec = api.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def answer(path: str, method: str = "get") -> dict:
+        return spec["paths"][path][method]["responses"]["200"]["content"]["application/json"][
+            "schema"]
+
+    assert answer("/api/v1/runs/{run_id}") == {"$ref": "#/components/schemas/RunView"}
+    assert answer("/api/v1/runs")["items"] == {"$ref": "#/components/schemas/RunView"}
+    assert answer("/api/v1/evaluations/{evaluation_id}") == \
+        {"$ref": "#/components/schemas/EvaluationView"}
+    assert {"state", "queue_position", "checkpoint_dir", "config"} <= \
+        set(schemas["RunView"]["properties"])
+    assert {"stages", "warnings", "time_estimate"} <= set(schemas["LaunchedRun"]["properties"])
+    pair = answer("/api/v1/runs/{run_id}/base-vs-trained")["items"]
+    assert pair == {"$ref": "#/components/schemas/BaseVsTrained"}

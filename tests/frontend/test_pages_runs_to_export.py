@@ -219,6 +219,8 @@ def test_evaluate_the_trained_run_against_its_base_model(studio, page):
     (cells,) = ui.table_rows("#evaluate-table")
     assert cells[0] == "demo" and cells[1] == "2"
     assert all(re.fullmatch(r"\d+\.\d", c) for c in cells[2:4] + cells[5:9]), cells
+    page.click("#evaluate-stop")  # both finished: nothing to cancel, and the page says so
+    ui.wait_text("#evaluate-message", "No evaluation of this run is queued or running.")
     ui.screenshot("evaluate")
 
 

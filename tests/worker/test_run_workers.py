@@ -195,6 +195,7 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
         out = launched.stdout.splitlines()
         assert out[0] == "run 1" and any(line.startswith("warning: ") for line in out)
         assert any(line.startswith("step 3/3  stage 2 (0 exemplars)  reward ") for line in out)
+        assert "step 2: stage_change: stage 2: 2 -> 0 exemplars" in out  # events as they come
         assert out[-1] == "run 1 'tiny': succeeded"
 
         evaluated = cli("eval", "--run", "1", "--qa-set", "demo", "--limit", "2",

@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 from studio.api.deps import current_user, get_settings
 from studio.run_config import RunConfig
 from studio.services import evaluations, run_validation, runs
+from studio.services.evaluations import BaseVsTrained, EvaluationView
+from studio.services.runs import LaunchedRun, RunView
 from studio.settings import Settings
 from studio.tables import User
 
@@ -41,7 +43,7 @@ RunConfigBody = Body(..., description="A run config (the YAML file's schema)",
 
 @router.post("/runs", status_code=201)
 def launch(config: dict = RunConfigBody, user: User = Depends(current_user),
-           settings: Settings = Depends(get_settings)) -> dict:
+           settings: Settings = Depends(get_settings)) -> LaunchedRun:
     """Validate the config, store the run as queued and send it to its queue; the answer
     adds `stages` (each stage's longest prompt in tokens and seconds per step),
     `time_estimate` and `warnings`."""
@@ -58,13 +60,13 @@ def validate(config: dict = RunConfigBody, settings: Settings = Depends(get_sett
 
 
 @router.get("/runs")
-def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+def list_all(settings: Settings = Depends(get_settings)) -> list[RunView]:
     """Newest first; a queued run carries its `queue_position` (1 = next on its queue)."""
     return runs.list_runs(settings)
 
 
 @router.get("/runs/{run_id}")
-def get(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
     return runs.get_run(settings, run_id)
 
 
@@ -75,13 +77,13 @@ def delete(run_id: int, settings: Settings = Depends(get_settings)) -> None:
 
 
 @router.post("/runs/{run_id}/cancel")
-def cancel(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def cancel(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
     """Kill the run's process group; its metrics, rollouts and checkpoints stay."""
     return runs.cancel_run(settings, run_id)
 
 
 @router.post("/runs/{run_id}/resume")
-def resume(run_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def resume(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
     """Queue an interrupted, failed or cancelled run again; it continues from its latest
     checkpoint (409 for a queued, running or succeeded run)."""
     return runs.resume_run(settings, run_id)
@@ -98,7 +100,8 @@ class EvaluationRequest(BaseModel):
 
 
 @router.post("/evaluations", status_code=201)
-def evaluate(body: EvaluationRequest, settings: Settings = Depends(get_settings)) -> dict:
+def evaluate(body: EvaluationRequest,
+             settings: Settings = Depends(get_settings)) -> EvaluationView:
     """Zero-shot evaluation (k = 0, temperature 0.1) of a model or a run's latest checkpoint."""
     return evaluations.create_evaluation(settings, **body.model_dump())
 
@@ -115,7 +118,8 @@ class BaseVsTrainedRequest(BaseModel):
 
 @router.post("/runs/{run_id}/base-vs-trained", status_code=201)
 def evaluate_base_and_trained(run_id: int, body: BaseVsTrainedRequest,
-                              settings: Settings = Depends(get_settings)) -> list[dict]:
+                              settings: Settings = Depends(get_settings)
+                              ) -> list[EvaluationView]:
     """Queue, per QA set, the evaluation of the run's base model and of its latest checkpoint
     under one protocol; every name is checked before anything is queued."""
     return evaluations.evaluate_base_and_trained(
@@ -125,7 +129,7 @@ def evaluate_base_and_trained(run_id: int, body: BaseVsTrainedRequest,
 
 @router.get("/runs/{run_id}/base-vs-trained")
 def base_vs_trained(run_id: int, base_model: str | None = Query(None),
-                    settings: Settings = Depends(get_settings)) -> list[dict]:
+                    settings: Settings = Depends(get_settings)) -> list[BaseVsTrained]:
     """Per QA set, the newest evaluation of the run's checkpoint beside its base model's."""
     return evaluations.base_vs_trained(settings, run_id, base_model)
 
@@ -139,16 +143,18 @@ def cancel_base_vs_trained(run_id: int, base_model: str | None = Query(None),
 
 @router.get("/evaluations")
 def list_evaluations(run_id: int | None = Query(None),
-                     settings: Settings = Depends(get_settings)) -> list[dict]:
+                     settings: Settings = Depends(get_settings)) -> list[EvaluationView]:
     return evaluations.list_evaluations(settings, run_id)
 
 
 @router.get("/evaluations/{evaluation_id}")
-def get_evaluation(evaluation_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get_evaluation(evaluation_id: int,
+                   settings: Settings = Depends(get_settings)) -> EvaluationView:
     return evaluations.get_evaluation(settings, evaluation_id)
 
 
 @router.post("/evaluations/{evaluation_id}/cancel")
-def cancel_evaluation(evaluation_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def cancel_evaluation(evaluation_id: int,
+                      settings: Settings = Depends(get_settings)) -> EvaluationView:
     """Stop a queued or running evaluation (409 once it has ended)."""
     return evaluations.cancel_evaluation(settings, evaluation_id)

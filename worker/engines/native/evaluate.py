@@ -17,6 +17,7 @@ from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
 from studio.method.prompt import PromptTemplate, build_prompt
 from studio.method.reward import score
+from studio.method.rollouts import tool_use
 from studio.method.tools import SearchBackend
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
@@ -57,10 +58,8 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
     def mean(key: str) -> float:
         return float(statistics.fmean(r[key] for r in records)) if records else 0.0
 
-    metrics = {key: mean(key) for key in ("em", "subem", "f1", "acc", "format", "search_calls")}
-    metrics["answer_rate"] = (sum(1 for r in records if r["prediction"]) / len(records)
-                              if records else 0.0)
-    metrics["valid_search_rate"] = (sum(1 for r in records if r["search_calls"] > 0)
-                                    / len(records) if records else 0.0)
+    metrics = {key: mean(key) for key in ("em", "subem", "f1", "acc", "format")}
+    metrics.update(tool_use([r["prediction"] for r in records],
+                            [r["search_calls"] for r in records]))
     metrics["questions"] = len(records)
     return {"metrics": metrics, "records": records}
