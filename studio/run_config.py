@@ -27,9 +27,18 @@ from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt
 from studio.method.protocol import Limits
 
+MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
+MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
+MAX_BATCH = 4096  # questions per step, sequences per micro- and mini-batch
+MAX_STAGES = 100
+MAX_SEED = 2**63 - 1
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys are errors, and so are NaN and infinity: every number must be one that
+    can run (each bound is in the error message)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataSpec(_Strict):
@@ -40,23 +49,24 @@ class DataSpec(_Strict):
 
 
 class StageSpec(_Strict):
-    exemplars: int
-    steps: int
+    exemplars: int = Field(le=1000)
+    steps: int = Field(le=MAX_STEPS)
 
 
 class AdaptiveSpec(_Strict):
     metric: str = "format"
     threshold: float = 0.9
-    window: int = 10
-    min_steps: int = 20
-    max_steps: int = 200
+    window: int = Field(default=10, le=MAX_STEPS)
+    min_steps: int = Field(default=20, le=MAX_STEPS)
+    max_steps: int = Field(default=200, le=MAX_STEPS)
     direction: Literal["at_least", "at_most"] = "at_least"
 
 
 class CurriculumSpec(_Strict):
     preset: str | None = Field(default="3-2-0", description=f"One of {', '.join(PRESETS)}")
-    steps_per_stage: int = Field(default=100, gt=0)
-    stages: list[StageSpec] | None = Field(default=None, description="Overrides the preset")
+    steps_per_stage: int = Field(default=100, gt=0, le=MAX_STEPS)
+    stages: list[StageSpec] | None = Field(default=None, max_length=MAX_STAGES,
+                                           description="Overrides the preset")
     adaptive: AdaptiveSpec | None = None
 
     def build(self) -> Curriculum:
@@ -89,47 +99,51 @@ class PromptSpec(_Strict):
 
 
 class GrpoSpec(_Strict):
-    steps: int | None = Field(default=None, gt=0, description="Default: the curriculum's length")
-    batch_size: int = Field(default=8, gt=0, title="Questions per step",
+    steps: int | None = Field(default=None, gt=0, le=MAX_STEPS,
+                              description="Default: the curriculum's length")
+    batch_size: int = Field(default=8, gt=0, le=MAX_BATCH, title="Questions per step",
                             description="How many training questions each step answers; more "
                             "is steadier but slower.")
-    group_size: int = Field(default=4, gt=0, title="Answers per question",
+    group_size: int = Field(default=4, gt=0, le=256, title="Answers per question",
                             description="Answers sampled for each question and compared with "
                             "each other (GRPO); the paper uses 4.")
-    lr: float = Field(default=1.0e-6, gt=0, title="Learning rate",
+    lr: float = Field(default=1.0e-6, gt=0, le=1, title="Learning rate",
                       description="How big each update is; 1e-6 in the paper (1e-4 with LoRA: "
                       "ticking it switches an untouched 1e-6 to 1e-4). Larger learns faster "
                       "but can break the model.")
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
-    kl_coef: float = Field(default=0.001, ge=0, title="Stay-close penalty (KL)",
+    weight_decay: float = Field(default=0.0, ge=0, le=1)
+    kl_coef: float = Field(default=0.001, ge=0, le=10, title="Stay-close penalty (KL)",
                            description="Keeps the model near where it started; 0.001 in the "
                            "paper.")
-    clip: float = Field(default=0.2, gt=0, title="Clip range",
+    clip: float = Field(default=0.2, gt=0, le=10, title="Clip range",
                         description="Limits how far one update moves the model (PPO clipping); "
                         "0.2 is the usual value.")
-    entropy_coef: float = Field(default=0.0, ge=0)
-    temperature: float = Field(default=1.0, gt=0, title="Sampling temperature",
+    entropy_coef: float = Field(default=0.0, ge=0, le=10)
+    temperature: float = Field(default=1.0, gt=0, le=10, title="Sampling temperature",
                                description="Randomness of answers while training; 1.0 lets the "
                                "model try different ways.")
     top_p: float = Field(default=1.0, gt=0, le=1)
-    max_turns: int = Field(default=6, ge=0, title="Searches per answer, at most",
+    max_turns: int = Field(default=6, ge=0, le=100, title="Searches per answer, at most",
                            description="The most times one answer may call the search tool.")
     top_k: int = Field(default=3, gt=0, le=50, title="Passages per search",
                        description="How many passages each search returns.")
-    max_turn_tokens: int = Field(default=256, gt=0)
-    max_response_tokens: int = Field(default=512, gt=0, title="Answer length, at most (tokens)",
+    max_turn_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
+    max_response_tokens: int = Field(default=512, gt=0, le=MAX_TOKENS,
+                                     title="Answer length, at most (tokens)",
                                      description="Longer answers are cut; the searches' "
                                      "results count towards it.")
-    max_obs_tokens: int = Field(default=500, gt=0, title="Search result length, at most (tokens)",
+    max_obs_tokens: int = Field(default=500, gt=0, le=MAX_TOKENS,
+                                title="Search result length, at most (tokens)",
                                 description="Longer search results are cut before the model "
                                 "reads them.")
-    max_prompt_tokens: int = Field(default=5000, gt=0, title="Prompt length, at most (tokens)",
+    max_prompt_tokens: int = Field(default=5000, gt=0, le=MAX_TOKENS,
+                                   title="Prompt length, at most (tokens)",
                                    description="The prompt with its exemplars must fit: see the "
                                    "estimate below.")
-    micro_batch_size: int = Field(default=4, gt=0)
-    mini_batch_size: int | None = Field(default=None, gt=0)
-    max_grad_norm: float = Field(default=1.0, gt=0)
+    micro_batch_size: int = Field(default=4, gt=0, le=MAX_BATCH)
+    mini_batch_size: int | None = Field(default=None, gt=0, le=MAX_BATCH)
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
     reset_each_stage: bool = Field(
         default=False, description="Upstream's behaviour: new optimizer and reference per stage")
 
@@ -143,22 +157,25 @@ class GrpoSpec(_Strict):
 
 
 class RewardSpec(_Strict):
-    acc_weight: float = Field(default=0.8, title="Reward for a right answer",
+    acc_weight: float = Field(default=0.8, ge=0, le=1, title="Reward for a right answer",
                               description="Share of the reward for matching the gold answer "
                               "(0.8).")
-    format_weight: float = Field(default=0.2, title="Reward for good form",
+    format_weight: float = Field(default=0.2, ge=0, le=1, title="Reward for good form",
                                  description="Share of the reward for using the tags correctly "
                                  "(0.2).")
 
 
 class EngineSpec(_Strict):
-    checkpoint_every: int = Field(default=50, gt=0, title="Save a checkpoint every (steps)",
+    checkpoint_every: int = Field(default=50, gt=0, le=MAX_STEPS,
+                                  title="Save a checkpoint every (steps)",
                                   description="A stopped run resumes from its last checkpoint.")
-    log_groups_per_step: int = Field(default=1, ge=0, description="Rollout groups kept per step")
+    log_groups_per_step: int = Field(default=1, ge=0, le=1000,
+                                     description="Rollout groups kept per step")
     premature_drop: float = Field(
         default=0.5, gt=0, lt=1,
         description="Warn when search calls per rollout fall by this share after a stage change")
-    threads: int = Field(default=1, gt=0, description="CPU threads for PyTorch (1 is fastest here)")
+    threads: int = Field(default=1, gt=0, le=1024,
+                         description="CPU threads for PyTorch (1 is fastest here)")
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     evaluate_at_end: bool = Field(
         default=False, description="When training succeeds, evaluate the base model and the "
@@ -239,15 +256,16 @@ class MirrorSpec(_Strict):
 class VerlSpec(_Strict):
     """Where and how the veRL backend runs (ignored by the native engine); see docs/verl.md."""
 
-    nnodes: int = Field(default=1, ge=1, description="Nodes of the Ray cluster to train on")
-    gpus_per_node: int = Field(default=1, ge=1, description="GPUs used on each node")
+    nnodes: int = Field(default=1, ge=1, le=1024,
+                        description="Nodes of the Ray cluster to train on")
+    gpus_per_node: int = Field(default=1, ge=1, le=64, description="GPUs used on each node")
     ray_address: str | None = Field(
         default=None, description="A running Ray cluster's head (host:port); none: a local Ray")
     studio_url: str | None = Field(
         default=None, description="The studio's address as the Ray workers reach it (for "
         "/retrieve); default: the worker's STUDIO_PUBLIC_URL")
     rollout_engine: Literal["vllm", "sglang"] = "vllm"
-    tensor_parallel: int = Field(default=1, ge=1, description="GPUs per vLLM/SGLang replica")
+    tensor_parallel: int = Field(default=1, ge=1, le=64, description="GPUs per vLLM/SGLang replica")
     gpu_memory_utilization: float = Field(
         default=0.5, gt=0, le=1, description="Share of GPU memory the rollout engine takes")
     overrides: list[str] = Field(
@@ -278,7 +296,7 @@ class RunConfig(_Strict):
     mirror: MirrorSpec = Field(default_factory=MirrorSpec)
     lora: LoraSpec | None = Field(default=None, description="LoRA adapters; none: full "
                                   "fine-tuning")
-    seed: int = Field(default=0, title="Seed",
+    seed: int = Field(default=0, ge=0, le=MAX_SEED, title="Seed",
                       description="The same seed, data and settings give the same run.")
 
     @model_validator(mode="after")

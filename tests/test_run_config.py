@@ -94,3 +94,32 @@ def test_lora_values_out_of_bounds_name_the_field_and_the_range(lora, message):
 def test_lora_keeps_one_reference_so_it_refuses_a_reset_per_stage():
     with pytest.raises(RunConfigError, match="grpo.reset_each_stage: not available with lora"):
         parse_run_config({**BASE, "lora": {}, "grpo": {"reset_each_stage": True}})
+
+
+@pytest.mark.parametrize(("section", "key", "value", "bound"), [
+    ("grpo", "steps", 1e7, "1000000"),
+    ("grpo", "steps", 1e30, "maximum size"),
+    ("grpo", "batch_size", 10**12, "4096"),
+    ("grpo", "max_response_tokens", 2**63, "131072"),
+    ("grpo", "lr", 2.0, "1"),
+    ("reward", "acc_weight", 1.5, "1"),
+    ("reward", "format_weight", -0.1, "0"),
+    ("engine", "threads", 10**6, "1024"),
+])
+def test_every_number_is_bounded_to_what_can_run(section, key, value, bound):
+    with pytest.raises(RunConfigError) as err:
+        parse_run_config({**BASE, section: {key: value}})
+    assert f"{section}.{key}" in str(err.value) and bound in str(err.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "NaN", "-Infinity"])
+def test_no_nan_or_infinity(value):
+    with pytest.raises(RunConfigError, match="grpo.temperature"):
+        parse_run_config({**BASE, "grpo": {"temperature": value}})
+
+
+def test_stage_counts_and_lengths_are_bounded():
+    with pytest.raises(RunConfigError, match="curriculum.stages"):
+        parse_run_config({**BASE, "curriculum": {"stages": [{"exemplars": 0, "steps": 1}] * 101}})
+    with pytest.raises(RunConfigError, match=r"curriculum.stages.0.steps.*1000000"):
+        parse_run_config({**BASE, "curriculum": {"stages": [{"exemplars": 0, "steps": 10**7}]}})

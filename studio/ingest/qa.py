@@ -407,7 +407,7 @@ def _read_csv(stream: io.BufferedReader, src: Source, limits: Limits) -> QAReadR
         if answer_is_list and cell.strip().startswith("["):
             try:
                 parsed = json.loads(cell)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # then the cell is the answer
                 parsed = None
             if isinstance(parsed, list):
                 try:

@@ -34,6 +34,9 @@ _BOMS = (  # longest first: the UTF-32-LE mark starts with the UTF-16-LE one
 )
 _READ_CHUNK = 1 << 20
 MAX_JSON_ITEM_CHARS = 256 << 20
+TOO_DEEP = ("nested too deeply (JSON more than about a thousand levels deep); a {what} is "
+            "an object of strings, numbers and short lists")
+"""Python's JSON decoder gives up on deep nesting with a RecursionError: the refusal."""
 """Largest single item of a JSON array (characters) before the reader gives up on it."""
 
 
@@ -254,6 +257,8 @@ def json_records(stream: io.BufferedReader, src: Source, *, what: str = "object"
             continue
         try:
             value = json.loads(line)
+        except RecursionError:
+            raise src.error(TOO_DEEP.format(what=what), line=number) from None
         except json.JSONDecodeError as exc:
             hint = f"each line must hold one whole JSON object (one {what})"
             if number == 1 and line.lstrip().startswith("{") and src.suffix == ".json":
@@ -318,6 +323,8 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
                     break
                 fill(2 * (len(buf) - pos))  # the value may go on (a number cut in two)
                 continue
+            except RecursionError:
+                raise src.error(TOO_DEEP.format(what=what), line=line, item=item) from None
             except json.JSONDecodeError as exc:
                 signature = (exc.msg, exc.pos - pos)
                 item_chars = len(buf) - pos

@@ -71,6 +71,12 @@ def parse_jsonl(text: str) -> list[Exemplar]:
         where = f"line {lineno}"
         try:
             obj = json.loads(line)
+        except RecursionError:
+            raise ExemplarFormatError(
+                f"{where}: nested too deeply (JSON more than about a thousand levels deep); "
+                'each line must be one object like {"question": "...", "solution": "..."}',
+                line=lineno,
+            ) from None
         except json.JSONDecodeError as exc:
             raise ExemplarFormatError(
                 f"{where}: not valid JSON ({exc.msg}); each line must be one object like "

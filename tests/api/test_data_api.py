@@ -282,3 +282,22 @@ def test_demo_pack_loads_once_ready_to_use(api):
     hit = api.get(f"/corpora/{pack['corpus']['id']}/search",
                   params={"q": "capital of the Ondrell Archipelago", "k": 3}).json()
     assert any("Brindlecombe" in h["text"] for h in hit["hits"])
+
+
+DEEP = "[" * 3000 + "]" * 3000  # 6 KB that Python's JSON decoder cannot nest into
+
+
+@pytest.mark.parametrize(("route", "filename", "content", "line"), [
+    ("/corpora", "docs.jsonl", '{"title": "A", "text": "fine"}\n' + DEEP + "\n", 2),
+    ("/corpora", "docs.json", '[{"title": "A", "text": "fine"}, ' + DEEP + "]", 1),
+    ("/qa-sets", "qa.jsonl", '{"question": "Q?", "answer": "A"}\n' + DEEP + "\n", 2),
+    ("/exemplar-sets/upload", "ex.jsonl", DEEP + "\n", 1),
+])
+def test_deeply_nested_json_is_refused_with_its_line_not_a_500(api, route, filename, content,
+                                                                line):
+    answer = api.upload(route, "deep", filename, content.encode())
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"]
+    assert detail.startswith(filename) and f"line {line}" in detail
+    assert "nested too deeply" in detail
+    assert api.stored_uploads() == []

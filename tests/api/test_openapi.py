@@ -24,6 +24,13 @@ def test_a_bad_config_still_gets_the_studios_field_errors(api):
     answer = api.post("/runs/validate", json={"name": "x", "grpo": {"lr": -1}})
     assert answer.status_code == 422
     assert "grpo.lr" in answer.json()["detail"]
+    for grpo in ({"steps": 1e30}, {"steps": 10**7}, {"max_turn_tokens": 2**63}):
+        bad = {"name": "x", "data": {"corpus": "c", "train": "t"}, "grpo": grpo}
+        launched, validated = api.post("/runs", json=bad), api.post("/runs/validate", json=bad)
+        assert launched.status_code == validated.status_code == 422  # the two agree
+        assert launched.json() == validated.json()
+        assert launched.json()["detail"].startswith(f"grpo.{next(iter(grpo))}: ")
+    assert api.get("/runs").json() == []
 
 
 def test_run_and_evaluation_answers_are_documented_models(api):
