@@ -155,6 +155,12 @@ class RunState(str, Enum):
     interrupted = "interrupted"  # its worker died; `resume` continues from the last checkpoint
 
 
+ACTIVE_STATES = (RunState.queued, RunState.running)
+"""A worker holds the job, or will take it (runs and evaluations alike)."""
+FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
+"""Nothing more will come (an interrupted run may still be resumed)."""
+
+
 class Run(SQLModel, table=True):
     __tablename__ = "runs"
     id: int | None = Field(default=None, primary_key=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,16 @@ def child_env(settings: Settings, gpus: list[str]) -> dict[str, str]:
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     return env
+
+
+def spawn(module: str, args: list[str], settings: Settings, gpus: list[str],
+          out) -> subprocess.Popen:
+    """`python -m module *args` in a process group of its own (a cancel kills all of it),
+    its output to `out`, told the worker's pid so that it dies with the worker."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid())],
+        stdout=out, stderr=subprocess.STDOUT, env=child_env(settings, gpus),
+        start_new_session=True)
 
 
 def log_tail(path, lines: int = 20) -> str:

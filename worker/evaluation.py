@@ -1,19 +1,12 @@
-"""Evaluations as jobs: the Celery task claims one, spawns its process, watches it, records.
-
-`run_evaluation_job` is the task's body: the evaluation's process (`python -m
-worker.evaluation ID --parent-pid PID`) runs in its own process group with a GPU of the
-worker's on queue gpu (`worker.child_process`), so an evaluation never lands on a GPU a
-training run holds; a cancel stops the group within a second. `run_evaluation` is the
-process's body (also called in-process by tests): load the model and the tool,
-evaluate, store the figures.
+"""An evaluation's process: `python -m worker.evaluation ID --parent-pid PID`, spawned by
+its worker's task (`worker.evaluation_process`). `run_evaluation` is its body (also called
+in-process by tests and benches): load the model and the tool, evaluate, store the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import traceback
 
@@ -21,22 +14,18 @@ import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.method.evaluation import EvalConfig
-from studio.services import corpora, evaluations, qa_sets, runs
+from studio.services import corpora, qa_sets, runs
 from studio.services.evaluations import (
-    evaluation_log_path,
     evaluation_records_path,
     get_evaluation,
     update_evaluation,
 )
 from studio.settings import Settings, get_settings
 from studio.tables import RunState
-from worker.child_process import child_env, devices_for, log_tail, watch
 from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import search_fn
 from worker.lora import load_checkpoint
 from worker.parent_watch import watch_parent
-
-POLL_SECONDS = 1.0
 
 
 def _load_model(settings: Settings, evaluation: dict):
@@ -76,31 +65,6 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         raise
     update_evaluation(settings, evaluation_id, state=RunState.succeeded,
                       metrics=result["metrics"])
-    return get_evaluation(settings, evaluation_id)
-
-
-def run_evaluation_job(settings: Settings, evaluation_id: int) -> dict:
-    """The task's body: claim, spawn the evaluation's process, stop it on a cancel; a process
-    that ends without recording an outcome leaves the evaluation failed with its log's tail."""
-    evaluation = evaluations.claim_evaluation(settings, evaluation_id)
-    if evaluation is None:
-        return get_evaluation(settings, evaluation_id)
-    log_path = evaluation_log_path(settings, evaluation_id)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with devices_for(evaluation["params"].get("queue") == "gpu") as gpus, \
-            open(log_path, "ab") as out:
-        out.write(f"--- evaluation {evaluation_id}, GPU {','.join(gpus) or 'none'} ---\n".encode())
-        out.flush()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "worker.evaluation", str(evaluation_id),
-             "--parent-pid", str(os.getpid())],
-            stdout=out, stderr=subprocess.STDOUT, env=child_env(settings, gpus),
-            start_new_session=True)
-        code = watch(process, lambda _pid: evaluations.is_running(settings, evaluation_id),
-                     POLL_SECONDS)
-    update_evaluation(settings, evaluation_id, state=RunState.failed,
-                      error=f"the evaluation process exited with code {code} without "
-                            f"recording an outcome:\n{log_tail(log_path)}")
     return get_evaluation(settings, evaluation_id)
 
 

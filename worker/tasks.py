@@ -48,7 +48,7 @@ def calibrate(self, calibration_id: int) -> str:
 def evaluate(evaluation_id: int) -> dict:
     """Zero-shot evaluation of a model or a run's checkpoint on a QA set, in a process of its
     own (a GPU of its own on queue gpu); a cancel stops it."""
-    from worker.evaluation import run_evaluation_job
+    from worker.evaluation_process import run_evaluation_job
 
     return run_evaluation_job(get_settings(), evaluation_id)
 

@@ -15,9 +15,6 @@ run one, so the worker's concurrency is its number of GPUs; a veRL run its
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 
 from studio.run_config import RunConfig
 from studio.services import evaluations, run_plans, runs
@@ -25,7 +22,7 @@ from studio.services.errors import NotFound, UserError
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import RunState
-from worker.child_process import child_env, devices_for, log_tail, watch
+from worker.child_process import devices_for, log_tail, spawn, watch
 from worker.metrics_mirror import TensorBoardMirror
 
 log = logging.getLogger(__name__)
@@ -78,11 +75,8 @@ def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -
         out.write(f"--- run {run_id} attempt {attempt} on {hostname}, "
                   f"GPU {','.join(gpus) or 'none'} ---\n".encode())
         out.flush()
-        process = subprocess.Popen(
-            [sys.executable, "-m", ENGINES[run["backend"]], str(run_id),
-             "--attempt", str(attempt), "--parent-pid", str(os.getpid())],
-            stdout=out, stderr=subprocess.STDOUT, env=child_env(settings, gpus),
-            start_new_session=True)
+        process = spawn(ENGINES[run["backend"]], [str(run_id), "--attempt", str(attempt)],
+                        settings, gpus, out)
         mirror = TensorBoardMirror(settings, run_id) if config.mirror.tensorboard else None
         watch(process, lambda pid: _still_ours(settings, run_id, attempt, pid),
               min(POLL_SECONDS, settings.heartbeat_seconds), mirror.sync if mirror else None)

@@ -88,8 +88,8 @@ FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef"
                  "reward.format_weight", "engine.checkpoint_every", "seed",
                  "mirror.tensorboard")
 """The config keys the form shows; their labels and help are the fields' own (run_config)."""
-SETTINGS = [Setting(path, config_field(path).title, config_field(path).description)
-            for path in FORM_SETTINGS]
+SETTINGS = [Setting(path, field.title, field.description)
+            for path in FORM_SETTINGS for field in [config_field(path)]]
 
 
 def default_config() -> dict:

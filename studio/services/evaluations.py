@@ -22,10 +22,18 @@ from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.records import by_name_or_404, get_or_404
 from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
 from studio.settings import Settings
-from studio.tables import Corpus, CorpusStatus, Evaluation, QASet, Run, RunState, utcnow
+from studio.tables import (
+    ACTIVE_STATES,
+    Corpus,
+    CorpusStatus,
+    Evaluation,
+    QASet,
+    Run,
+    RunState,
+    utcnow,
+)
 
 EVAL_TASK = "worker.evaluate"
-ACTIVE = (RunState.queued, RunState.running)
 
 
 def run_protocol(config: RunConfig) -> dict:
@@ -182,7 +190,7 @@ def cancel_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
     """Mark a queued or running evaluation cancelled; its worker stops the process."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
-        if evaluation.state not in ACTIVE:
+        if evaluation.state not in ACTIVE_STATES:
             raise Conflict(f"evaluation {evaluation_id} is already "
                            f"{RunState(evaluation.state).value}")
         evaluation.state, evaluation.finished_at = RunState.cancelled, utcnow()
@@ -197,11 +205,11 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
     Nothing changes once the evaluation has ended (a cancel is final)."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
-        if evaluation.state not in ACTIVE:
+        if evaluation.state not in ACTIVE_STATES:
             return
         if state is not None:
             evaluation.state = state
-            if state not in ACTIVE:
+            if state not in ACTIVE_STATES:
                 evaluation.finished_at = utcnow()
         if progress is not None:
             evaluation.params = {**(evaluation.params or {}), "done": progress[0],
@@ -283,7 +291,7 @@ def cancel_base_vs_trained(settings: Settings, run_id: int,
                            base_model: str | None = None) -> int:
     """Cancel the queued or running evaluations `base_vs_trained` shows; how many."""
     active = [e["id"] for pair in base_vs_trained(settings, run_id, base_model)
-              for e in (pair["base"], pair["trained"]) if e and e["state"] in ACTIVE]
+              for e in (pair["base"], pair["trained"]) if e and e["state"] in ACTIVE_STATES]
     for evaluation_id in active:
         cancel_evaluation(settings, evaluation_id)
     return len(active)

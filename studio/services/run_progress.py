@@ -20,8 +20,9 @@ from studio.services.run_streams import (
     StreamOptions,
     read_new,
 )
-from studio.services.runs import FINAL_STATES, get_run
+from studio.services.runs import get_run
 from studio.settings import Settings
+from studio.tables import FINAL_STATES
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from datetime import datetime
 from sqlalchemy import select
 
 from studio.db import session_scope
-from studio.services import runs
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.run_history import (
     ROLLOUT_SUMMARY_COLUMNS,
@@ -42,11 +41,10 @@ from studio.services.run_history import (
     metric_view,
     rollout_summary,
 )
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import FINAL_STATES, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 
 log = logging.getLogger(__name__)
 
-FINAL_STATES = {state.value for state in runs.FINAL_STATES}
 RETRY_MS = 2000  # how long EventSource waits before it reconnects
 
 

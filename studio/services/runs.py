@@ -33,12 +33,21 @@ from studio.services.run_folder import RunFolder
 from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
 from studio.services.run_validation import checked_config
 from studio.settings import Settings
-from studio.tables import Evaluation, Export, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.tables import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    Evaluation,
+    Export,
+    Rollout,
+    Run,
+    RunEvent,
+    RunMetric,
+    RunState,
+    utcnow,
+)
 
 TRAIN_TASK = "worker.train_run"
-FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
 RESUMABLE_STATES = (RunState.interrupted, RunState.failed, RunState.cancelled)
-ACTIVE_STATES = (RunState.queued, RunState.running)
 
 
 def create_run(settings: Settings, config: dict | str, *, user_id: int | None = None,

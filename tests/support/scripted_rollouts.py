@@ -14,6 +14,7 @@ import torch
 
 from studio.method import tags
 from studio.retrieval import Passage
+from tests.support.reverse_tool import REVERSE
 from worker.engines.native.rollout import generate_rollouts
 
 INFO_END = "</information>\n\n"
@@ -132,7 +133,7 @@ def scripted_turns(tokenizer, turns: list[str]):
     string or EOS stops there (the server stops at stop strings), any other runs on with the
     filler to the budget. Log-prob -0.5 per token; `generate.contexts` records each call."""
     filler = filler_token(tokenizer)
-    stops = (*tags.STOP_STRINGS, "</reverse>")  # search, answer, the test tool
+    stops = tags.stop_strings((tags.SEARCH_TOOL, REVERSE))  # and </answer>
     contexts: list[list[int]] = []
 
     async def generate(context: list[int], max_tokens: int):

@@ -11,7 +11,7 @@ from studio.tables import RunState
 from tests.support.processes import wait_for
 from worker import child_process
 from worker.child_process import DeviceSlots
-from worker.evaluation import run_evaluation_job
+from worker.evaluation_process import run_evaluation_job
 
 QUICK = {"max_turns": 1, "max_turn_tokens": 8, "max_response_tokens": 16}
 SLOW = {"max_turns": 6, "max_turn_tokens": 512, "max_response_tokens": 4096, "batch_size": 1}
