@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.support.actors import admin  # noqa: E402
+
 TOKEN = "hf_benchToken"
 
 
@@ -54,10 +56,11 @@ def prepare(data_dir: Path, model: str) -> tuple[object, int]:
     settings = Settings(data_dir=data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     folder = resolve_model(model, data_dir)
-    run = runs.create_run(settings, {"name": "bench export", "model": str(folder), "data": {
-        "corpus": "demo", "train": "demo", "exemplars": "demo"}}, start=False)
+    run = runs.create_run(settings, admin(settings), {
+        "name": "bench export", "model": str(folder),
+        "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}, start=False)
     checkpoint = data_dir / "runs" / str(run["id"]) / "checkpoints" / "step-1"
     shutil.copytree(folder, checkpoint)
     return settings, run["id"]
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     timings: dict[str, list[float]] = {}
 
     def timed(name: str, target: str, **request) -> dict:
-        created = exports.create_export(settings, run_id, target=target, start=False, **request)
+        created = exports.create_export(settings, admin(settings), run_id, target=target,
+                                        start=False, **request)
         started = time.perf_counter()
         done = run_export(settings, created["id"])
         timings.setdefault(name, []).append(time.perf_counter() - started)

@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.support.actors import admin  # noqa: E402
+
 CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate")
 
 
@@ -104,7 +106,7 @@ def save_model(settings, run_id: int) -> Path:
     from studio.services import exports
     from worker.export import run_export
 
-    export = exports.create_export(settings, run_id, target="folder", start=False)
+    export = exports.create_export(settings, admin(settings), run_id, target="folder", start=False)
     return settings.resolved_data_dir / run_export(settings, export["id"])["location"]
 
 
@@ -187,13 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(data_dir=args.data_dir)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
-    demo.load_demo_pack(settings, index_now=True)
+    demo.load_demo_pack(settings, admin(settings), index_now=True)
     logs = args.data_dir / "logs"
     logs.mkdir(exist_ok=True)
 
     t0 = time.time()
     configs = arm_configs(args, settings)
-    created = {arm: runs.create_run(settings, config, start=False)
+    created = {arm: runs.create_run(settings, admin(settings), config, start=False)
                for arm, config in configs.items()}
     with ThreadPoolExecutor(2) as pool:  # the two trained arms side by side
         list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
@@ -206,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     targets = {"base": {"model": configs["curriculum"]["model"]},
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
     queued = {arm: evaluations.create_evaluation(
-        settings, qa_set=demo.HELDOUT_NAME, corpus=demo.DEMO_NAME, limit=args.limit,
-        protocol=protocol, start=False, **target) for arm, target in targets.items()}
+        settings, admin(settings), qa_set=demo.HELDOUT_NAME, corpus=demo.DEMO_NAME,
+        limit=args.limit, protocol=protocol, start=False, **target)
+        for arm, target in targets.items()}
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda arm: child(["--child", "eval", str(queued[arm]["id"])],
                                         args.data_dir, logs / f"eval-{arm}.log"), queued))

@@ -16,7 +16,10 @@ from typing import Any, BinaryIO
 
 import gradio as gr
 
+from studio.services.access import Actor
+from studio.services.auth import actor_named
 from studio.services.errors import UserError
+from studio.settings import Settings
 
 _NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
 
@@ -62,6 +65,24 @@ def toast_user_errors(fn: Callable) -> Callable:
             raise gr.Error(str(exc), print_exception=False) from None
 
     return wrapper
+
+
+def signed_in(settings: Settings, request: gr.Request) -> Actor:
+    """The user of a UI request, with its role as it is now."""
+    if not request.username:
+        raise UserError("you are not signed in; reload the page and sign in")
+    return actor_named(settings, request.username)
+
+
+def acting(settings: Settings, fn: Callable) -> Callable:
+    """An event handler calling `fn(settings, actor, *inputs)`: every action of a page is
+    made as the signed-in user, whose role and ownership the services check (Gradio passes
+    the request to the first parameter by its annotation)."""
+
+    def handler(request: gr.Request, *inputs):
+        return fn(settings, signed_in(settings, request), *inputs)
+
+    return handler
 
 
 def plain(value: Any) -> Any:

@@ -14,7 +14,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend import log_filters, shared  # noqa: E402
+from frontend import log_filters, login, shared  # noqa: E402
+from frontend.components import acting  # noqa: E402
 from frontend.pages import (  # noqa: E402
     compare,
     curriculum,
@@ -26,10 +27,9 @@ from frontend.pages import (  # noqa: E402
     launch,
     live_run,
     runs,
+    team,
 )
 from studio.api.app import create_api  # noqa: E402
-from studio.db import session_scope  # noqa: E402
-from studio.services.auth import authenticate  # noqa: E402
 from studio.settings import Settings, get_settings  # noqa: E402
 
 # The tabs, in order: each module has TITLE and build(settings) (see frontend/pages).
@@ -44,6 +44,7 @@ PAGES = [
     compare,
     evaluate,
     export,
+    team,
 ]
 # Page modules may add CSS of their own (Gradio 6 takes it at the mount, not per Blocks).
 CSS = "\n".join(getattr(page, "CSS", "") for page in PAGES)
@@ -53,6 +54,9 @@ def build_ui(settings: Settings) -> gr.Blocks:
     with gr.Blocks(title="ICRL Studio") as ui:
         # Made outside gr.Tabs: a non-tab child there shifts the tabs' order in the browser.
         common = shared.Shared(ui, tuple(shared.page_id(page) for page in PAGES))
+        who = gr.Markdown(elem_id="signed-in")
+        ui.load(acting(settings, lambda _settings, actor: team.who_markdown(actor)),
+                outputs=who, show_progress="hidden")
         with gr.Tabs() as common.tabs:
             for page in PAGES:
                 with gr.Tab(page.TITLE, id=shared.page_id(page)) as tab, \
@@ -65,13 +69,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     log_filters.install()
     app = create_api(settings)
-
-    def login(username: str, password: str) -> bool:
-        with session_scope(settings.sqlalchemy_url) as session:
-            return authenticate(session, username, password) is not None
+    login.install(app, settings)
 
     # files a page links to (a finished export's zip), served to logged-in users only
     allowed = [path for page in PAGES if hasattr(page, "allowed_paths")
                for path in page.allowed_paths(settings)]
-    return gr.mount_gradio_app(app, build_ui(settings), path="/", auth=login,
+    return gr.mount_gradio_app(app, build_ui(settings), path="/",
+                               auth_dependency=login.gradio_user(settings),
                                footer_links=[], show_error=True, css=CSS, allowed_paths=allowed)

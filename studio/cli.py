@@ -1,5 +1,8 @@
-"""The `studio` command: start the studio, a worker, manage the database and tokens, launch
-and follow runs, evaluate. Commands call the services directly, as the API does."""
+"""The `studio` command: start the studio, a worker, manage the database, users and tokens,
+launch and follow runs, evaluate. Commands call the services directly, as the API does, and
+act as a user of the studio: `--user NAME` (or STUDIO_USER), else the first admin (whoever
+runs the CLI where the studio's database is can reach everything anyway; `--user` makes a
+script act with a team member's role and ownership)."""
 
 from __future__ import annotations
 
@@ -19,12 +22,34 @@ app = typer.Typer(help="ICRL Studio: teach an LLM to use a tool with in-context 
                   no_args_is_help=True, add_completion=False)
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens for scripts and CI.", no_args_is_help=True)
+user_app = typer.Typer(help="Users and their roles (admins only).", no_args_is_help=True)
 model_app = typer.Typer(help="Base models.", no_args_is_help=True)
 run_app = typer.Typer(help="Training runs: launch, follow, cancel, resume.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
+app.add_typer(user_app, name="user")
 app.add_typer(model_app, name="model")
 app.add_typer(run_app, name="run")
+
+
+_acting_as: dict[str, str | None] = {"user": None}
+
+
+@app.callback()
+def main(user: str = typer.Option(None, "--user", envvar="STUDIO_USER",
+                                  help="Act as this user, with its role (default: the first "
+                                  "admin).")) -> None:
+    """ICRL Studio: teach an LLM to use a tool with in-context RL."""
+    _acting_as["user"] = user
+
+
+def _actor(settings: Settings):
+    """Who the command acts as: --user NAME, else the first admin."""
+    from studio.services.auth import actor_named, first_admin
+
+    name = _acting_as["user"]
+    return _call(actor_named, settings, name, prefix="--user: ") if name else \
+        _call(first_admin, settings)
 
 
 def _settings(**overrides: object) -> Settings:
@@ -157,20 +182,96 @@ def db_downgrade(revision: str = typer.Argument(..., help="Target, e.g. base or 
 
 @token_app.command("create")
 def token_create(name: str = typer.Option(..., help="What the token is for."),
-                 user: str = typer.Option("admin", help="Owner of the token."),
                  data_dir: Path = DataDir) -> None:
-    """Print a new API token for USER from the local database."""
-    from studio.services.auth import AuthError, create_token, find_user
+    """Print a new API token of the acting user (--user), with its role."""
+    from studio.services.auth import issue_token
 
-    settings = _settings(data_dir=data_dir)
-    try:
-        launcher.check_database(settings)
-        launcher.check_migrated(settings)
-        with db.session_scope(settings.sqlalchemy_url) as session:
-            token = create_token(session, find_user(session, user), name)
-    except (launcher.StartupError, AuthError) as exc:
-        raise _fail(exc) from None
-    typer.echo(token)
+    settings = _studio_ready(data_dir)
+    typer.echo(_call(issue_token, settings, _actor(settings), name)["token"])
+
+
+# --- users ------------------------------------------------------------------------------------
+
+
+def _print_new_user(new) -> None:
+    typer.echo(f"user '{new.username}' ({new.role}); its password, shown once: {new.password}")
+
+
+def _password(env: str | None) -> str | None:
+    if env and not os.environ.get(env):
+        raise _fail(ValueError(f"--password-env: {env} is not set"))
+    return os.environ.get(env) if env else None
+
+
+PasswordEnv = typer.Option(None, "--password-env", help="Environment variable holding the "
+                           "password (default: one is made up and printed once).")
+
+
+@user_app.command("add")
+def user_add(name: str = typer.Argument(..., help="Username: letters, digits, . _ @ -"),
+             role: str = typer.Option("member", help="admin, member or viewer."),
+             password_env: str = PasswordEnv, data_dir: Path = DataDir) -> None:
+    """Add a user: a viewer reads, a member also creates and changes its own, an admin all."""
+    from studio.services.auth import add_user
+
+    settings = _studio_ready(data_dir)
+    _print_new_user(_call(add_user, settings, _actor(settings), name, role,
+                          _password(password_env)))
+
+
+@user_app.command("list")
+def user_list(data_dir: Path = DataDir) -> None:
+    """Every user with its role and whether it is disabled."""
+    from studio.services.auth import list_users
+
+    settings = _studio_ready(data_dir)
+    _table(["ID", "USERNAME", "ROLE", "STATE", "CREATED (UTC)"],
+           [[u["id"], u["username"], u["role"], "disabled" if u["disabled"] else "active",
+             u["created_at"][:19].replace("T", " ")]
+            for u in _call(list_users, settings, _actor(settings))])
+
+
+@user_app.command("disable")
+def user_disable(name: str = typer.Argument(...), data_dir: Path = DataDir) -> None:
+    """Disable a user: its tokens and browser sessions stop at once; its data stays."""
+    from studio.services.auth import set_disabled
+
+    settings = _studio_ready(data_dir)
+    _call(set_disabled, settings, _actor(settings), name, True)
+    typer.echo(f"user '{name}' disabled")
+
+
+@user_app.command("enable")
+def user_enable(name: str = typer.Argument(...), data_dir: Path = DataDir) -> None:
+    """Enable a disabled user again (it signs in again; its old tokens work again)."""
+    from studio.services.auth import set_disabled
+
+    settings = _studio_ready(data_dir)
+    _call(set_disabled, settings, _actor(settings), name, False)
+    typer.echo(f"user '{name}' enabled")
+
+
+@user_app.command("set-role")
+def user_set_role(name: str = typer.Argument(...),
+                  role: str = typer.Argument(..., help="admin, member or viewer."),
+                  data_dir: Path = DataDir) -> None:
+    """Change a user's role (at once, for its tokens and sessions too)."""
+    from studio.services.auth import set_role
+
+    settings = _studio_ready(data_dir)
+    found = _call(set_role, settings, _actor(settings), name, role)
+    typer.echo(f"user '{name}' is now {found['role']}")
+
+
+@user_app.command("reset-password")
+def user_reset_password(name: str = typer.Argument(...), password_env: str = PasswordEnv,
+                        data_dir: Path = DataDir) -> None:
+    """Give a user a new password (its browser sessions end)."""
+    from studio.services.auth import reset_password
+
+    settings = _studio_ready(data_dir)
+    _print_new_user(_call(reset_password, settings, _actor(settings), name,
+                          _password(password_env)))
 
 
 @app.command()
@@ -180,13 +281,10 @@ def demo(data_dir: Path = DataDir) -> None:
     from studio.services.demo import load_demo_pack
     from studio.services.errors import UserError
 
-    settings = _settings(data_dir=data_dir)
+    settings = _studio_ready(data_dir)
     try:
-        launcher.check_data_dir(settings)
-        launcher.check_database(settings)
-        launcher.check_migrated(settings)
-        pack = load_demo_pack(settings, index_now=True)
-    except (launcher.StartupError, UserError) as exc:
+        pack = load_demo_pack(settings, _actor(settings), index_now=True)
+    except UserError as exc:
         raise _fail(exc) from None
     corpus, qa, exemplars = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
     heldout = pack["heldout_qa_set"]
@@ -323,7 +421,7 @@ def _run_config(settings: Settings, config: Path | None, preset: str | None
     if (config is None) == (preset is None):
         raise _fail(ValueError("give a run YAML file or --preset NAME (one of them)"))
     if preset is not None:
-        return _call(prepare_preset, settings, preset), f"preset {preset}: "
+        return _call(prepare_preset, settings, _actor(settings), preset), f"preset {preset}: "
     return _read_config(config), f"{config}: "
 
 
@@ -340,7 +438,8 @@ def run_validate(config: Path = ConfigFile, preset: str = Preset,
 
     settings = _studio_ready(data_dir)
     text, prefix = _run_config(settings, config, preset)
-    report = _call(validate_run, settings, text, prefix=prefix)
+    actor = _actor(settings)
+    report = _call(validate_run, settings, actor, text, prefix=prefix)
     timing = report["time_estimate"]
     if timing["state"] == "measuring" and not timing["ahead"] and wait_estimate > 0:
         typer.echo(f"time: {timing['message']}; waiting up to {wait_estimate:.0f} s")
@@ -348,7 +447,7 @@ def run_validate(config: Path = ConfigFile, preset: str = Preset,
         while (get_calibration(settings, timing["calibration"])["state"] in ("queued", "running")
                and time.monotonic() < deadline):
             time.sleep(POLL_SECONDS)
-        report = _call(validate_run, settings, text, prefix=prefix)
+        report = _call(validate_run, settings, actor, text, prefix=prefix)
     _print_report(report)
 
 
@@ -379,8 +478,9 @@ def calibrate(model: str = typer.Option(None, help="Model: bundled name, HF id o
     from studio.services.estimates import calibration_summary
 
     settings = _studio_ready(data_dir, queue=True)
-    found = _call(request_calibration, settings, model=model or settings.default_model,
-                  queue=queue, threads=threads, dtype=dtype)
+    found = _call(request_calibration, settings, _actor(settings),
+                  model=model or settings.default_model, queue=queue, threads=threads,
+                  dtype=dtype)
     typer.echo(f"calibration {found['id']}: {found['model']} on queue {queue} "
                f"({found['threads']} thread(s), {found['dtype']}): {found['state']}")
     shown = found["state"]
@@ -408,7 +508,7 @@ def run_launch(config: Path = ConfigFile, preset: str = Preset, wait: bool = Wai
 
     settings = _studio_ready(data_dir, queue=True)
     source, prefix = _run_config(settings, config, preset)
-    run = _call(create_run, settings, source, prefix=prefix)
+    run = _call(create_run, settings, _actor(settings), source, prefix=prefix)
     typer.echo(f"run {run['id']}")
     _print_report(run)
     if wait:
@@ -456,7 +556,8 @@ def run_cancel(run_id: int = RunId, data_dir: Path = DataDir) -> None:
     """Cancel a run: its process group is killed, its checkpoints and metrics stay."""
     from studio.services.runs import cancel_run
 
-    typer.echo(_state_line(_call(cancel_run, _studio_ready(data_dir), run_id)))
+    settings = _studio_ready(data_dir)
+    typer.echo(_state_line(_call(cancel_run, settings, _actor(settings), run_id)))
 
 
 @run_app.command("resume")
@@ -465,7 +566,7 @@ def run_resume(run_id: int = RunId, wait: bool = Wait, data_dir: Path = DataDir)
     from studio.services.runs import resume_run
 
     settings = _studio_ready(data_dir, queue=True)
-    run = _call(resume_run, settings, run_id)
+    run = _call(resume_run, settings, _actor(settings), run_id)
     if wait:
         _exit_with(_follow(settings, run_id, since_step=run["current_step"]))
     else:
@@ -477,7 +578,8 @@ def run_delete(run_id: int = RunId, data_dir: Path = DataDir) -> None:
     """Delete a run that is not queued or running, with its metrics and checkpoints."""
     from studio.services.runs import delete_run
 
-    _call(delete_run, _studio_ready(data_dir), run_id)
+    settings = _studio_ready(data_dir)
+    _call(delete_run, settings, _actor(settings), run_id)
     typer.echo(f"run {run_id} deleted")
 
 
@@ -515,8 +617,8 @@ def evaluate(qa_set: list[str] = typer.Option(..., "--qa-set", help="QA set to e
     settings = _studio_ready(data_dir, queue=True)
     for name in qa_set:
         _call(qa_sets.find_qa_set, settings, name, prefix="--qa-set: ")
-    overrides = _protocol(protocol or [])
-    created = [_call(evaluations.create_evaluation, settings, qa_set=name, corpus=corpus,
+    overrides, actor = _protocol(protocol or []), _actor(settings)
+    created = [_call(evaluations.create_evaluation, settings, actor, qa_set=name, corpus=corpus,
                      model=model, run_id=run, limit=limit, protocol=overrides, queue=queue)
                for name in qa_set]
     for evaluation, name in zip(created, qa_set, strict=True):
@@ -588,8 +690,8 @@ def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to e
     try:
         launcher.check_database(settings)
         launcher.check_migrated(settings)
-        found = exports.create_export(settings, run_id, target=to, step=step, repo_id=repo_id,
-                                      private=private, token=token)
+        found = exports.create_export(settings, _actor(settings), run_id, target=to,
+                                      step=step, repo_id=repo_id, private=private, token=token)
     except (launcher.StartupError, UserError) as exc:
         raise _fail(exc) from None
     typer.echo(f"export {found['id']}: {to} of run {run_id} after {found['step']} steps")

@@ -32,6 +32,7 @@ MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
 MAX_BATCH = 4096  # questions per step, sequences per micro- and mini-batch
 MAX_STAGES = 100
 MAX_SEED = 2**63 - 1
+MAX_THREADS = 1024
 
 
 class _Strict(BaseModel):
@@ -174,7 +175,7 @@ class EngineSpec(_Strict):
     premature_drop: float = Field(
         default=0.5, gt=0, lt=1,
         description="Warn when search calls per rollout fall by this share after a stage change")
-    threads: int = Field(default=1, gt=0, le=1024,
+    threads: int = Field(default=1, gt=0, le=MAX_THREADS,
                          description="CPU threads for PyTorch (1 is fastest here)")
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     evaluate_at_end: bool = Field(

@@ -8,6 +8,7 @@ Schema changes go through an Alembic migration in `migrations/versions/`.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
@@ -28,30 +29,75 @@ def _text() -> Any:
     return Field(default=None, sa_column=Column(Text, nullable=True))
 
 
+# A deleted row's id must never come back: a queued job names its row by id (a deleted
+# run's message would otherwise train the next run of that id), and the live stream and the
+# TensorBoard mirror follow run rows by id. PostgreSQL's sequences never reuse ids; SQLite
+# hands out a deleted largest id again unless the table is AUTOINCREMENT. Every table with
+# an integer id carries this.
+IDS_NEVER_REUSED = {"sqlite_autoincrement": True}
+
+
 # --- people and credentials -------------------------------------------------
+
+
+class Role(str, Enum):
+    """What a user may do (studio.services.access): a viewer reads; a member also creates
+    and changes its own data, runs, evaluations and exports; an admin does everything."""
+
+    admin = "admin"
+    member = "member"
+    viewer = "viewer"
 
 
 class User(SQLModel, table=True):
     __tablename__ = "users"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
     username: str = Field(index=True, unique=True, max_length=64)
     password_hash: str = Field(max_length=255)
-    is_admin: bool = False
+    role: Role = Field(default=Role.member, sa_type=String(16))
     created_at: datetime = Field(default_factory=utcnow)
+    disabled_at: datetime | None = None  # a disabled user's tokens and sessions stop at once
+
+
+class TokenKind(str, Enum):
+    api = "api"  # for scripts: `Authorization: Bearer`, until revoked
+    session = "session"  # the browser's cookie after a login, until it expires or logs out
 
 
 class ApiToken(SQLModel, table=True):
-    """An API token, stored as a SHA-256 hash; `prefix` lets a user tell tokens apart."""
+    """An API token or a browser session, stored as a SHA-256 hash; `prefix` lets a user
+    tell tokens apart. Either acts with its user's role as it is at each request."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
     user_id: int = Field(foreign_key="users.id", index=True)
+    kind: TokenKind = Field(default=TokenKind.api, sa_type=String(16))
     name: str = Field(max_length=128)
     prefix: str = Field(max_length=16)
     token_hash: str = Field(index=True, unique=True, max_length=64)
     created_at: datetime = Field(default_factory=utcnow)
     last_used_at: datetime | None = None
+    expires_at: datetime | None = None
     revoked_at: datetime | None = None
+
+
+class LoginFailure(SQLModel, table=True):
+    """A failed login, kept for the rate limit (studio.services.auth.login_wait)."""
+
+    __tablename__ = "login_failures"
+    __table_args__ = (Index("ix_login_failures_username_at", "username", "at"),
+                      Index("ix_login_failures_address_at", "address", "at"), IDS_NEVER_REUSED)
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(max_length=64)
+    address: str = Field(max_length=64)
+    at: datetime = Field(default_factory=utcnow)
+
+
+def _owner() -> Any:
+    """Who created the row; it alone (and admins) may change, delete, cancel or export it."""
+    return Field(default=None, foreign_key="users.id", index=True)
 
 
 # --- data a user brings --------------------------------------------------------
@@ -74,9 +120,10 @@ def _live_name_unique(table: str) -> Index:
 
 class Corpus(SQLModel, table=True):
     __tablename__ = "corpora"
-    __table_args__ = (_live_name_unique("corpora"),)
+    __table_args__ = (_live_name_unique("corpora"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, max_length=128)
+    owner_id: int | None = _owner()
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
     upload_path: str = Field(max_length=1024)  # relative to the data directory
@@ -96,9 +143,10 @@ class Corpus(SQLModel, table=True):
 
 class QASet(SQLModel, table=True):
     __tablename__ = "qa_sets"
-    __table_args__ = (_live_name_unique("qa_sets"),)
+    __table_args__ = (_live_name_unique("qa_sets"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, max_length=128)
+    owner_id: int | None = _owner()
     purpose: str = Field(default="train", max_length=16)  # train | eval
     source_filename: str = Field(max_length=255)
     content_hash: str = Field(max_length=64)
@@ -112,7 +160,7 @@ class QASet(SQLModel, table=True):
 
 class QAItem(SQLModel, table=True):
     __tablename__ = "qa_items"
-    __table_args__ = (UniqueConstraint("qa_set_id", "position"),)
+    __table_args__ = (UniqueConstraint("qa_set_id", "position"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     qa_set_id: int = Field(foreign_key="qa_sets.id", index=True)
     position: int
@@ -124,8 +172,10 @@ class QAItem(SQLModel, table=True):
 
 class ExemplarSet(SQLModel, table=True):
     __tablename__ = "exemplar_sets"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True, max_length=128)
+    owner_id: int | None = _owner()
     source_filename: str | None = Field(default=None, max_length=255)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -133,7 +183,7 @@ class ExemplarSet(SQLModel, table=True):
 
 class Exemplar(SQLModel, table=True):
     __tablename__ = "exemplars"
-    __table_args__ = (UniqueConstraint("exemplar_set_id", "position"),)
+    __table_args__ = (UniqueConstraint("exemplar_set_id", "position"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     exemplar_set_id: int = Field(foreign_key="exemplar_sets.id", index=True)
     position: int
@@ -163,6 +213,7 @@ FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
 
 class Run(SQLModel, table=True):
     __tablename__ = "runs"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, max_length=128)
     config: dict | None = _json()  # the full run config snapshot
@@ -174,24 +225,21 @@ class Run(SQLModel, table=True):
     # how many times the run was queued (1, then +1 per resume); a worker and its training
     # process act on the run only while it is still their attempt
     attempt: int = 1
+    # random, set when the run is stored: a queued message names it with the attempt, so a
+    # message meant for another run (of an id used before) does nothing
+    job_key: str = Field(default_factory=lambda: uuid.uuid4().hex, max_length=32)
     worker_hostname: str | None = Field(default=None, max_length=255)
     pid: int | None = None
     current_step: int = 0
     total_steps: int = 0
     checkpoint_dir: str | None = Field(default=None, max_length=1024)
     error: str | None = _text()
-    created_by: int | None = Field(default=None, foreign_key="users.id")
+    owner_id: int | None = _owner()
     created_at: datetime = Field(default_factory=utcnow)
     queued_at: datetime | None = Field(default_factory=utcnow)  # the queue's order
     started_at: datetime | None = None
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
-
-
-# What a run writes is followed by row id (the live stream, the TensorBoard mirror): an id
-# must never come back. SQLite hands out a deleted largest id again unless the table is
-# AUTOINCREMENT, and a resumed run deletes and re-writes its latest steps.
-FOLLOWED_BY_ID = {"sqlite_autoincrement": True}
 
 
 class RunMetric(SQLModel, table=True):
@@ -200,7 +248,7 @@ class RunMetric(SQLModel, table=True):
     __tablename__ = "run_metrics"
     # (run_id, id): the live stream reads a run's rows after a cursor, on PostgreSQL too
     __table_args__ = (UniqueConstraint("run_id", "step"),
-                      Index("ix_run_metrics_run_id_id", "run_id", "id"), FOLLOWED_BY_ID)
+                      Index("ix_run_metrics_run_id_id", "run_id", "id"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int
@@ -214,7 +262,7 @@ class RunEvent(SQLModel, table=True):
     """Stage changes, warnings (e.g. premature termination) and notes, drawn on the curves."""
 
     __tablename__ = "run_events"
-    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"), FOLLOWED_BY_ID)
+    __table_args__ = (Index("ix_run_events_run_id_id", "run_id", "id"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int = 0
@@ -240,7 +288,7 @@ class Rollout(SQLModel, table=True):
                       Index("ix_rollouts_run_id_exemplars_step_id", "run_id", "exemplars", "step",
                             "id"),
                       Index("ix_rollouts_run_id_reward_step_id", "run_id", "reward", "step", "id"),
-                      FOLLOWED_BY_ID)
+                      IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="runs.id")
     step: int
@@ -259,7 +307,9 @@ class Rollout(SQLModel, table=True):
 
 class Evaluation(SQLModel, table=True):
     __tablename__ = "evaluations"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
+    owner_id: int | None = _owner()
     run_id: int | None = Field(default=None, foreign_key="runs.id", index=True)
     model_ref: str = Field(max_length=1024)
     qa_set_id: int = Field(foreign_key="qa_sets.id")
@@ -275,7 +325,9 @@ class Export(SQLModel, table=True):
     """An export of a run's checkpoint. The Hub token is never stored."""
 
     __tablename__ = "exports"
+    __table_args__ = (IDS_NEVER_REUSED,)
     id: int | None = Field(default=None, primary_key=True)
+    owner_id: int | None = _owner()
     run_id: int = Field(foreign_key="runs.id", index=True)
     target: str = Field(max_length=16)  # folder | zip | hub
     step: int | None = None  # the checkpoint exported (steps done); None until chosen
@@ -312,7 +364,7 @@ class DeviceCalibration(SQLModel, table=True):
 
     __tablename__ = "device_calibrations"
     __table_args__ = (Index("ix_device_calibrations_key", "model", "device_key", "threads",
-                            "dtype"),)
+                            "dtype"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
     model: str = Field(max_length=1024)  # the run config's `model`, as written there
     queue: str = Field(max_length=16)  # where it was sent

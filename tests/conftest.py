@@ -17,6 +17,7 @@ import pytest
 
 from studio import db
 from studio.settings import Settings
+from tests.support.actors import admin
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("STUDIO_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -67,7 +68,7 @@ def studio(any_db_url, tmp_path):
     s = Settings(data_dir=tmp_path / "data", database_url=any_db_url, heartbeat_seconds=1)
     s.resolved_data_dir.mkdir(parents=True)
     db.upgrade(s.sqlalchemy_url)
-    load_demo_pack(s, index_now=True)
+    load_demo_pack(s, admin(s), index_now=True)
     return s, build_tiny_model(tmp_path / "tiny")
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import uuid
+from contextlib import contextmanager
+from datetime import datetime
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -13,12 +16,12 @@ import studio.tables  # noqa: F401
 from studio import db
 from studio.method.exemplars import Exemplar
 from studio.services.run_plans import exemplars_hash
-from studio.tables import Run, RunEvent, RunMetric
+from studio.tables import Run, RunEvent, RunMetric, utcnow
 
 DOMAIN_TABLES = {
     "users", "api_tokens", "corpora", "qa_sets", "qa_items", "exemplar_sets", "exemplars",
     "runs", "run_metrics", "run_events", "rollouts", "evaluations", "exports",
-    "worker_heartbeats", "device_calibrations",
+    "worker_heartbeats", "device_calibrations", "login_failures",
 }
 
 
@@ -108,3 +111,98 @@ def test_runs_stored_before_plans_get_the_plan_their_names_resolve_to(any_db_url
     assert kept["exemplars"] == [{"question": "Q?", "solution": "<answer> A </answer>"}]
     assert kept["exemplar_set"]["content_hash"] == exemplars_hash(
         [Exemplar("Q?", "<answer> A </answer>")])
+
+
+def test_teams_migration_gives_rows_to_the_first_admin_and_keeps_roles(any_db_url):
+    """0009: is_admin becomes a role, every owned row gets an owner (a run keeps its creator),
+    every run a job key; a downgrade gives is_admin and the creator back."""
+    db.upgrade(any_db_url, "0008_drop_curricula")
+    now = "CURRENT_TIMESTAMP"
+    with db.engine_for(any_db_url).begin() as conn:
+        conn.execute(text("INSERT INTO users (username, password_hash, is_admin, created_at) "
+                          f"VALUES ('root', 'x', true, {now}), ('ana', 'x', false, {now})"))
+        conn.execute(text(
+            "INSERT INTO corpora (name, source_filename, content_hash, upload_path, status, "
+            "backend, num_documents, num_passages, rows_read, passages_indexed, created_at, "
+            f"updated_at) VALUES ('docs', 'd.jsonl', 'c0', 'u', 'ready', 'bm25s', 1, 1, 1, 1, "
+            f"{now}, {now})"))
+        conn.execute(text("INSERT INTO exemplar_sets (name, created_at, updated_at) "
+                          f"VALUES ('ex', {now}, {now})"))
+        for name, creator in (("by-ana", 2), ("by-nobody", None)):
+            conn.execute(text(
+                "INSERT INTO runs (name, config, backend, queue, state, attempt, current_step, "
+                f"total_steps, created_at, created_by) VALUES ('{name}', '{{}}', 'native', "
+                "'cpu', 'failed', 1, 0, 0, CURRENT_TIMESTAMP, :creator)"), {"creator": creator})
+    db.upgrade(any_db_url)
+    with db.engine_for(any_db_url).begin() as conn:
+        assert conn.execute(text("SELECT username, role FROM users ORDER BY id")).all() == [
+            ("root", "admin"), ("ana", "member")]
+        assert conn.execute(text("SELECT owner_id FROM corpora")).scalar() == 1
+        assert conn.execute(text("SELECT owner_id FROM exemplar_sets")).scalar() == 1
+        owners = dict(conn.execute(text("SELECT name, owner_id FROM runs")).all())
+        assert owners == {"by-ana": 2, "by-nobody": 1}
+        keys = conn.execute(text("SELECT job_key FROM runs")).scalars().all()
+        assert len(set(keys)) == 2 and all(len(k) == 32 for k in keys)
+    db.downgrade(any_db_url, "0008_drop_curricula")
+    with db.engine_for(any_db_url).begin() as conn:
+        assert conn.execute(text("SELECT username FROM users WHERE is_admin")).all() == [("root",)]
+        assert dict(conn.execute(text("SELECT name, created_by FROM runs")).all()) == {
+            "by-ana": 2, "by-nobody": 1}
+
+
+def _integer_id_tables() -> list:
+    return [t for t in SQLModel.metadata.sorted_tables
+            if [c.name for c in t.primary_key.columns] == ["id"]]
+
+
+def test_no_table_hands_out_a_deleted_id_again(any_db_url):
+    """Every table with an integer id: its largest row deleted, the next insert gets a new id,
+    so a queued message naming a deleted row's id can never act on another row
+    (on SQLite only AUTOINCREMENT promises that; PostgreSQL's sequences always do)."""
+    db.upgrade(any_db_url)
+    tables = _integer_id_tables()
+    assert {t.name for t in tables} == DOMAIN_TABLES - {"worker_heartbeats"}
+    if any_db_url.startswith("sqlite"):
+        with db.engine_for(any_db_url).connect() as conn:
+            plain = [t.name for t in tables if "AUTOINCREMENT" not in conn.execute(text(
+                "SELECT sql FROM sqlite_master WHERE name = :n"), {"n": t.name}).scalar()]
+        assert plain == [], "tables that would hand a deleted id out again"
+    with _without_foreign_keys(any_db_url) as conn:
+        for table in tables:
+            _insert_minimal(conn, table)
+            second = _insert_minimal(conn, table)
+            conn.execute(table.delete().where(table.c.id == second))
+            assert _insert_minimal(conn, table) > second, table.name
+
+
+@contextmanager
+def _without_foreign_keys(url: str):
+    """A connection whose inserts need no parent rows (the ids are what is tested)."""
+    engine = db.engine_for(url)
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        else:
+            conn.exec_driver_sql("SET session_replication_role = replica")
+        try:
+            yield conn
+            conn.commit()
+        finally:
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+            else:
+                conn.exec_driver_sql("SET session_replication_role = DEFAULT")
+
+
+def _insert_minimal(conn, table) -> int:
+    """A row with every required column filled (unique ones made unique); its id."""
+    filler = {int: lambda n: n, str: lambda n: f"v{n}", datetime: lambda n: utcnow(),
+              bool: lambda n: False, float: lambda n: 0.0}
+    values = {}
+    for column in table.columns:
+        if column.name == "id" or column.nullable or column.default is not None or \
+                column.server_default is not None:
+            continue
+        make = filler.get(column.type.python_type, filler[str])  # AutoString: object
+        values[column.name] = make(uuid.uuid4().int % 10**9)
+    return conn.execute(table.insert().values(**values)).inserted_primary_key[0]

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.support.browser import chromium
+from tests.support.browser import chromium, sign_in
 from tests.support.processes import pid_alive, start_studio, stop, studio_env, wait_for
 
 
@@ -51,11 +51,7 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
 
         with chromium() as browser:
             page = browser.new_page()
-            page.goto(f"{base}/")
-            page.get_by_label("username").fill("admin")
-            page.get_by_label("password").fill(password)
-            page.get_by_role("button", name="Login").click()
-            page.wait_for_selector("text=ICRL Studio", timeout=30_000)
+            sign_in(page, base, "admin", password)
             status = page.locator("#studio-status")
             status.get_by_text("Status: ok").wait_for(timeout=30_000)
             assert "worker" in status.inner_text()

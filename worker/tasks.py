@@ -25,12 +25,13 @@ def build_corpus_index(corpus_id: int) -> dict:
 
 
 @app.task(name="worker.train_run", bind=True)
-def train_run(self, run_id: int, attempt: int = 1) -> str:
+def train_run(self, run_id: int, attempt: int = 1, job_key: str | None = None) -> str:
     """Train attempt `attempt` of a run in a spawned process; cancellation and failures end
-    up on the run. A redelivered message whose attempt was taken already does nothing."""
+    up on the run. A redelivered message whose attempt was taken already, or one whose job
+    key is not the run's (a message for a deleted run of the same id), does nothing."""
     from worker.training_process import run_training
 
-    return run_training(get_settings(), run_id, attempt,
+    return run_training(get_settings(), run_id, attempt, job_key,
                         self.request.hostname or socket.gethostname())
 
 

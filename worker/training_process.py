@@ -2,7 +2,8 @@
 
 The task claims one attempt of a run (`runs.claim_run`); a task whose attempt
 is not there to take (a redelivered message for a run that was interrupted or
-resumed since, a cancelled or deleted run) does nothing. The process runs in
+resumed since, a cancelled or deleted run, a message for another run: its job key
+differs) does nothing. The process runs in
 its own process group so that cancelling kills the whole of it; the task keeps
 the attempt's heartbeat while it waits, and stops the process as soon as the
 run is no longer its attempt's (cancelled, interrupted, deleted); a run that asks for
@@ -54,10 +55,12 @@ def _final_state(settings: Settings, run_id: int) -> str:
         return "deleted"
 
 
-def run_training(settings: Settings, run_id: int, attempt: int, hostname: str) -> str:
+def run_training(settings: Settings, run_id: int, attempt: int, job_key: str | None,
+                 hostname: str) -> str:
     """Run attempt `attempt` of a run to its end; return the run's state afterwards."""
-    if not runs.claim_run(settings, run_id, attempt, hostname):
-        log.info("run %s: attempt %s is not queued (any more); nothing to do", run_id, attempt)
+    if not job_key or not runs.claim_run(settings, run_id, attempt, job_key, hostname):
+        log.info("run %s: attempt %s of this message is not queued (any more, or the message "
+                 "was for another run); nothing to do", run_id, attempt)
         return _final_state(settings, run_id)
     run = runs.get_run(settings, run_id)
     try:

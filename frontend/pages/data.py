@@ -16,6 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 from frontend.components import (
+    acting,
     choices,
     dataframe,
     empty_state,
@@ -30,6 +31,7 @@ from frontend.components import (
 from frontend.shared import on_show
 from studio.ingest import QA_FORMATS
 from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.access import Actor
 from studio.services.demo import load_demo_pack
 from studio.services.errors import UserError
 from studio.settings import Settings
@@ -124,11 +126,11 @@ def exemplar_view(settings: Settings):
 # --- uploads ----------------------------------------------------------------------------
 
 
-def upload_corpus(settings: Settings, path: str | None, name: str, backend: str,
+def upload_corpus(settings: Settings, actor: Actor, path: str | None, name: str, backend: str,
                   split_on_blank_lines: bool) -> str:
     try:
         with uploaded(path) as (stream, filename):
-            corpus = corpora.create_corpus(settings, stream, filename, _name(name, path),
+            corpus = corpora.create_corpus(settings, actor, stream, filename, _name(name, path),
                                            backend=backend,
                                            split_on_blank_lines=split_on_blank_lines)
     except UserError as exc:
@@ -137,10 +139,11 @@ def upload_corpus(settings: Settings, path: str | None, name: str, backend: str,
                        "documents); its search index is being built, see the table.")
 
 
-def upload_qa(settings: Settings, path: str | None, name: str, purpose: str, fmt: str) -> str:
+def upload_qa(settings: Settings, actor: Actor, path: str | None, name: str, purpose: str,
+              fmt: str) -> str:
     try:
         with uploaded(path) as (stream, filename):
-            qa_set = qa_sets.create_qa_set(settings, stream, filename, _name(name, path),
+            qa_set = qa_sets.create_qa_set(settings, actor, stream, filename, _name(name, path),
                                            purpose=purpose, fmt=None if fmt == "auto" else fmt)
     except UserError as exc:
         return error_markdown(str(exc), "The QA set was not stored")
@@ -149,10 +152,10 @@ def upload_qa(settings: Settings, path: str | None, name: str, purpose: str, fmt
                        f"{qa_set['format']})") + (f"\n\nNote: {notes}." if notes else "")
 
 
-def upload_exemplars(settings: Settings, path: str | None, name: str) -> str:
+def upload_exemplars(settings: Settings, actor: Actor, path: str | None, name: str) -> str:
     try:
         with uploaded(path) as (stream, filename):
-            found = exemplar_sets.upload_exemplar_set(settings, stream, filename,
+            found = exemplar_sets.upload_exemplar_set(settings, actor, stream, filename,
                                                       _name(name, path))
     except UserError as exc:
         return error_markdown(str(exc), "The exemplar set was not stored")
@@ -163,9 +166,9 @@ def upload_exemplars(settings: Settings, path: str | None, name: str) -> str:
     return message
 
 
-def load_demo(settings: Settings) -> str:
+def load_demo(settings: Settings, actor: Actor) -> str:
     try:
-        pack = load_demo_pack(settings)
+        pack = load_demo_pack(settings, actor)
     except UserError as exc:
         return error_markdown(str(exc), "The demo pack was not loaded")
     corpus, qa, ex = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
@@ -313,14 +316,14 @@ def build(settings: Settings) -> None:
 
     on_show(everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
     index_timer.tick(lambda: corpora_view(settings), outputs=corpus_outputs)
-    demo_button.click(lambda: load_demo(settings), outputs=demo_message).then(
+    demo_button.click(acting(settings, load_demo), outputs=demo_message).then(
         everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
-    corpus.button.click(lambda *a: upload_corpus(settings, *a),
+    corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(
         lambda: corpora_view(settings), outputs=corpus_outputs)
-    qa.button.click(lambda *a: upload_qa(settings, *a), [qa.file, qa.name, purpose, fmt],
+    qa.button.click(acting(settings, upload_qa), [qa.file, qa.name, purpose, fmt],
                     qa.message).then(lambda: qa_view(settings), outputs=qa_outputs)
-    ex.button.click(lambda *a: upload_exemplars(settings, *a), [ex.file, ex.name],
+    ex.button.click(acting(settings, upload_exemplars), [ex.file, ex.name],
                     ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
     gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
           [search_corpus, query, k], [tool_text, hits])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
-from frontend.components import plain, toast_user_errors
+from frontend.components import plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update, tick_while_shown
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
@@ -118,11 +118,13 @@ def build(settings: Settings) -> None:
     run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown])
 
     @toast_user_errors
-    def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns):
+    def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns,
+               request: gr.Request):
         if run_id is None:
             raise InvalidInput("Choose a run first: its latest checkpoint is what gets evaluated.")
         created = evaluations.evaluate_base_and_trained(
-            settings, int(run_id), set_names or [], base_model=(model or "").strip() or None,
+            settings, signed_in(settings, request), int(run_id), set_names or [],
+            base_model=(model or "").strip() or None,
             corpus=corpus_name, limit=int(questions) if questions else None,
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
         rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
@@ -133,10 +135,11 @@ def build(settings: Settings) -> None:
                                 max_turns], outputs=[message, table, shown])
 
     @toast_user_errors
-    def cancel(run_id, model):
+    def cancel(run_id, model, request: gr.Request):
         if run_id is None:
             raise InvalidInput("Choose a run first.")
-        count = evaluations.cancel_base_vs_trained(settings, int(run_id), model or None)
+        count = evaluations.cancel_base_vs_trained(settings, signed_in(settings, request),
+                                                   int(run_id), model or None)
         rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
                 else "No evaluation of this run is queued or running."), rows, rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend.components import (
+    acting,
     choices,
     dataframe,
     empty_state,
@@ -21,6 +22,7 @@ from frontend.components import (
 from frontend.shared import on_show
 from studio.run_config import PromptSpec
 from studio.services import exemplar_sets, qa_sets
+from studio.services.access import Actor
 from studio.services.errors import UserError
 from studio.services.prompt_preview import preview_exemplars
 from studio.settings import Settings
@@ -133,8 +135,8 @@ def fields(stored: list[dict] | None, number: int | None):
     return "", "", ""
 
 
-def save(settings: Settings, set_id: int | None, number: int | None, question: str,
-         solution: str, answer: str):
+def save(settings: Settings, actor: Actor, set_id: int | None, number: int | None,
+         question: str, solution: str, answer: str):
     """Store the edit (a new exemplar is added at the end); say what the set now holds."""
     if not set_id:
         return gr.skip(), gr.skip(), error_markdown("exemplar set: choose or create a set first",
@@ -142,9 +144,9 @@ def save(settings: Settings, set_id: int | None, number: int | None, question: s
     item = _item(question, solution, answer)
     try:
         if number:
-            found = exemplar_sets.update_exemplar(settings, set_id, number, item)
+            found = exemplar_sets.update_exemplar(settings, actor, set_id, number, item)
         else:
-            found = exemplar_sets.add_exemplar(settings, set_id, item)
+            found = exemplar_sets.add_exemplar(settings, actor, set_id, item)
             number = found["size"]
     except UserError as exc:
         return gr.skip(), gr.skip(), error_markdown(str(exc), "Not saved")
@@ -156,12 +158,12 @@ def save(settings: Settings, set_id: int | None, number: int | None, question: s
     return stored, exemplar_choices(stored, number), message
 
 
-def delete(settings: Settings, set_id: int | None, number: int | None):
+def delete(settings: Settings, actor: Actor, set_id: int | None, number: int | None):
     if not set_id or not number:
         return gr.skip(), gr.skip(), error_markdown("exemplar: choose a stored exemplar first",
                                                     "Nothing deleted")
     try:
-        found = exemplar_sets.delete_exemplar(settings, set_id, number)
+        found = exemplar_sets.delete_exemplar(settings, actor, set_id, number)
     except UserError as exc:
         return gr.skip(), gr.skip(), error_markdown(str(exc), "Nothing deleted")
     stored = found["exemplars"]
@@ -169,9 +171,9 @@ def delete(settings: Settings, set_id: int | None, number: int | None):
             ok_markdown(f"Deleted exemplar {number} of '{found['name']}'"))
 
 
-def create_set(settings: Settings, name: str):
+def create_set(settings: Settings, actor: Actor, name: str):
     try:
-        found = exemplar_sets.create_exemplar_set(settings, name)
+        found = exemplar_sets.create_exemplar_set(settings, actor, name)
     except UserError as exc:
         return gr.skip(), gr.skip(), error_markdown(str(exc), "No set created")
     dropdown, empty = set_choices(settings, found["id"])
@@ -242,10 +244,10 @@ def build(settings: Settings) -> None:
     gr.on([*(box.change for box in editor), stored.change, model.submit, model.blur,
            layout.input, asked.submit, k.input], show_preview, preview_inputs, preview_outputs,
           trigger_mode="always_last", show_progress="minimal")
-    save_button.click(lambda *a: save(settings, *a), [set_pick, number, *editor],
+    save_button.click(acting(settings, save), [set_pick, number, *editor],
                       [stored, number, message])
-    delete_button.click(lambda *a: delete(settings, *a), [set_pick, number],
+    delete_button.click(acting(settings, delete), [set_pick, number],
                         [stored, number, message]).then(
         fields, [stored, number], editor)
-    create_button.click(lambda name: create_set(settings, name), new_name,
+    create_button.click(acting(settings, create_set), new_name,
                         [set_pick, sets_empty, message])

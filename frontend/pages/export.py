@@ -9,7 +9,7 @@ import gradio as gr
 from PIL import Image
 
 from frontend import shared
-from frontend.components import plain, toast_user_errors
+from frontend.components import plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update, tick_while_shown
 from studio.services import exports, model_card
 from studio.services.errors import InvalidInput
@@ -140,10 +140,11 @@ def build(settings: Settings) -> None:
           outputs=[card, card_text, curves])
 
     @toast_user_errors
-    def launch(run_id, at_step, to, repo, secret, is_private):
+    def launch(run_id, at_step, to, repo, secret, is_private, request: gr.Request):
         if run_id is None:
             raise InvalidInput("Choose a run first: its checkpoint is what gets exported.")
-        made = exports.create_export(settings, int(run_id), target=to,
+        made = exports.create_export(settings, signed_in(settings, request), int(run_id),
+                                     target=to,
                                      step=int(at_step) if at_step else None, repo_id=repo,
                                      private=bool(is_private), token=secret)
         return (f"Export #{made['id']} queued: {made['message']}.", *progress(run_id),
@@ -154,11 +155,12 @@ def build(settings: Settings) -> None:
                 outputs=[message, *followed, token])
 
     @toast_user_errors
-    def do_retry(run_id, export_id, secret):
+    def do_retry(run_id, export_id, secret, request: gr.Request):
         if export_id is None:
             raise InvalidInput("Choose the failed export to retry (a Hub push needs the token "
                            "again).")
-        again = exports.retry_export(settings, int(export_id), token=secret or None)
+        again = exports.retry_export(settings, signed_in(settings, request), int(export_id),
+                                     token=secret or None)
         return f"Export #{again['id']} queued again.", *progress(run_id), ""
 
     retry.click(do_retry, inputs=[run, retry_id, token], outputs=[message, *followed, token])

@@ -16,12 +16,14 @@ from pathlib import Path
 import gradio as gr
 
 from frontend.components import (
+    acting,
     choices,
     dataframe,
     error_markdown,
     escape,
     ok_markdown,
     plain,
+    signed_in,
     table,
 )
 from frontend.pages.curriculum import default_design
@@ -35,7 +37,8 @@ from studio.run_config import (
     config_field,
     parse_run_config,
 )
-from studio.services import auth, corpora, exemplar_sets, presets, qa_sets, run_validation, runs
+from studio.services import corpora, exemplar_sets, presets, qa_sets, run_validation, runs
+from studio.services.access import Actor, require_member
 from studio.services.errors import UserError
 from studio.settings import Settings
 
@@ -193,11 +196,11 @@ def curriculum_words(design: dict | None) -> str:
             "**Curriculum** page.")
 
 
-def estimate(settings: Settings, *form) -> tuple[list, str]:
+def estimate(settings: Settings, actor: Actor, *form) -> tuple[list, str]:
     """Each stage's longest prompt in tokens, built as the trainer builds it, and its time per
     step on the queue's worker (the launch check; it may queue that worker's measurement)."""
     try:
-        report = run_validation.validate_run(settings, assemble(*form))
+        report = run_validation.validate_run(settings, actor, assemble(*form))
     except UserError as exc:
         return [], error_markdown(str(exc), "No estimate")
     rows = [{"stage": s["stage"], "exemplars": s["exemplars"], "steps": s["steps"],
@@ -220,14 +223,14 @@ def stage_time(stage: dict) -> str:
     return "" if seconds is None else f", about {seconds:,.0f} s a step"
 
 
-def quick_start_estimate(settings: Settings) -> str:
+def quick_start_estimate(settings: Settings, actor: Actor) -> str:
     """The quick start's stages and time on its queue's worker, before it is launched."""
     if not presets.data_ready(settings):
         return ("*Estimate:* the demo pack is not stored yet; load it on the **Data** page to "
                 "see the quick start's time here, or launch: the quick start stores it first.")
     try:
         report = run_validation.validate_run(
-            settings, presets.preset_config(presets.QUICK_START, settings))
+            settings, actor, presets.preset_config(presets.QUICK_START, settings))
     except UserError as exc:
         return error_markdown(str(exc), "No estimate")
     lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
@@ -236,12 +239,13 @@ def quick_start_estimate(settings: Settings) -> str:
     return "\n".join([f"**Estimate:** {escape(report['time_estimate']['message'])}", *lines])
 
 
-def launch_quick_start(settings: Settings, username: str | None, follow_on: str
+def launch_quick_start(settings: Settings, actor: Actor, follow_on: str
                        ) -> tuple[int | None, str]:
     """Store the demo pack if needed and launch the quick-start run (its id, or None)."""
     try:
-        config = presets.prepare_preset(settings, presets.QUICK_START)
-        run = runs.create_run(settings, config, user_id=auth.user_id(settings, username))
+        require_member(actor, "launch runs")
+        config = presets.prepare_preset(settings, actor, presets.QUICK_START)
+        run = runs.create_run(settings, actor, config)
     except UserError as exc:
         return None, error_markdown(str(exc), "The quick start was not launched")
     return run["id"], ok_markdown(
@@ -275,12 +279,10 @@ def load_yaml(path: str | None, outputs: int):
                                              f"{Path(path).name}; check it and launch")
 
 
-def launch(settings: Settings, username: str | None, follow_on: str, *form
-           ) -> tuple[int | None, str]:
+def launch(settings: Settings, actor: Actor, follow_on: str, *form) -> tuple[int | None, str]:
     """Create and queue the run (its id, or None when refused), and say where to follow it."""
     try:
-        run = runs.create_run(settings, assemble(*form),
-                              user_id=auth.user_id(settings, username))
+        run = runs.create_run(settings, actor, assemble(*form))
     except UserError as exc:
         return None, error_markdown(str(exc), "The run was not launched")
     return run["id"], ok_markdown(
@@ -422,7 +424,7 @@ def build(settings: Settings) -> None:
     source.change(lambda s: gr.Textbox(visible=s != "bundled"), source, typed_model)
     lr = values[[s.path for s in SETTINGS].index("grpo.lr")]
     use_lora.input(lr_for_lora, [use_lora, lr], lr)  # the user's tick, not a loaded YAML's
-    estimate_button.click(lambda *f: estimate(settings, *f), form, [stage_table, estimate_note])
+    estimate_button.click(acting(settings, estimate), form, [stage_table, estimate_note])
     save_button.click(save_yaml, form, [yaml_file, yaml_message])
     loaded = [base, shared.curriculum, *fields, yaml_message]
     upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
@@ -434,13 +436,13 @@ def build(settings: Settings) -> None:
         return run_id, message, gr.Button(visible=live_page is not None)
 
     def start(request: gr.Request, *f):
-        return shown(*launch(settings, request.username, follow_on, *f))
+        return shown(*launch(settings, signed_in(settings, request), follow_on, *f))
 
     def start_quick(request: gr.Request):
-        return shown(*launch_quick_start(settings, request.username, follow_on))
+        return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on))
 
     launch_button.click(start, form, [shared.focus_run, launch_message, follow])
     quick_button.click(start_quick, None, [shared.focus_run, quick_message, quick_follow])
-    on_show(lambda: quick_start_estimate(settings), None, quick_estimate)
+    on_show(acting(settings, quick_start_estimate), None, quick_estimate)
     for button in (follow, quick_follow):
         button.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)

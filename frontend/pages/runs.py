@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
-from frontend.components import plain, toast_user_errors
+from frontend.components import plain, signed_in, toast_user_errors
 from frontend.pages import live_run
 from frontend.run_picker import run_dropdown_update, tick_while_shown, utc_minute
 from studio.services import runs
@@ -105,14 +105,14 @@ def build(settings: Settings) -> None:
                    show_progress="hidden")
 
     @toast_user_errors
-    def do_cancel(run_id):
-        run = runs.cancel_run(settings, chosen_id(run_id))
+    def do_cancel(run_id, request: gr.Request):
+        run = runs.cancel_run(settings, signed_in(settings, request), chosen_id(run_id))
         return f"Run #{run['id']} **{run['name']}** is cancelled; its checkpoints and " \
                "metrics are kept, and *Resume* continues it."
 
     @toast_user_errors
-    def do_resume(run_id):
-        run = runs.resume_run(settings, chosen_id(run_id))
+    def do_resume(run_id, request: gr.Request):
+        run = runs.resume_run(settings, signed_in(settings, request), chosen_id(run_id))
         return (f"Run #{run['id']} **{run['name']}** is queued again (attempt "
                 f"{run['attempt']}); it continues from its last checkpoint.")
 
@@ -127,9 +127,9 @@ def build(settings: Settings) -> None:
             "checkpoints, metrics, rollouts, evaluations and exports? This cannot be undone.")
 
     @toast_user_errors
-    def do_delete(run_id):
+    def do_delete(run_id, request: gr.Request):
         name = runs.get_run(settings, chosen_id(run_id))["name"]
-        runs.delete_run(settings, chosen_id(run_id))
+        runs.delete_run(settings, signed_in(settings, request), chosen_id(run_id))
         return gr.Row(visible=False), f"Run #{run_id} **{name}** is deleted.", None
 
     delete.click(ask_delete, inputs=chosen, outputs=[confirm_row, confirm_text])

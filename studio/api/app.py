@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from studio.api import API_PREFIX
@@ -19,10 +20,24 @@ from studio.api.routes import (
     run_streams,
     runs,
     system,
+    users,
 )
 from studio.services.errors import UserError
 from studio.services.run_streams import RunStreams
 from studio.settings import Settings
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as the studio's one line: each problem after its field
+    (`k: Input should be less than or equal to 50; body.name: Field required`), without
+    echoing the value sent (it may be a secret, or megabytes)."""
+    problems = []
+    for error in exc.errors():
+        where = [str(part) for part in error["loc"]]
+        if where and where[0] in ("query", "path", "header", "cookie"):
+            where = where[1:]
+        problems.append(f"{'.'.join(where) or 'request'}: {error['msg']}")
+    return "; ".join(problems)
 
 
 def create_api(settings: Settings) -> FastAPI:
@@ -34,11 +49,15 @@ def create_api(settings: Settings) -> FastAPI:
     protected = [Depends(current_user)]
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
     for module in (system, corpora, qa_sets, exemplar_sets, demo, curricula, run_history,
-                   run_streams, runs, exports, calibrations):
+                   run_streams, runs, exports, calibrations, users):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)
     def user_error(_request: Request, exc: UserError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_message(exc)}, status_code=422)
 
     return app

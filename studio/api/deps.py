@@ -1,16 +1,27 @@
-"""Request dependencies: the settings and the authenticated user."""
+"""Request dependencies: the settings, the acting user, and bounded numbers.
+
+Every id, step, offset or count a client sends is bounded here, so a number that no
+database column holds (2^63 and above) is a 422 naming the parameter, never a 500.
+"""
 
 from __future__ import annotations
 
-from fastapi import Depends, HTTPException, Request, status
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from studio.db import session_scope
-from studio.services.auth import user_for_token
+from studio.services.access import Actor
+from studio.services.auth import actor_for_token
+from studio.services.records import MAX_SQL_INT
 from studio.settings import Settings
-from studio.tables import User
 
 _bearer = HTTPBearer(auto_error=False)
+
+Id = Annotated[int, Path(ge=1, le=MAX_SQL_INT, description="An id (from 1)")]
+Step = Annotated[int | None, Query(ge=0, le=MAX_SQL_INT)]
+Offset = Annotated[int, Query(ge=0, le=MAX_SQL_INT, description="Rows to skip")]
+OptionalId = Annotated[int | None, Query(ge=1, le=MAX_SQL_INT)]
 
 
 def get_settings(request: Request) -> Settings:
@@ -20,9 +31,10 @@ def get_settings(request: Request) -> Settings:
 def current_user(
     credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
     settings: Settings = Depends(get_settings),
-) -> User:
-    """The token's owner. Its own short transaction: a request-long one would hold
-    SQLite's write lock (the token's last use is recorded) while the route writes."""
+) -> Actor:
+    """The token's user with its role now. Its own short transaction: a request-long one
+    would hold SQLite's write lock (the token's last use is recorded) while the route
+    writes."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -30,11 +42,14 @@ def current_user(
             "(create one with `studio token create --name NAME`)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    with session_scope(settings.sqlalchemy_url) as session:
-        user = user_for_token(session, credentials.credentials)
-    if user is None:
+    actor = actor_for_token(settings, credentials.credentials)
+    if actor is None:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token",
-            headers={"WWW-Authenticate": "Bearer"},
+            status.HTTP_401_UNAUTHORIZED, "invalid, revoked or expired API token, or a "
+            "disabled user", headers={"WWW-Authenticate": "Bearer"},
         )
-    return user
+    return actor
+
+
+CurrentUser = Annotated[Actor, Depends(current_user)]
+AppSettings = Annotated[Settings, Depends(get_settings)]

@@ -1,29 +1,59 @@
-"""Users, passwords and API tokens.
+"""Users, roles, passwords, API tokens, browser sessions and the login rate limit.
 
-Passwords are hashed with scrypt (salted, slow); API tokens are long random
-strings, so a SHA-256 of the token is enough to store and look them up.
-Neither a password nor a token is ever stored or logged in clear.
+Passwords are hashed with scrypt (salted, slow); API tokens and session cookies are long
+random strings, so a SHA-256 of one is enough to store and look it up. Neither a
+password nor a token is ever stored or logged in clear. A token acts with its user's role
+as it is at each request: a disabled user's tokens and sessions stop at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from sqlalchemy import delete, func
 from sqlmodel import Session, select
 
 from studio.db import session_scope
+from studio.services.access import Actor, require_admin
+from studio.services.errors import Conflict, InvalidInput, NotFound, UserError
 from studio.settings import Settings
-from studio.tables import ApiToken, User, utcnow
+from studio.tables import ApiToken, LoginFailure, Role, TokenKind, User, utcnow
 
 TOKEN_PREFIX = "icrl_"
+SESSION_PREFIX = "icrls_"
+SESSION_LIFETIME = timedelta(days=7)
+MIN_PASSWORD = 8
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+_USERNAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+_LAST_USE_EVERY = timedelta(minutes=1)  # a token's last use is written at most this often
 
 
-class AuthError(ValueError):
-    """A request the user can fix (unknown user, name taken, ...)."""
+class AuthError(InvalidInput):
+    """A request the user can fix (unknown user, name taken, short password, ...)."""
+
+
+class BadLogin(UserError):
+    status_code = 401
+
+
+class TooManyLogins(UserError):
+    """Too many failed logins: try again after `retry_after` seconds."""
+
+    status_code = 429
+
+    def __init__(self, retry_after: int):
+        self.retry_after = retry_after
+        minutes = max(1, round(retry_after / 60))
+        super().__init__(f"too many failed logins; try again in {minutes} minute"
+                         f"{'s' if minutes > 1 else ''}")
+
+
+# --- passwords and tokens -----------------------------------------------------------------
 
 
 def hash_password(password: str) -> str:
@@ -43,55 +73,151 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(digest.hex(), digest_hex)
 
 
+_NOBODY = hash_password(secrets.token_urlsafe(16))
+
+
 def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_user(session: Session, username: str, password: str, *, is_admin: bool = False) -> User:
-    username = username.strip()
-    if not username:
-        raise AuthError("username: must not be empty")
+def new_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def _check_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD:
+        raise AuthError(f"password: use at least {MIN_PASSWORD} characters")
+    return password
+
+
+def actor_of(user: User) -> Actor:
+    return Actor(id=user.id, username=user.username, role=Role(user.role))
+
+
+# --- users --------------------------------------------------------------------------------
+
+
+def _check_role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise AuthError(f"role: '{role}' is not one of {', '.join(r.value for r in Role)}"
+                        ) from None
+
+
+def create_user(session: Session, username: str, password: str, *,
+                role: Role | str = Role.member) -> User:
+    username = (username or "").strip()
+    if not _USERNAME.fullmatch(username):
+        raise AuthError("username: use 1 to 64 letters, digits, '.', '_', '@' or '-'")
     if session.exec(select(User).where(User.username == username)).first():
-        raise AuthError(f"username: '{username}' already exists; choose another name")
-    user = User(username=username, password_hash=hash_password(password), is_admin=is_admin)
+        raise Conflict(f"username: '{username}' already exists; choose another name")
+    user = User(username=username, password_hash=hash_password(_check_password(password)),
+                role=_check_role(role))
     session.add(user)
     session.flush()
     return user
 
 
-def authenticate(session: Session, username: str, password: str) -> User | None:
-    user = session.exec(select(User).where(User.username == username)).first()
-    if user is None or not verify_password(password, user.password_hash):
-        return None
-    return user
-
-
-def create_token(session: Session, user: User, name: str) -> str:
-    """Store a new token for `user` and return it in clear: the only time it is shown."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(
-        ApiToken(user_id=user.id, name=name, prefix=token[:12], token_hash=_token_hash(token))
-    )
-    session.flush()
-    return token
-
-
-def user_for_token(session: Session, token: str) -> User | None:
-    row = session.exec(
-        select(ApiToken).where(ApiToken.token_hash == _token_hash(token))
-    ).first()
-    if row is None or row.revoked_at is not None:
-        return None
-    row.last_used_at = utcnow()
-    session.add(row)
-    return session.get(User, row.user_id)
-
-
 def find_user(session: Session, username: str) -> User:
     user = session.exec(select(User).where(User.username == username)).first()
     if user is None:
-        raise AuthError(f"user '{username}' does not exist; users are created by `studio up`")
+        raise NotFound(f"user '{username}' does not exist; an admin adds users with "
+                       "`studio user add NAME --role member`")
     return user
+
+
+def authenticate(session: Session, username: str, password: str) -> User | None:
+    """The user whose password this is, unless it is disabled."""
+    user = session.exec(select(User).where(User.username == username)).first()
+    # the hash is checked for an unknown user too, so the time taken tells nothing
+    right = verify_password(password, user.password_hash if user else _NOBODY)
+    return user if right and user is not None and user.disabled_at is None else None
+
+
+@dataclass(frozen=True)
+class NewUser:
+    """A user just added or whose password was reset: the password is shown this once."""
+
+    username: str
+    role: str
+    password: str
+
+
+def user_view(user: User) -> dict:
+    return {"id": user.id, "username": user.username, "role": Role(user.role).value,
+            "disabled": user.disabled_at is not None,
+            "created_at": user.created_at.isoformat(),
+            "disabled_at": user.disabled_at.isoformat() if user.disabled_at else None}
+
+
+def add_user(settings: Settings, actor: Actor, username: str, role: str,
+             password: str | None = None) -> NewUser:
+    """An admin adds a user; without a password one is made up (shown once)."""
+    require_admin(actor, "add users")
+    password = password or new_password()
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = create_user(session, username, password, role=role)
+        return NewUser(user.username, Role(user.role).value, password)
+
+
+def list_users(settings: Settings, actor: Actor) -> list[dict]:
+    require_admin(actor, "list users")
+    with session_scope(settings.sqlalchemy_url) as session:
+        return [user_view(u) for u in session.exec(select(User).order_by(User.id))]
+
+
+def _active_admins(session: Session) -> int:
+    return session.exec(select(func.count()).select_from(User).where(
+        User.role == Role.admin, User.disabled_at.is_(None))).one()
+
+
+def _keep_an_admin(session: Session, user: User, action: str) -> None:
+    if Role(user.role) == Role.admin and user.disabled_at is None and \
+            _active_admins(session) <= 1:
+        raise Conflict(f"user '{user.username}' is the last active admin and cannot be "
+                       f"{action}; make another user an admin first")
+
+
+def set_disabled(settings: Settings, actor: Actor, username: str, disabled: bool) -> dict:
+    """Disable a user (its tokens and sessions stop at once) or enable it again."""
+    require_admin(actor, "disable or enable users")
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = find_user(session, username)
+        if disabled and user.disabled_at is None:
+            _keep_an_admin(session, user, "disabled")
+            user.disabled_at = utcnow()
+            _revoke_sessions(session, user.id)
+        elif not disabled:
+            user.disabled_at = None
+        session.add(user)
+        return user_view(user)
+
+
+def set_role(settings: Settings, actor: Actor, username: str, role: str) -> dict:
+    require_admin(actor, "change roles")
+    new_role = _check_role(role)
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = find_user(session, username)
+        if new_role != Role.admin:
+            _keep_an_admin(session, user, f"made a {new_role.value}")
+        user.role = new_role
+        session.add(user)
+        return user_view(user)
+
+
+def reset_password(settings: Settings, actor: Actor, username: str,
+                   password: str | None = None) -> NewUser:
+    """An admin sets a new password (made up when none is given); the user's browser
+    sessions end."""
+    require_admin(actor, "reset passwords")
+    password = _check_password(password or new_password())
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = find_user(session, username)
+        user.password_hash = hash_password(password)
+        session.add(user)
+        _revoke_sessions(session, user.id)
+        return NewUser(user.username, Role(user.role).value, password)
 
 
 @dataclass(frozen=True)
@@ -105,29 +231,120 @@ def bootstrap_admin(session: Session, username: str = "admin") -> AdminCredentia
     """On a database with no user, create the admin; return its one-time credentials."""
     if session.exec(select(User)).first() is not None:
         return None
-    password = secrets.token_urlsafe(12)
-    admin = create_user(session, username, password, is_admin=True)
+    password = new_password()
+    admin = create_user(session, username, password, role=Role.admin)
     return AdminCredentials(username, password, create_token(session, admin, "bootstrap"))
 
 
-def user_id(settings: Settings, username: str | None) -> int | None:
-    """The id of a signed-in user (the UI knows names), None for an unknown name."""
-    if not username:
-        return None
+def first_admin(settings: Settings) -> Actor:
+    """The oldest active admin: who the CLI acts as when no --user is given."""
     with session_scope(settings.sqlalchemy_url) as session:
-        user = session.exec(select(User).where(User.username == username)).first()
-        return user.id if user else None
+        user = session.exec(select(User).where(User.role == Role.admin,
+                                               User.disabled_at.is_(None))
+                            .order_by(User.id)).first()
+        if user is None:
+            raise NotFound("no active admin: run `studio db upgrade` on a new database, or "
+                           "`studio user add NAME --role admin`")
+        return actor_of(user)
+
+
+def actor_named(settings: Settings, username: str) -> Actor:
+    """The active user `username` as an actor (the CLI's --user, the UI's signed-in name)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = find_user(session, username)
+        if user.disabled_at is not None:
+            raise NotFound(f"user '{username}' is disabled; an admin can enable it again")
+        return actor_of(user)
+
+
+# --- API tokens and browser sessions -------------------------------------------------------
+
+
+def create_token(session: Session, user: User, name: str, *, kind: TokenKind = TokenKind.api,
+                 expires_at: datetime | None = None) -> str:
+    """Store a new token for `user` and return it in clear: the only time it is shown."""
+    token = (SESSION_PREFIX if kind == TokenKind.session else TOKEN_PREFIX) + \
+        secrets.token_urlsafe(32)
+    session.add(ApiToken(user_id=user.id, kind=kind, name=name, prefix=token[:12],
+                         token_hash=_token_hash(token), expires_at=expires_at))
+    session.flush()
+    return token
+
+
+def user_for_token(session: Session, token: str, kind: TokenKind = TokenKind.api
+                   ) -> User | None:
+    """The token's active user; None for an unknown, revoked or expired token, or a
+    disabled user."""
+    row = session.exec(select(ApiToken).where(ApiToken.token_hash == _token_hash(token),
+                                              ApiToken.kind == kind)).first()
+    now = utcnow()
+    if row is None or row.revoked_at is not None or (
+            row.expires_at is not None and row.expires_at <= now):
+        return None
+    user = session.get(User, row.user_id)
+    if user is None or user.disabled_at is not None:
+        return None
+    if row.last_used_at is None or now - row.last_used_at >= _LAST_USE_EVERY:
+        row.last_used_at = now
+        session.add(row)
+    return user
+
+
+def actor_for_token(settings: Settings, token: str, kind: TokenKind = TokenKind.api
+                    ) -> Actor | None:
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = user_for_token(session, token, kind)
+        return actor_of(user) if user else None
+
+
+def token_view(row: ApiToken) -> dict:
+    return {"id": row.id, "name": row.name, "prefix": row.prefix,
+            "created_at": row.created_at.isoformat(),
+            "last_used_at": row.last_used_at.isoformat() if row.last_used_at else None,
+            "revoked": row.revoked_at is not None}
+
+
+def issue_token(settings: Settings, actor: Actor, name: str) -> dict:
+    """A new API token of the acting user (with its role): shown once."""
+    name = (name or "").strip()
+    if not name or len(name) > 128 or not name.isprintable():
+        raise AuthError("name: give the token a name of 1 to 128 printable characters")
+    with session_scope(settings.sqlalchemy_url) as session:
+        token = create_token(session, session.get(User, actor.id), name)
+        row = session.exec(select(ApiToken).where(
+            ApiToken.token_hash == _token_hash(token))).one()
+        return {**token_view(row), "token": token}
+
+
+def list_tokens(settings: Settings, actor: Actor) -> list[dict]:
+    """The acting user's API tokens (never the tokens themselves)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        return [token_view(t) for t in session.exec(select(ApiToken).where(
+            ApiToken.user_id == actor.id, ApiToken.kind == TokenKind.api).order_by(ApiToken.id))]
+
+
+def revoke_token(settings: Settings, actor: Actor, token_id: int) -> dict:
+    """Revoke one of the acting user's tokens (an admin: anyone's)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = session.get(ApiToken, token_id)
+        if row is None or row.kind != TokenKind.api or (
+                row.user_id != actor.id and not actor.is_admin):
+            raise NotFound(f"token {token_id} does not exist among your tokens")
+        row.revoked_at = row.revoked_at or utcnow()
+        session.add(row)
+        return token_view(row)
 
 
 def create_process_token(session: Session, name: str, user_id: int | None) -> str:
     """A token a studio process uses on a user's behalf (a veRL run's calls to /retrieve).
 
-    It belongs to `user_id` (the run's creator) or, when none is known, to the
-    first admin; `revoke_tokens` ends it when the process is done.
+    It belongs to `user_id` (the run's owner) or, when none is known, to the first admin;
+    `revoke_tokens` ends it when the process is done.
     """
     user = session.get(User, user_id) if user_id is not None else None
     if user is None:
-        user = session.exec(select(User).where(User.is_admin).order_by(User.id)).first()
+        user = session.exec(select(User).where(User.role == Role.admin).order_by(User.id)
+                            ).first()
     if user is None:
         raise AuthError("no user to issue a token for: run `studio db upgrade` first")
     return create_token(session, user, name)
@@ -141,3 +358,71 @@ def revoke_tokens(session: Session, name: str) -> int:
         row.revoked_at = utcnow()
         session.add(row)
     return len(rows)
+
+
+def _revoke_sessions(session: Session, user_id: int) -> None:
+    for row in session.exec(select(ApiToken).where(
+            ApiToken.user_id == user_id, ApiToken.kind == TokenKind.session,
+            ApiToken.revoked_at.is_(None))):
+        row.revoked_at = utcnow()
+        session.add(row)
+
+
+# --- logins: sessions and their rate limit ---------------------------------------------------
+
+LOGIN_WINDOW = timedelta(minutes=15)
+MAX_FAILURES_PER_USER_AND_ADDRESS = 5
+"""Failed logins for one username from one address within the window."""
+MAX_FAILURES_PER_ADDRESS = 20
+"""Failed logins from one address, whatever the usernames (password spraying)."""
+MAX_FAILURES_PER_USER = 50
+"""Failed logins for one username from anywhere (a brute force from many addresses); high,
+so that others cannot easily lock a user out."""
+
+
+def login_wait(session: Session, username: str, address: str) -> int:
+    """Seconds until `username` may try again from `address` (0: now)."""
+    since = utcnow() - LOGIN_WINDOW
+    waits = [0]
+    for limit, *conditions in (
+            (MAX_FAILURES_PER_USER_AND_ADDRESS, LoginFailure.username == username,
+             LoginFailure.address == address),
+            (MAX_FAILURES_PER_ADDRESS, LoginFailure.address == address),
+            (MAX_FAILURES_PER_USER, LoginFailure.username == username)):
+        times = session.exec(select(LoginFailure.at).where(
+            LoginFailure.at > since, *conditions).order_by(LoginFailure.at.desc())
+            .limit(limit)).all()
+        if len(times) >= limit:  # the oldest of the last `limit` leaves the window then
+            waits.append(int((times[-1] + LOGIN_WINDOW - utcnow()).total_seconds()) + 1)
+    return max(waits)
+
+
+def log_in(settings: Settings, username: str, password: str, address: str) -> str:
+    """A new browser session for a right password, as a cookie value; 401 for a wrong one
+    (the same message for an unknown user), 429 while the address or the user is over the
+    limit of failed logins."""
+    username, address = (username or "").strip()[:64], (address or "unknown")[:64]
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.exec(delete(LoginFailure).where(LoginFailure.at <= utcnow() - LOGIN_WINDOW))
+        wait = login_wait(session, username, address)
+        if wait:
+            raise TooManyLogins(wait)
+        user = authenticate(session, username, password or "")
+        if user is None:
+            session.add(LoginFailure(username=username, address=address))
+    if user is None:
+        raise BadLogin("wrong username or password")
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.exec(delete(LoginFailure).where(LoginFailure.username == username,
+                                                LoginFailure.address == address))
+        return create_token(session, user, "browser session", kind=TokenKind.session,
+                            expires_at=utcnow() + SESSION_LIFETIME)
+
+
+def log_out(settings: Settings, token: str) -> None:
+    with session_scope(settings.sqlalchemy_url) as session:
+        for row in session.exec(select(ApiToken).where(
+                ApiToken.token_hash == _token_hash(token),
+                ApiToken.kind == TokenKind.session)):
+            row.revoked_at = row.revoked_at or utcnow()
+            session.add(row)

@@ -20,6 +20,7 @@ from sqlmodel import Session, select
 from studio.db import session_scope
 from studio.queue import QUEUES, enqueue
 from studio.run_config import RunConfig
+from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
 from studio.services.estimates import LONG_RUN_SECONDS, duration_words, estimate_run
 from studio.services.health import live_workers
@@ -65,9 +66,16 @@ def _queue_devices(settings: Settings, queue: str) -> list[dict]:
     return list(found.values())
 
 
-def request_calibration(settings: Settings, *, model: str, queue: str = "cpu", threads: int = 1,
-                        dtype: str = "auto", start: bool = True) -> dict:
+def request_calibration(settings: Settings, actor: Actor, *, model: str, queue: str = "cpu",
+                        threads: int = 1, dtype: str = "auto", start: bool = True) -> dict:
     """Queue a new calibration of `model` on `queue` (measured again even when one exists)."""
+    require_member(actor, "queue measurements")
+    return _queue_calibration(settings, model=model, queue=queue, threads=threads, dtype=dtype,
+                              start=start)
+
+
+def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: int, dtype: str,
+                       start: bool = True) -> dict:
     if queue not in QUEUES:
         raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
     if threads < 1:
@@ -260,8 +268,8 @@ def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
         return _not_ready("unavailable", f"no time estimate yet: {config.model} was not "
                           f"measured on queue {queue}'s device; `studio run validate` or "
                           "`studio calibrate` queues the measurement")
-    queued = request_calibration(settings, model=config.model, queue=queue, threads=threads,
-                                 dtype=config.engine.dtype)
+    queued = _queue_calibration(settings, model=config.model, queue=queue, threads=threads,
+                                dtype=config.engine.dtype)
     with session_scope(settings.sqlalchemy_url) as session:
         return _measuring(session, session.get(DeviceCalibration, queued["id"]))
 

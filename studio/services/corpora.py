@@ -30,8 +30,15 @@ from studio.retrieval import (
     split_into_passages,
 )
 from studio.services import uploads
+from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput
-from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.services.records import (
+    by_name_or_404,
+    check_new_name,
+    get_or_404,
+    get_owned,
+    usernames,
+)
 from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, utcnow
@@ -57,10 +64,11 @@ def _params(backend: str, params: dict | None, split_on_blank_lines: bool) -> di
     return {"bm25": bm25.to_dict(), "split_on_blank_lines": split_on_blank_lines}
 
 
-def create_corpus(settings: Settings, stream: BinaryIO, filename: str | None, name: str, *,
-                  backend: str = "bm25s", params: dict | None = None,
+def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: str | None,
+                  name: str, *, backend: str = "bm25s", params: dict | None = None,
                   split_on_blank_lines: bool = False, start_indexing: bool = True) -> dict:
     """Store an uploaded corpus and queue its index build; refuse bad files with their line."""
+    require_member(actor, "upload corpora")
     index_params = _params(backend, params, split_on_blank_lines)
     with session_scope(settings.sqlalchemy_url) as session:
         name = check_new_name(session, Corpus, name)
@@ -77,7 +85,7 @@ def create_corpus(settings: Settings, stream: BinaryIO, filename: str | None, na
             corpus = Corpus(
                 name=name, source_filename=staged.filename, content_hash=staged.sha256,
                 upload_path=str(path.relative_to(settings.resolved_data_dir)), backend=backend,
-                index_params=index_params, num_documents=documents)
+                index_params=index_params, num_documents=documents, owner_id=actor.id)
             session.add(corpus)
             session.flush()
             corpus_id = corpus.id
@@ -86,10 +94,11 @@ def create_corpus(settings: Settings, stream: BinaryIO, filename: str | None, na
     return get_corpus(settings, corpus_id)
 
 
-def _view(corpus: Corpus) -> dict:
+def _view(corpus: Corpus, owners: dict[int, str]) -> dict:
     total = max(corpus.num_documents, 1)
     return {
-        "id": corpus.id, "name": corpus.name, "status": corpus.status, "error": corpus.error,
+        "id": corpus.id, "name": corpus.name, "owner": owners.get(corpus.owner_id),
+        "status": corpus.status, "error": corpus.error,
         "source_filename": corpus.source_filename, "backend": corpus.backend,
         "params": corpus.index_params, "num_documents": corpus.num_documents,
         "num_passages": corpus.num_passages,
@@ -106,26 +115,27 @@ def _load(session, corpus_id: int) -> Corpus:
 
 def get_corpus(settings: Settings, corpus_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(_load(session, corpus_id))
+        return _view(_load(session, corpus_id), usernames(session))
 
 
 def find_corpus(settings: Settings, name: str) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(by_name_or_404(session, Corpus, name, "corpus"))
+        return _view(by_name_or_404(session, Corpus, name, "corpus"), usernames(session))
 
 
 def list_corpora(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(c) for c in session.exec(
+        owners = usernames(session)
+        return [_view(c, owners) for c in session.exec(
             select(Corpus).where(Corpus.retired_at.is_(None)).order_by(Corpus.id))]
 
 
-def delete_corpus(settings: Settings, corpus_id: int) -> None:
+def delete_corpus(settings: Settings, actor: Actor, corpus_id: int) -> None:
     """Remove the row, its index, and its upload unless another corpus holds the same file;
     a corpus that a run's plan pins is retired instead (hidden, its name free) and removed
     with the last such run (`purge_retired`)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        corpus = _load(session, corpus_id)
+        corpus = get_owned(session, Corpus, corpus_id, "corpus", actor, "delete")
         if corpus.status == CorpusStatus.indexing:
             raise Conflict(f"corpus '{corpus.name}' is being indexed; delete it when it is done")
         if corpus_id in pinned_ids(session, Corpus):

@@ -14,6 +14,7 @@ import json
 
 from studio import demo
 from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services.access import Actor, require_member
 from studio.services.errors import NotFound
 from studio.settings import Settings
 
@@ -44,17 +45,19 @@ def demo_pack_stored(settings: Settings) -> bool:
     return all(_existing(find, settings, name) is not None for find, name in finds)
 
 
-def load_demo_pack(settings: Settings, *, index_now: bool = False) -> dict:
-    """Store what is missing of the pack; build the index here or queue it for a worker.
+def load_demo_pack(settings: Settings, actor: Actor, *, index_now: bool = False) -> dict:
+    """Store what is missing of the pack, as the actor's; build the index here or queue it
+    for a worker.
 
     Returns ``{"corpus", "qa_set", "heldout_qa_set", "exemplar_set"}``, the stored
     records (``qa_set`` is `demo`, the training questions; ``heldout_qa_set`` is
     `demo-heldout`).
     """
+    require_member(actor, "load the demo pack")
     corpus = _existing(corpora.find_corpus, settings)
     if corpus is None:
         with open(demo.CORPUS, "rb") as stream:
-            corpus = corpora.create_corpus(settings, stream, demo.CORPUS.name, DEMO_NAME,
+            corpus = corpora.create_corpus(settings, actor, stream, demo.CORPUS.name, DEMO_NAME,
                                            start_indexing=not index_now)
         if index_now:
             corpus = corpora.build_corpus_index(settings, corpus["id"])
@@ -62,13 +65,13 @@ def load_demo_pack(settings: Settings, *, index_now: bool = False) -> dict:
     for name, (split, purpose) in QA_SETS.items():
         qa = _existing(qa_sets.find_qa_set, settings, name)
         if qa is None:
-            qa = qa_sets.create_qa_set(settings, io.BytesIO(split_lines(split)), demo.QA.name,
-                                       name, purpose=purpose)
+            qa = qa_sets.create_qa_set(settings, actor, io.BytesIO(split_lines(split)),
+                                       demo.QA.name, name, purpose=purpose)
         stored[name] = qa
     exemplars = _existing(exemplar_sets.find_exemplar_set, settings)
     if exemplars is None:
         with open(demo.EXEMPLARS, "rb") as stream:
-            exemplars = exemplar_sets.upload_exemplar_set(settings, stream, demo.EXEMPLARS.name,
-                                                          DEMO_NAME)
+            exemplars = exemplar_sets.upload_exemplar_set(settings, actor, stream,
+                                                          demo.EXEMPLARS.name, DEMO_NAME)
     return {"corpus": corpus, "qa_set": stored[DEMO_NAME],
             "heldout_qa_set": stored[HELDOUT_NAME], "exemplar_set": exemplars}

@@ -18,8 +18,9 @@ from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.queue import QUEUES, enqueue
 from studio.run_config import RunConfig
+from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
-from studio.services.records import by_name_or_404, get_or_404
+from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
 from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
 from studio.settings import Settings
 from studio.tables import (
@@ -64,6 +65,7 @@ class EvaluationView(TypedDict):
     """An evaluation as the API and the pages show it (times in ISO 8601, UTC)."""
 
     id: int
+    owner: str | None  # who queued it (the run's owner for an end-of-run evaluation)
     run_id: int | None  # the run whose checkpoint is evaluated; None for a model
     model: str  # the model reference, or the checkpoint's folder relative to the data folder
     qa_set_id: int
@@ -81,8 +83,9 @@ class BaseVsTrained(TypedDict):
     trained: EvaluationView | None
 
 
-def _view(evaluation: Evaluation) -> EvaluationView:
-    return {"id": evaluation.id, "run_id": evaluation.run_id, "model": evaluation.model_ref,
+def _view(evaluation: Evaluation, owners: dict[int, str]) -> EvaluationView:
+    return {"id": evaluation.id, "owner": owners.get(evaluation.owner_id),
+            "run_id": evaluation.run_id, "model": evaluation.model_ref,
             "qa_set_id": evaluation.qa_set_id, "state": evaluation.state,
             "params": evaluation.params, "metrics": evaluation.metrics,
             "error": evaluation.error, "created_at": evaluation.created_at.isoformat(),
@@ -104,15 +107,25 @@ def _data_row(session, table, wanted: str | DataRef, kind: str, field: str):
     return row
 
 
-def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
+def create_evaluation(settings: Settings, actor: Actor, *, qa_set: str | DataRef,
                       corpus: str | DataRef | None = None, model: str | None = None,
                       run_id: int | None = None, limit: int | None = None,
                       protocol: dict | None = None, queue: str = "cpu",
                       start: bool = True) -> EvaluationView:
-    """Evaluate `model` (or run `run_id`'s latest checkpoint) on a QA set, searching `corpus`
-    (default: the corpus of the run's plan). Data is named (resolved now) or a `DataRef` of a
-    run's plan. `protocol` overrides method.md's evaluation protocol (temperature 0.1, 512
-    tokens per turn, 6 tool calls, top-3) key by key."""
+    """Evaluate `model` (or run `run_id`'s latest checkpoint: any run of the team) on a QA
+    set, searching `corpus` (default: the corpus of the run's plan). Data is named (resolved
+    now) or a `DataRef` of a run's plan. `protocol` overrides method.md's evaluation protocol
+    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
+    require_member(actor, "evaluate models")
+    return _queue_evaluation(settings, actor.id, qa_set=qa_set, corpus=corpus, model=model,
+                             run_id=run_id, limit=limit, protocol=protocol, queue=queue,
+                             start=start)
+
+
+def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str | DataRef,
+                      corpus: str | DataRef | None, model: str | None, run_id: int | None,
+                      limit: int | None, protocol: dict | None, queue: str,
+                      start: bool) -> EvaluationView:
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
     if queue not in QUEUES:
@@ -144,6 +157,7 @@ def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
                                "ready")
         total = min(limit or qa.num_rows, qa.num_rows)
         evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa.id,
+                                owner_id=owner_id,
                                 params={"corpus": found.name, "corpus_id": found.id,
                                         "limit": limit, "protocol": protocol or {}, "done": 0,
                                         "total": total, "queue": queue})
@@ -157,7 +171,8 @@ def create_evaluation(settings: Settings, *, qa_set: str | DataRef,
 
 def get_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"))
+        return _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"),
+                     usernames(session))
 
 
 def list_evaluations(settings: Settings, run_id: int | None = None) -> list[EvaluationView]:
@@ -165,7 +180,8 @@ def list_evaluations(settings: Settings, run_id: int | None = None) -> list[Eval
         query = select(Evaluation).order_by(Evaluation.id.desc())
         if run_id is not None:
             query = query.where(Evaluation.run_id == run_id)
-        return [_view(e) for e in session.exec(query)]
+        owners = usernames(session)
+        return [_view(e, owners) for e in session.exec(query)]
 
 
 def claim_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView | None:
@@ -186,10 +202,11 @@ def is_running(settings: Settings, evaluation_id: int) -> bool:
         return evaluation is not None and evaluation.state == RunState.running
 
 
-def cancel_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
+def cancel_evaluation(settings: Settings, actor: Actor, evaluation_id: int) -> EvaluationView:
     """Mark a queued or running evaluation cancelled; its worker stops the process."""
     with session_scope(settings.sqlalchemy_url) as session:
-        evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
+        evaluation = get_owned(session, Evaluation, evaluation_id, "evaluation", actor,
+                               "cancel")
         if evaluation.state not in ACTIVE_STATES:
             raise Conflict(f"evaluation {evaluation_id} is already "
                            f"{RunState(evaluation.state).value}")
@@ -221,7 +238,7 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
         session.add(evaluation)
 
 
-def evaluate_base_and_trained(settings: Settings, run_id: int,
+def evaluate_base_and_trained(settings: Settings, actor: Actor, run_id: int,
                               qa_set_names: list[str | DataRef], *,
                               base_model: str | None = None,
                               corpus: str | DataRef | None = None,
@@ -230,6 +247,16 @@ def evaluate_base_and_trained(settings: Settings, run_id: int,
     """Queue, per QA set, the zero-shot evaluation of the run's base model and of its latest
     checkpoint under the same protocol (and the same corpus: the one of the run's plan unless
     named). Every name is checked before anything is queued."""
+    require_member(actor, "evaluate models")
+    return _base_and_trained(settings, actor.id, run_id, qa_set_names, base_model=base_model,
+                             corpus=corpus, limit=limit, protocol=protocol, queue=queue,
+                             start=start)
+
+
+def _base_and_trained(settings: Settings, owner_id: int | None, run_id: int,
+                      qa_set_names: list[str | DataRef], *, base_model: str | None,
+                      corpus: str | DataRef | None, limit: int | None, protocol: dict | None,
+                      queue: str, start: bool = True) -> list[EvaluationView]:
     if not qa_set_names:
         raise InvalidInput("qa_sets: choose at least one QA set to evaluate on")
     with session_scope(settings.sqlalchemy_url) as session:
@@ -244,24 +271,29 @@ def evaluate_base_and_trained(settings: Settings, run_id: int,
               "protocol": protocol, "queue": queue, "start": start}
     created = []
     for wanted in qa_set_names:
-        created.append(create_evaluation(settings, qa_set=wanted, model=base_model, **shared))
-        created.append(create_evaluation(settings, qa_set=wanted, run_id=run_id, **shared))
+        created.append(_queue_evaluation(settings, owner_id, qa_set=wanted, model=base_model,
+                                         run_id=None, **shared))
+        created.append(_queue_evaluation(settings, owner_id, qa_set=wanted, model=None,
+                                         run_id=run_id, **shared))
     return created
 
 
 def evaluate_finished_run(settings: Settings, run_id: int) -> list[EvaluationView]:
     """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of the
     evaluation sets its plan pins, under `run_protocol`, and say so in the run's events.
-    Nothing otherwise."""
+    Nothing otherwise. The evaluations are the run owner's (the worker asks, not a user)."""
     from studio.services import runs
 
     run = runs.get_run(settings, run_id)
+    with session_scope(settings.sqlalchemy_url) as session:
+        owner_id = get_or_404(session, Run, run_id, "run").owner_id
     plan = load_plan(settings, run_id)
     if run["state"] != RunState.succeeded.value or not plan.config.engine.evaluate_at_end \
             or not plan.eval:
         return []
-    created = evaluate_base_and_trained(settings, run_id, plan.eval, corpus=plan.corpus,
-                                        protocol=run_protocol(plan.config), queue=run["queue"])
+    created = _base_and_trained(settings, owner_id, run_id, plan.eval, base_model=None,
+                                corpus=plan.corpus, limit=None,
+                                protocol=run_protocol(plan.config), queue=run["queue"])
     runs.record_event(settings, run_id, "info",
                       f"queued the zero-shot evaluation of the base model and the trained "
                       f"model on {', '.join(ref.name for ref in plan.eval)}",
@@ -277,8 +309,10 @@ def base_vs_trained(settings: Settings, run_id: int,
         run = get_or_404(session, Run, run_id, "run")
         base_model = base_model or run.config["model"]
         newest_first = select(Evaluation).order_by(Evaluation.id.desc())
-        trained = [_view(e) for e in session.exec(newest_first.where(Evaluation.run_id == run_id))]
-        base = [_view(e) for e in session.exec(newest_first.where(
+        owners = usernames(session)
+        trained = [_view(e, owners) for e in session.exec(
+            newest_first.where(Evaluation.run_id == run_id))]
+        base = [_view(e, owners) for e in session.exec(newest_first.where(
             Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
         names = {q.id: q.name for q in session.exec(select(QASet))}
     return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
@@ -287,11 +321,15 @@ def base_vs_trained(settings: Settings, run_id: int,
             for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]
 
 
-def cancel_base_vs_trained(settings: Settings, run_id: int,
+def cancel_base_vs_trained(settings: Settings, actor: Actor, run_id: int,
                            base_model: str | None = None) -> int:
-    """Cancel the queued or running evaluations `base_vs_trained` shows; how many."""
+    """Cancel the queued or running evaluations `base_vs_trained` shows; how many. Each must
+    be the actor's (or the actor an admin): none is cancelled otherwise."""
     active = [e["id"] for pair in base_vs_trained(settings, run_id, base_model)
               for e in (pair["base"], pair["trained"]) if e and e["state"] in ACTIVE_STATES]
+    with session_scope(settings.sqlalchemy_url) as session:
+        for evaluation_id in active:
+            get_owned(session, Evaluation, evaluation_id, "evaluation", actor, "cancel")
     for evaluation_id in active:
-        cancel_evaluation(settings, evaluation_id)
+        cancel_evaluation(settings, actor, evaluation_id)
     return len(active)

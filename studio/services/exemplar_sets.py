@@ -21,8 +21,15 @@ from studio.method.exemplars import (
     validate_exemplars,
 )
 from studio.services import uploads
+from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput, NotFound
-from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.services.records import (
+    by_name_or_404,
+    check_new_name,
+    get_or_404,
+    get_owned,
+    usernames,
+)
 from studio.settings import Settings
 from studio.tables import Exemplar as ExemplarRow
 from studio.tables import ExemplarSet, utcnow
@@ -51,6 +58,7 @@ def _view(session, exemplar_set: ExemplarSet) -> dict:
     severities = [f["severity"] for item in items for f in item["findings"]]
     return {
         "id": exemplar_set.id, "name": exemplar_set.name,
+        "owner": usernames(session).get(exemplar_set.owner_id),
         "source_filename": exemplar_set.source_filename, "size": len(items),
         "errors": severities.count("error"), "warnings": severities.count("warning"),
         "exemplars": items, "updated_at": exemplar_set.updated_at.isoformat(),
@@ -76,11 +84,11 @@ def check_exemplar(item: dict) -> list[dict]:
             for f in validate_exemplar(exemplar, 1)]
 
 
-def _create(settings: Settings, name: str, exemplars: list[Exemplar],
+def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exemplar],
             source_filename: str | None) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = ExemplarSet(name=check_new_name(session, ExemplarSet, name),
-                                   source_filename=source_filename)
+                                   source_filename=source_filename, owner_id=actor.id)
         session.add(exemplar_set)
         session.flush()
         for position, e in enumerate(exemplars):
@@ -91,16 +99,18 @@ def _create(settings: Settings, name: str, exemplars: list[Exemplar],
         return _view(session, exemplar_set)
 
 
-def create_exemplar_set(settings: Settings, name: str, exemplars: list[dict] | None = None
-                        ) -> dict:
+def create_exemplar_set(settings: Settings, actor: Actor, name: str,
+                        exemplars: list[dict] | None = None) -> dict:
     """A set from JSON items `{question, solution, answer?}` (an empty set is allowed)."""
+    require_member(actor, "create exemplar sets")
     items = [_coerce(item, f"exemplars[{i}]") for i, item in enumerate(exemplars or [])]
-    return _create(settings, name, items, None)
+    return _create(settings, actor, name, items, None)
 
 
-def upload_exemplar_set(settings: Settings, stream: BinaryIO, filename: str | None,
-                        name: str) -> dict:
+def upload_exemplar_set(settings: Settings, actor: Actor, stream: BinaryIO,
+                        filename: str | None, name: str) -> dict:
     """A set from a JSONL file or the text block format (`===== Example N =====`)."""
+    require_member(actor, "upload exemplar sets")
     with uploads.stage_upload(stream, filename, settings) as staged:
         try:
             text = decode_text(staged.path.read_bytes(), staged.filename)
@@ -113,7 +123,7 @@ def upload_exemplar_set(settings: Settings, stream: BinaryIO, filename: str | No
         if not exemplars:
             raise InvalidInput(f"{staged.filename}: no exemplar found; each needs a question "
                                "and a solution")
-        return _create(settings, name, exemplars, staged.filename)
+        return _create(settings, actor, name, exemplars, staged.filename)
 
 
 def _load(session, set_id: int) -> ExemplarSet:
@@ -137,10 +147,14 @@ def list_exemplar_sets(settings: Settings) -> list[dict]:
     return [{k: v for k, v in view.items() if k != "exemplars"} for view in views]
 
 
-def add_exemplar(settings: Settings, set_id: int, item: dict) -> dict:
+def _owned(session, set_id: int, actor: Actor) -> ExemplarSet:
+    return get_owned(session, ExemplarSet, set_id, "exemplar set", actor, "change")
+
+
+def add_exemplar(settings: Settings, actor: Actor, set_id: int, item: dict) -> dict:
     exemplar = _coerce(item, "exemplar")
     with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _load(session, set_id)
+        exemplar_set = _owned(session, set_id, actor)
         position = len(_rows(session, set_id))
         session.add(ExemplarRow(exemplar_set_id=set_id, position=position,
                                 question=exemplar.question, solution=exemplar.solution,
@@ -158,10 +172,11 @@ def _row(session, set_id: int, number: int) -> ExemplarRow:
     return rows[number - 1]
 
 
-def update_exemplar(settings: Settings, set_id: int, number: int, item: dict) -> dict:
+def update_exemplar(settings: Settings, actor: Actor, set_id: int, number: int,
+                    item: dict) -> dict:
     """Replace exemplar `number` (from 1); fields left out keep their value."""
     with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _load(session, set_id)
+        exemplar_set = _owned(session, set_id, actor)
         row = _row(session, set_id, number)
         merged = {"question": row.question, "solution": row.solution, "answer": row.answer}
         merged.update({k: v for k, v in item.items() if k in merged})
@@ -173,9 +188,9 @@ def update_exemplar(settings: Settings, set_id: int, number: int, item: dict) ->
         return _view(session, exemplar_set)
 
 
-def delete_exemplar(settings: Settings, set_id: int, number: int) -> dict:
+def delete_exemplar(settings: Settings, actor: Actor, set_id: int, number: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _load(session, set_id)
+        exemplar_set = _owned(session, set_id, actor)
         session.delete(_row(session, set_id, number))
         session.flush()
         for position, row in enumerate(_rows(session, set_id)):
@@ -185,9 +200,10 @@ def delete_exemplar(settings: Settings, set_id: int, number: int) -> dict:
         return _view(session, exemplar_set)
 
 
-def delete_exemplar_set(settings: Settings, set_id: int) -> None:
+def delete_exemplar_set(settings: Settings, actor: Actor, set_id: int) -> None:
     with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _load(session, set_id)
+        exemplar_set = get_owned(session, ExemplarSet, set_id, "exemplar set", actor,
+                                 "delete")
         for row in _rows(session, set_id):
             session.delete(row)
         session.delete(exemplar_set)

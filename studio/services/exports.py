@@ -21,8 +21,9 @@ from sqlmodel import select
 
 from studio.db import session_scope
 from studio.queue import enqueue
+from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
-from studio.services.records import get_or_404
+from studio.services.records import get_or_404, get_owned, usernames
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Export, Run, RunState, utcnow
@@ -120,8 +121,9 @@ def _discard_tokens_of_finished_exports(settings: Settings) -> None:
 # --- what users call ------------------------------------------------------------------------
 
 
-def _view(export: Export) -> dict:
-    return {"id": export.id, "run_id": export.run_id, "target": export.target,
+def _view(export: Export, owners: dict[int, str]) -> dict:
+    return {"id": export.id, "owner": owners.get(export.owner_id), "run_id": export.run_id,
+            "target": export.target,
             "step": export.step, "repo_id": export.repo_id, "private": export.private,
             "state": export.state, "progress": export.progress, "message": export.message,
             "location": export.location, "error": export.error,
@@ -146,18 +148,20 @@ def _check_hub_request(target: str, repo_id: str | None, token: object) -> str |
     return repo_id
 
 
-def create_export(settings: Settings, run_id: int, *, target: str = "folder",
+def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str = "folder",
                   step: int | None = None, repo_id: str | None = None, private: bool = True,
                   token: str | None = None, start: bool = True) -> dict:
-    """Queue an export of run `run_id`'s checkpoint after `step` steps (default: the latest)."""
+    """Queue an export of run `run_id`'s checkpoint after `step` steps (default: the latest);
+    only the run's owner (or an admin) exports it."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        get_owned(session, Run, run_id, "run", actor, "export")
     if target not in TARGETS:
         raise InvalidInput(f"target: '{target}' is not one of {', '.join(TARGETS)}")
     repo_id = _check_hub_request(target, repo_id, token)
-    with session_scope(settings.sqlalchemy_url) as session:
-        get_or_404(session, Run, run_id, "run")
     step, _ = checkpoint_folder(settings, run_id, step)
     with session_scope(settings.sqlalchemy_url) as session:
         export = Export(run_id=run_id, target=target, step=step, repo_id=repo_id,
+                        owner_id=actor.id,
                         private=private, message="queued: waiting for a worker")
         session.add(export)
         session.flush()
@@ -166,11 +170,11 @@ def create_export(settings: Settings, run_id: int, *, target: str = "folder",
     return get_export(settings, export_id)
 
 
-def retry_export(settings: Settings, export_id: int, *, token: str | None = None,
-                 start: bool = True) -> dict:
+def retry_export(settings: Settings, actor: Actor, export_id: int, *,
+                 token: str | None = None, start: bool = True) -> dict:
     """Queue a failed export again; a Hub push needs its token again (it was not kept)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        export = get_or_404(session, Export, export_id, "export")
+        export = get_owned(session, Export, export_id, "export", actor, "retry")
         if export.state not in RETRYABLE:
             raise Conflict(f"export {export_id} is {export.state}; only a failed export "
                            "can be retried")
@@ -192,7 +196,7 @@ def _start(settings: Settings, export_id: int, token: str | None, start: bool) -
 
 def get_export(settings: Settings, export_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Export, export_id, "export"))
+        return _view(get_or_404(session, Export, export_id, "export"), usernames(session))
 
 
 def list_exports(settings: Settings, run_id: int | None = None) -> list[dict]:
@@ -200,7 +204,8 @@ def list_exports(settings: Settings, run_id: int | None = None) -> list[dict]:
         query = select(Export).order_by(Export.id.desc())
         if run_id is not None:
             query = query.where(Export.run_id == run_id)
-        return [_view(e) for e in session.exec(query)]
+        owners = usernames(session)
+        return [_view(e, owners) for e in session.exec(query)]
 
 
 def download(settings: Settings, export_id: int) -> tuple[Path, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 
 from studio.services import demo
+from studio.services.access import Actor
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
 
@@ -56,8 +57,9 @@ def data_ready(settings: Settings) -> bool:
     return demo.demo_pack_stored(settings)
 
 
-def prepare_preset(settings: Settings, name: str) -> dict:
-    """The preset's config, with the data it names stored (the demo pack, indexed now)."""
+def prepare_preset(settings: Settings, actor: Actor, name: str) -> dict:
+    """The preset's config, with the data it names stored (the demo pack, indexed now, the
+    actor's where it stores it)."""
     config = preset_config(name, settings)
-    demo.load_demo_pack(settings, index_now=True)
+    demo.load_demo_pack(settings, actor, index_now=True)
     return config

@@ -16,15 +16,23 @@ from sqlmodel import col, delete, select
 from studio.db import session_scope
 from studio.ingest import IngestError, QARow, read_qa, split_qa
 from studio.services import uploads
+from studio.services.access import Actor, require_member
 from studio.services.corpora import upload_limits
 from studio.services.errors import InvalidInput
-from studio.services.records import by_name_or_404, check_new_name, get_or_404
+from studio.services.records import (
+    by_name_or_404,
+    check_new_name,
+    get_or_404,
+    get_owned,
+    usernames,
+)
 from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
 from studio.tables import QAItem, QASet, utcnow
 
 PURPOSES = ("train", "eval")
 _BATCH = 5000
+MAX_ROWS_PAGE = 500
 
 
 def _check_purpose(purpose: str) -> str:
@@ -33,9 +41,10 @@ def _check_purpose(purpose: str) -> str:
     return purpose
 
 
-def _view(qa_set: QASet) -> dict:
+def _view(qa_set: QASet, owners: dict[int, str]) -> dict:
     return {
-        "id": qa_set.id, "name": qa_set.name, "purpose": qa_set.purpose,
+        "id": qa_set.id, "name": qa_set.name, "owner": owners.get(qa_set.owner_id),
+        "purpose": qa_set.purpose,
         "source_filename": qa_set.source_filename, "format": qa_set.source_format,
         "num_rows": qa_set.num_rows, "report": qa_set.report,
         "created_at": qa_set.created_at.isoformat(),
@@ -50,6 +59,7 @@ def rows_hash(rows: list[QARow]) -> str:
 
 
 def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
+    """Insert the set and its rows; the set's view."""
     session.add(qa_set)
     session.flush()
     for start in range(0, len(rows), _BATCH):
@@ -58,11 +68,12 @@ def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
              "question": r.question, "golden_answers": list(r.golden_answers), "meta": r.meta}
             for i, r in enumerate(rows[start:start + _BATCH])
         ])
-    return _view(qa_set)
+    return _view(qa_set, usernames(session))
 
 
-def create_qa_set(settings: Settings, stream: BinaryIO, filename: str | None, name: str, *,
-                  purpose: str = "train", fmt: str | None = None) -> dict:
+def create_qa_set(settings: Settings, actor: Actor, stream: BinaryIO, filename: str | None,
+                  name: str, *, purpose: str = "train", fmt: str | None = None) -> dict:
+    require_member(actor, "upload QA sets")
     _check_purpose(purpose)
     with session_scope(settings.sqlalchemy_url) as session:
         name = check_new_name(session, QASet, name)
@@ -78,7 +89,7 @@ def create_qa_set(settings: Settings, stream: BinaryIO, filename: str | None, na
                 name=name, purpose=purpose, source_filename=staged.filename,
                 content_hash=staged.sha256, source_format=result.fmt,
                 upload_path=str(path.relative_to(settings.resolved_data_dir)),
-                num_rows=len(result.rows), report=result.report)
+                num_rows=len(result.rows), report=result.report, owner_id=actor.id)
             return _store(session, qa_set, result.rows)
 
 
@@ -88,27 +99,28 @@ def _load(session, qa_set_id: int) -> QASet:
 
 def get_qa_set(settings: Settings, qa_set_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(_load(session, qa_set_id))
+        return _view(_load(session, qa_set_id), usernames(session))
 
 
 def find_qa_set(settings: Settings, name: str) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(by_name_or_404(session, QASet, name, "QA set"))
+        return _view(by_name_or_404(session, QASet, name, "QA set"), usernames(session))
 
 
 def list_qa_sets(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(q) for q in session.exec(
+        owners = usernames(session)
+        return [_view(q, owners) for q in session.exec(
             select(QASet).where(QASet.retired_at.is_(None)).order_by(QASet.id))]
 
 
-def set_purpose(settings: Settings, qa_set_id: int, purpose: str) -> dict:
+def set_purpose(settings: Settings, actor: Actor, qa_set_id: int, purpose: str) -> dict:
     _check_purpose(purpose)
     with session_scope(settings.sqlalchemy_url) as session:
-        qa_set = _load(session, qa_set_id)
+        qa_set = get_owned(session, QASet, qa_set_id, "QA set", actor, "change")
         qa_set.purpose = purpose
         session.add(qa_set)
-        return _view(qa_set)
+        return _view(qa_set, usernames(session))
 
 
 def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -> list[QAItem]:
@@ -121,8 +133,8 @@ def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -
 
 def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20) -> dict:
     """A page of rows for previews."""
-    if offset < 0 or not 1 <= limit <= 500:
-        raise InvalidInput("offset must be >= 0 and limit between 1 and 500")
+    if offset < 0 or not 1 <= limit <= MAX_ROWS_PAGE:
+        raise InvalidInput(f"offset must be >= 0 and limit between 1 and {MAX_ROWS_PAGE}")
     with session_scope(settings.sqlalchemy_url) as session:
         qa_set = _load(session, qa_set_id)
         rows = [{"row": i.position + 1, "id": i.external_id, "question": i.question,
@@ -141,10 +153,12 @@ def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
                 for i in _items(session, qa_set_id)]
 
 
-def split_qa_set(settings: Settings, qa_set_id: int, *, eval_fraction: float = 0.2,
-                 seed: int = 0, train_name: str | None = None,
+def split_qa_set(settings: Settings, actor: Actor, qa_set_id: int, *,
+                 eval_fraction: float = 0.2, seed: int = 0, train_name: str | None = None,
                  eval_name: str | None = None) -> dict:
-    """Split a set into a training and an evaluation set with a seed (both new sets)."""
+    """Split a set into a training and an evaluation set with a seed (both new sets, the
+    actor's: any member may split a set of the team, which stays as it is)."""
+    require_member(actor, "split QA sets")
     if not 0 < eval_fraction < 1:
         raise InvalidInput(f"eval_fraction: must be between 0 and 1, got {eval_fraction}")
     source = get_qa_set(settings, qa_set_id)
@@ -161,17 +175,17 @@ def split_qa_set(settings: Settings, qa_set_id: int, *, eval_fraction: float = 0
             out[purpose] = _store(session, QASet(
                 name=name, purpose=purpose, source_filename=source["source_filename"],
                 content_hash=rows_hash(part), source_format=source["format"],
-                num_rows=len(part),
+                num_rows=len(part), owner_id=actor.id,
                 report={"split_of": source["name"], "seed": seed,
                         "eval_fraction": eval_fraction}), part)
     return out
 
 
-def delete_qa_set(settings: Settings, qa_set_id: int) -> None:
+def delete_qa_set(settings: Settings, actor: Actor, qa_set_id: int) -> None:
     """Remove the set and its rows; a set that a run's plan pins is retired instead (hidden,
     its name free) and removed with the last such run (`purge_retired`)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        qa_set = _load(session, qa_set_id)
+        qa_set = get_owned(session, QASet, qa_set_id, "QA set", actor, "delete")
         if qa_set_id in pinned_ids(session, QASet):
             qa_set.retired_at = utcnow()
             session.add(qa_set)

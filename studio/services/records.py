@@ -6,9 +6,24 @@ from typing import TypeVar
 
 from sqlmodel import Session, SQLModel, select
 
+from studio.services.access import Actor, require_owner
 from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.tables import User
 
 Row = TypeVar("Row", bound=SQLModel)
+
+MAX_SQL_INT = 2**63 - 1
+"""The largest integer a column of the studio holds (BIGINT): a larger id, step or offset
+is refused as input before it reaches the database (which would fail with a 500)."""
+
+
+def parse_sql_int(text: str, field: str, hint: str) -> int:
+    """A whole number from 0 to MAX_SQL_INT written in ASCII digits, else a 422 naming
+    `field` with `hint` (what to send instead)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_SQL_INT:
+        raise InvalidInput(f"{field}: {text[:40]!r} is not {hint}")
+    return int(text)
 
 
 def get_or_404(session: Session, table: type[Row], row_id: int, kind: str, *,
@@ -20,6 +35,20 @@ def get_or_404(session: Session, table: type[Row], row_id: int, kind: str, *,
     if row is None or (not retired and getattr(row, "retired_at", None) is not None):
         raise NotFound(f"{kind} {row_id} does not exist")
     return row
+
+
+def get_owned(session: Session, table: type[Row], row_id: int, kind: str, actor: Actor,
+              action: str) -> Row:
+    """The row (404 as `get_or_404`), once `actor` may `action` it: its owner or an admin
+    (403 otherwise)."""
+    row = get_or_404(session, table, row_id, kind)
+    require_owner(actor, row.owner_id, action, f"{kind} {row_id}")
+    return row
+
+
+def usernames(session: Session) -> dict[int, str]:
+    """Every user's name by id: the owners shown beside listed rows (a team is small)."""
+    return dict(session.exec(select(User.id, User.username)).all())
 
 
 def _named(table: type[Row], name: str):

@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 from studio.db import session_scope
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
-from studio.services.records import get_or_404
+from studio.services.records import get_or_404, parse_sql_int
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric
 
@@ -117,14 +117,13 @@ def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None
             "next_cursor": str(rows[limit].step) if more else None}
 
 
+_NOT_A_CURSOR = "a cursor of this list; pass the next_cursor of the previous page"
+
+
 def _int_cursor(cursor: str | None) -> int | None:
     if cursor is None or cursor == "":
         return None
-    try:
-        return int(cursor)
-    except ValueError:
-        raise InvalidInput(f"cursor: {cursor!r} is not a cursor of this list; pass the "
-                           "next_cursor of the previous page") from None
+    return parse_sql_int(cursor, "cursor", _NOT_A_CURSOR)
 
 
 # --- events -------------------------------------------------------------------------------
@@ -173,10 +172,8 @@ def _rollout_cursor(cursor: str | None) -> tuple[int, int] | None:
     if not cursor:
         return None
     step, _, row_id = cursor.partition(".")
-    if not (step.isdigit() and row_id.isdigit()):
-        raise InvalidInput(f"cursor: {cursor!r} is not a cursor of this list; pass the "
-                           "next_cursor of the previous page")
-    return int(step), int(row_id)
+    return (parse_sql_int(step, "cursor", _NOT_A_CURSOR),
+            parse_sql_int(row_id, "cursor", _NOT_A_CURSOR))
 
 
 def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = RolloutFilter(), *,
@@ -246,11 +243,10 @@ def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> dict:
 def parse_ids(text: str, field: str = "ids") -> list[int]:
     """`1,2,3` -> [1, 2, 3], each once, in the order given."""
     ids: list[int] = []
-    for part in (p.strip() for p in (text or "").split(",")):
-        if not part.isdigit():
-            raise InvalidInput(f"{field}: {part!r} is not a run id; give ids like 1,2,3")
-        if int(part) not in ids:
-            ids.append(int(part))
+    for part in (text or "").split(","):
+        run_id = parse_sql_int(part, field, "a run id; give ids like 1,2,3")
+        if run_id not in ids:
+            ids.append(run_id)
     return ids
 
 

@@ -22,12 +22,13 @@ from studio.method.curriculum import CurriculumError
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.services import calibrations, exemplar_sets
+from studio.services.access import Actor
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import by_name_or_404
 from studio.services.run_plans import RunPlan, make_plan
 from studio.services.tokenizers import ModelUnavailable, cached_tokenizer
 from studio.settings import Settings
-from studio.tables import Corpus, CorpusStatus, QAItem, QASet
+from studio.tables import Corpus, CorpusStatus, QAItem, QASet, Role
 
 CANDIDATES = 100  # the longest questions by characters, of which the tokenizer picks the longest
 
@@ -161,9 +162,11 @@ def checked_config(settings: Settings, config: dict | str, *,
                   "time_estimate": timing}
 
 
-def validate_run(settings: Settings, config: dict | str) -> dict:
+def validate_run(settings: Settings, actor: Actor, config: dict | str) -> dict:
     """What launching would store, without storing or queueing anything but the measurement
-    of the queue's device when the time estimate needs it (the Launch page)."""
-    plan, report = checked_config(settings, config)
+    of the queue's device when the time estimate needs it (the Launch page); a viewer, who
+    queues nothing, gets the estimate once someone else has had the device measured."""
+    plan, report = checked_config(settings, config,
+                                  queue_calibration=actor.role != Role.viewer)
     return {"config": plan.config.model_dump(mode="json"),
             "total_steps": plan.config.total_steps, **report}

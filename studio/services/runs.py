@@ -24,11 +24,12 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.db import session_scope
 from studio.queue import enqueue
 from studio.services import corpora, qa_sets
+from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict
 from studio.services.evaluations import evaluation_records_path
 from studio.services.exports import export_folder, export_zip
 from studio.services.health import MISSED_BEATS, alive_since
-from studio.services.records import get_or_404
+from studio.services.records import get_or_404, get_owned, usernames
 from studio.services.run_folder import RunFolder
 from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
 from studio.services.run_validation import checked_config
@@ -50,29 +51,33 @@ TRAIN_TASK = "worker.train_run"
 RESUMABLE_STATES = (RunState.interrupted, RunState.failed, RunState.cancelled)
 
 
-def create_run(settings: Settings, config: dict | str, *, user_id: int | None = None,
+def create_run(settings: Settings, actor: Actor, config: dict | str, *,
                start: bool = True) -> LaunchedRun:
-    """Validate a config (dict or YAML), store the run as queued, and send it to its queue.
+    """Validate a config (dict or YAML), store the run as queued (the actor's), and send it
+    to its queue. The data it names may be any of the team's.
 
     The answer is the run's view plus the launch report: `stages` (each stage's
     longest prompt in tokens and seconds per step), `time_estimate` and `warnings` (e.g.
     prompts that would be cut, a run of many hours)."""
+    require_member(actor, "launch runs")
     plan, report = checked_config(settings, config, queue_calibration=start)
     parsed = plan.config
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),
                   plan=plan.model_dump(mode="json"), backend=parsed.backend, queue=parsed.queue,
-                  total_steps=parsed.total_steps, created_by=user_id)
+                  total_steps=parsed.total_steps, owner_id=actor.id)
         session.add(run)
         session.flush()
-        run_id = run.id
+        run_id, job_key = run.id, run.job_key
     if start:
-        _send(settings, run_id, attempt=1, queue=parsed.queue)
+        _send(settings, run_id, attempt=1, job_key=job_key, queue=parsed.queue)
     return {**get_run(settings, run_id), **report}
 
 
-def _send(settings: Settings, run_id: int, *, attempt: int, queue: str) -> None:
-    task_id = enqueue(settings, TRAIN_TASK, run_id, attempt, queue=queue)
+def _send(settings: Settings, run_id: int, *, attempt: int, job_key: str, queue: str) -> None:
+    """The message names the run, its attempt and its job key: a worker does nothing with a
+    message whose three do not match a queued run (`claim_run`)."""
+    task_id = enqueue(settings, TRAIN_TASK, run_id, attempt, job_key, queue=queue)
     with session_scope(settings.sqlalchemy_url) as session:
         session.exec(update(Run).where(Run.id == run_id).values(task_id=task_id))
 
@@ -96,6 +101,7 @@ class RunView(TypedDict):
 
     id: int
     name: str
+    owner: str | None  # who launched it: only they (and admins) cancel, resume, delete, export
     state: str  # queued | running | succeeded | failed | cancelled | interrupted
     backend: str
     queue: str
@@ -122,9 +128,10 @@ class LaunchedRun(RunView):
     time_estimate: dict
 
 
-def _view(run: Run, positions: dict[int, int]) -> RunView:
+def _view(run: Run, positions: dict[int, int], owners: dict[int, str]) -> RunView:
     return {
-        "id": run.id, "name": run.name, "state": RunState(run.state).value,
+        "id": run.id, "name": run.name, "owner": owners.get(run.owner_id),
+        "state": RunState(run.state).value,
         "backend": run.backend,
         "queue": run.queue, "queue_position": positions.get(run.id),
         "attempt": run.attempt, "current_step": run.current_step,
@@ -139,22 +146,24 @@ def _view(run: Run, positions: dict[int, int]) -> RunView:
 def get_run(settings: Settings, run_id: int) -> RunView:
     reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Run, run_id, "run"), _queue_positions(session))
+        return _view(get_or_404(session, Run, run_id, "run"), _queue_positions(session),
+                     usernames(session))
 
 
 def list_runs(settings: Settings) -> list[RunView]:
     reap_stale_runs(settings)
     with session_scope(settings.sqlalchemy_url) as session:
-        positions = _queue_positions(session)
-        return [_view(r, positions) for r in session.exec(select(Run).order_by(Run.id.desc()))]
+        positions, owners = _queue_positions(session), usernames(session)
+        return [_view(r, positions, owners)
+                for r in session.exec(select(Run).order_by(Run.id.desc()))]
 
 
-def cancel_run(settings: Settings, run_id: int) -> RunView:
+def cancel_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
     """Mark the run cancelled; its worker sees it within a second and kills the process group.
 
     Its metrics, rollouts and checkpoints stay; `resume` can continue it later."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = get_or_404(session, Run, run_id, "run")
+        run = get_owned(session, Run, run_id, "run", actor, "cancel")
         if run.state in FINAL_STATES:
             raise Conflict(f"run {run_id} is already {RunState(run.state).value}")
         run.state, run.finished_at = RunState.cancelled, utcnow()
@@ -162,11 +171,11 @@ def cancel_run(settings: Settings, run_id: int) -> RunView:
     return get_run(settings, run_id)
 
 
-def resume_run(settings: Settings, run_id: int) -> RunView:
+def resume_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
     """Queue an interrupted, failed or cancelled run again as its next attempt; the trainer
     continues from the latest checkpoint (steps after it run again, seeded identically)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = get_or_404(session, Run, run_id, "run")
+        run = get_owned(session, Run, run_id, "run", actor, "resume")
         if run.state not in RESUMABLE_STATES:
             what = ("has finished all its steps" if run.state == RunState.succeeded
                     else f"is {RunState(run.state).value}")
@@ -176,8 +185,8 @@ def resume_run(settings: Settings, run_id: int) -> RunView:
         run.state, run.queued_at, run.error = RunState.queued, utcnow(), None
         run.finished_at = run.heartbeat_at = run.pid = run.worker_hostname = None
         session.add(run)
-        attempt, queue = run.attempt, run.queue
-    _send(settings, run_id, attempt=attempt, queue=queue)
+        attempt, job_key, queue = run.attempt, run.job_key, run.queue
+    _send(settings, run_id, attempt=attempt, job_key=job_key, queue=queue)
     return get_run(settings, run_id)
 
 
@@ -188,11 +197,11 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def delete_run(settings: Settings, run_id: int) -> None:
+def delete_run(settings: Settings, actor: Actor, run_id: int) -> None:
     """Delete a run that is not queued or running: its rows (metrics, events, rollouts,
     evaluations, exports) and its files (checkpoints, log, evaluation records, exports)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = get_or_404(session, Run, run_id, "run")
+        run = get_owned(session, Run, run_id, "run", actor, "delete")
         if run.state in ACTIVE_STATES:
             raise Conflict(f"run {run_id} is {RunState(run.state).value}; cancel it first, "
                            "then delete it")
@@ -253,13 +262,16 @@ def interrupt_run(settings: Settings, run_id: int, attempt: int, reason: str) ->
 # --- state changes made by workers ------------------------------------------------------------
 
 
-def claim_run(settings: Settings, run_id: int, attempt: int, hostname: str) -> bool:
+def claim_run(settings: Settings, run_id: int, attempt: int, job_key: str,
+              hostname: str) -> bool:
     """A worker takes attempt `attempt` of a queued run; False when that attempt is not
-    there to take (cancelled, deleted, already taken, or superseded by a resume)."""
+    there to take (cancelled, deleted, already taken, or superseded by a resume), or when
+    the message was for another run (its job key differs)."""
     now = utcnow()
     with session_scope(settings.sqlalchemy_url) as session:
         done = session.exec(update(Run).where(
-            Run.id == run_id, Run.attempt == attempt, Run.state == RunState.queued,
+            Run.id == run_id, Run.attempt == attempt, Run.job_key == job_key,
+            Run.state == RunState.queued,
         ).values(state=RunState.running, worker_hostname=hostname, error=None, pid=None,
                  started_at=func.coalesce(Run.started_at, now), heartbeat_at=now))
         return done.rowcount == 1

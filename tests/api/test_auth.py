@@ -1,17 +1,23 @@
-"""Auth from day one: hashed tokens, 401 on every route but /healthz, the UI's login."""
+"""Who is signed in: hashed tokens, 401 on every route but /healthz, the UI's own login with
+its rate limit, roles that apply at once, disabled users stopped at once."""
 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import select
 
+from frontend.login import COOKIE
 from frontend.server import create_app
 from studio import db
 from studio.services import auth
-from studio.tables import ApiToken, utcnow
+from studio.services.access import Forbidden
+from studio.services.errors import Conflict, NotFound
+from studio.tables import ApiToken, LoginFailure, utcnow
+from tests.support.actors import PASSWORD, admin, user
 
 
 def test_passwords_and_tokens_are_stored_hashed(any_db_url):
@@ -20,7 +26,6 @@ def test_passwords_and_tokens_are_stored_hashed(any_db_url):
         creds = auth.bootstrap_admin(session)
         assert creds is not None and creds.token.startswith(auth.TOKEN_PREFIX)
         rows = session.exec(select(ApiToken)).all()
-        assert [r.token_hash for r in rows] != [creds.token]
         assert creds.token not in {r.token_hash for r in rows}
         assert auth.authenticate(session, "admin", creds.password) is not None
         assert auth.authenticate(session, "admin", creds.password + "x") is None
@@ -31,26 +36,53 @@ def test_passwords_and_tokens_are_stored_hashed(any_db_url):
 
 def test_revoked_token_is_refused(settings):
     with db.session_scope(settings.sqlalchemy_url) as session:
-        user = auth.create_user(session, "ana", "pw")
-        token = auth.create_token(session, user, "ci")
+        token = auth.create_token(session, auth.create_user(session, "ana", PASSWORD), "ci")
         row = session.exec(select(ApiToken).where(ApiToken.name == "ci")).one()
         row.revoked_at = utcnow()
     with db.session_scope(settings.sqlalchemy_url) as session:
         assert auth.user_for_token(session, token) is None
 
 
-def test_duplicate_username_names_the_field(settings):
+def test_usernames_roles_and_passwords_are_checked(settings):
     with db.session_scope(settings.sqlalchemy_url) as session:
-        auth.create_user(session, "ana", "pw")
-        with pytest.raises(auth.AuthError, match="username: 'ana' already exists"):
-            auth.create_user(session, "ana", "other")
+        auth.create_user(session, "ana", PASSWORD)
+        with pytest.raises(Conflict, match="username: 'ana' already exists"):
+            auth.create_user(session, "ana", "other-password")
+        with pytest.raises(auth.AuthError, match="password: use at least 8"):
+            auth.create_user(session, "bo", "short")
+        with pytest.raises(auth.AuthError, match="role: 'boss' is not one of admin, member"):
+            auth.create_user(session, "bo", PASSWORD, role="boss")
+        for bad in ("", "a b", "x\x00y", "é" * 3, "x" * 65):
+            with pytest.raises(auth.AuthError, match="username: use 1 to 64"):
+                auth.create_user(session, bad, PASSWORD)
+
+
+def test_only_admins_manage_users_and_the_last_admin_stays(settings):
+    root, ana = admin(settings), user(settings, "ana")
+    with pytest.raises(Forbidden, match="ana may not add users: only admins may"):
+        auth.add_user(settings, ana, "bo", "member")
+    new = auth.add_user(settings, root, "bo", "viewer")
+    assert new.role == "viewer" and len(new.password) >= auth.MIN_PASSWORD
+    with pytest.raises(Conflict, match="last active admin"):
+        auth.set_disabled(settings, root, "admin", True)
+    with pytest.raises(Conflict, match="last active admin"):
+        auth.set_role(settings, root, "admin", "member")
+    auth.set_role(settings, root, "ana", "admin")
+    assert auth.set_disabled(settings, root, "admin", True)["disabled"]
+
+
+@contextmanager
+def studio_client(settings, address: str = "testclient"):
+    with TestClient(create_app(settings), client=(address, 50000),
+                    follow_redirects=False) as client:
+        yield client
 
 
 @pytest.fixture
 def client_and_creds(settings):
     with db.session_scope(settings.sqlalchemy_url) as session:
         creds = auth.bootstrap_admin(session)
-    with TestClient(create_app(settings)) as client:
+    with studio_client(settings) as client:
         yield client, creds
 
 
@@ -64,6 +96,7 @@ def test_api_needs_a_valid_bearer_token(client_and_creds):
     assert client.get("/api/v1/me", headers={"Authorization": f"Basic {creds.token}"}).status_code == 401
     ok = client.get("/api/v1/me", headers={"Authorization": f"Bearer {creds.token}"})
     assert ok.status_code == 200 and ok.json()["username"] == "admin"
+    assert ok.json()["role"] == "admin"
 
 
 def test_every_api_route_but_health_and_schema_is_protected(client_and_creds):
@@ -78,11 +111,95 @@ def test_every_api_route_but_health_and_schema_is_protected(client_and_creds):
             assert client.request(method, concrete).status_code == 401, (method, path)
 
 
-def test_ui_needs_a_login(client_and_creds):
+def _sign_in(client, username: str, password: str):
+    return client.post("/login", data={"username": username, "password": password,
+                                       "next": "/?run=3"})
+
+
+def test_ui_needs_a_login_and_keeps_the_username_after_a_wrong_password(client_and_creds):
     client, creds = client_and_creds
     assert client.get("/config").status_code == 401
-    bad = client.post("/login", data={"username": "admin", "password": "wrong"})
-    assert bad.status_code == 400
-    good = client.post("/login", data={"username": "admin", "password": creds.password})
-    assert good.status_code == 200
+    page = client.get("/?run=3")
+    assert page.status_code == 303 and page.headers["location"] == "/login?next=%2F%3Frun%3D3"
+    bad = _sign_in(client, "admin", "wrong")
+    assert bad.status_code == 401 and "wrong username or password" in bad.text
+    assert 'value="admin"' in bad.text, "the username stays in the form"
+    assert client.get("/config").status_code == 401
+    good = _sign_in(client, "admin", creds.password)
+    assert good.status_code == 303 and good.headers["location"] == "/?run=3"
+    cookie = good.cookies[COOKIE]
+    assert cookie.startswith(auth.SESSION_PREFIX)
+    assert "httponly" in good.headers["set-cookie"].lower()
     assert client.get("/config").status_code == 200
+    assert client.get("/").status_code == 200
+    with db.session_scope(client.app.state.settings.sqlalchemy_url) as session:
+        assert cookie not in {r.token_hash for r in session.exec(select(ApiToken))}
+        assert session.exec(select(LoginFailure)).all() == [], "a success clears the failures"
+    assert client.get("/logout").status_code == 303
+    client.cookies.set(COOKIE, cookie)  # a copy kept after signing out does not work
+    assert client.get("/config").status_code == 401
+
+
+def test_a_session_cannot_call_the_api_and_a_token_cannot_open_the_ui(client_and_creds):
+    client, creds = client_and_creds
+    session = _sign_in(client, "admin", creds.password).cookies[COOKIE]
+    assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {session}"}
+                      ).status_code == 401
+    client.cookies.clear()
+    client.cookies.set(COOKIE, creds.token)
+    assert client.get("/config").status_code == 401
+
+
+def test_next_never_leaves_the_site(client_and_creds):
+    client, creds = client_and_creds
+    for target in ("https://evil.example/", "//evil.example/x", "/login?next=/"):
+        good = client.post("/login", data={"username": "admin", "password": creds.password,
+                                           "next": target})
+        assert good.headers["location"] == "/", target
+
+
+def test_failed_logins_are_limited_per_user_and_address(settings):
+    user(settings, "ana")
+    with studio_client(settings, "10.0.0.1") as first, \
+            studio_client(settings, "10.0.0.2") as second:
+        for _ in range(auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
+            assert _sign_in(first, "ana", "wrong").status_code == 401
+        limited = _sign_in(first, "ana", PASSWORD)
+        assert limited.status_code == 429, "the right password waits too"
+        assert 0 < int(limited.headers["Retry-After"]) <= 15 * 60
+        assert "too many failed logins; try again in" in limited.text
+        assert _sign_in(second, "ana", PASSWORD).status_code == 303, "another address may"
+        for n in range(auth.MAX_FAILURES_PER_ADDRESS - auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
+            assert _sign_in(first, f"someone{n}", "wrong").status_code == 401
+        assert _sign_in(first, "nobody-else", "wrong").status_code == 429, "spraying stops"
+
+
+def test_a_disabled_user_is_stopped_at_once_and_a_role_change_applies_at_once(settings):
+    root, ana = admin(settings), user(settings, "ana")
+    token = auth.issue_token(settings, ana, "ci")["token"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    with studio_client(settings) as client:
+        assert _sign_in(client, "ana", PASSWORD).status_code == 303
+        assert client.get("/api/v1/me", headers=bearer).json()["role"] == "member"
+        auth.set_role(settings, root, "ana", "viewer")
+        assert client.get("/api/v1/me", headers=bearer).json()["role"] == "viewer"
+        auth.set_disabled(settings, root, "ana", True)
+        assert client.get("/api/v1/me", headers=bearer).status_code == 401
+        assert client.get("/config").status_code == 401, "the browser session ends too"
+        assert _sign_in(client, "ana", PASSWORD).status_code == 401
+        auth.set_disabled(settings, root, "ana", False)
+        assert client.get("/api/v1/me", headers=bearer).status_code == 200
+
+
+def test_tokens_list_and_revoke_are_the_users_own(api, settings):
+    ana = user(settings, "ana")
+    mine = auth.issue_token(settings, ana, "laptop")
+    listed = api.get("/tokens").json()
+    assert mine["id"] not in [t["id"] for t in listed], "an admin lists its own tokens"
+    assert all("token" not in t and "token_hash" not in t for t in listed)
+    made = api.post("/tokens", json={"name": "ci"}).json()
+    assert made["token"].startswith(auth.TOKEN_PREFIX)
+    assert made["token"] not in api.get("/tokens").text
+    assert api.delete(f"/tokens/{mine['id']}").json()["revoked"], "an admin may revoke any"
+    with pytest.raises(NotFound, match="does not exist among your tokens"):
+        auth.revoke_token(settings, ana, made["id"])

@@ -6,12 +6,13 @@ from __future__ import annotations
 from studio.db import session_scope
 from studio.services.demo import load_demo_pack
 from studio.tables import Run
+from tests.support.actors import admin
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
 
 def checkpointed_run(settings, tmp_path) -> int:
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     config = {"name": "r", "model": str(build_tiny_model(tmp_path / "tiny")),
               "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
     run_id = finished_run(settings, config, steps=4)

@@ -14,7 +14,7 @@ from frontend.components import error_markdown, problems
 from frontend.pages import curriculum, exemplars, launch
 from studio.demo import EXEMPLARS
 from studio.run_config import parse_run_config
-from studio.services import auth, curricula, exemplar_sets
+from studio.services import curricula, exemplar_sets
 from studio.services.errors import InvalidInput
 from studio.services.prompt_preview import preview_exemplars
 from tests.support.tiny_model import build_tiny_model
@@ -120,16 +120,10 @@ def test_empty_settings_fall_back_to_the_base_config():
     assert config["model"] == launch.DEFAULT_MODEL
 
 
-def test_draft_previews_count_tokens_and_user_ids_come_from_names(settings, tmp_path):
+def test_draft_previews_count_tokens(settings, tmp_path):
     model = str(build_tiny_model(tmp_path / "tiny"))
     result = preview_exemplars(settings, DEMO[:2], "Where is Fennick Light?", model=model)
     assert [p["k"] for p in result["prompts"]] == [0, 1, 2]
     assert result["prompts"][0]["tokens"] < result["prompts"][2]["tokens"]
     with pytest.raises(InvalidInput, match="outside 0..2"):
         preview_exemplars(settings, DEMO[:2], "q", ks=[3], model=model)
-
-    from studio.db import session_scope
-    with session_scope(settings.sqlalchemy_url) as session:
-        admin = auth.bootstrap_admin(session)
-    assert auth.user_id(settings, admin.username) is not None
-    assert auth.user_id(settings, "nobody") is None and auth.user_id(settings, None) is None

@@ -16,6 +16,7 @@ import yaml
 from studio.demo import EXEMPLARS
 from studio.services import exemplar_sets, runs
 from studio.settings import Settings
+from tests.support.actors import admin
 from tests.support.processes import wait_for
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.tiny_model import build_tiny_model
@@ -193,7 +194,7 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     assert config["grpo"]["batch_size"] == 1 and config["grpo"]["max_turns"] == 1
     ui.screenshot("launch")
     if run["state"] in ("queued", "running"):
-        runs.cancel_run(settings, run["id"])
+        runs.cancel_run(settings, admin(settings), run["id"])
     assert config["lora"] is None  # full fine-tuning unless ticked
 
     assert float(ui.page.locator("#setting-grpo-lr input").input_value()) == 1e-6

@@ -5,12 +5,13 @@ from __future__ import annotations
 from frontend.run_picker import run_choices, run_dropdown_update, run_label
 from studio.services import runs
 from studio.services.demo import load_demo_pack
+from tests.support.actors import admin
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
 
 def test_choices_and_refreshes(settings, tmp_path):
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     config = {"name": "a", "model": str(build_tiny_model(tmp_path / "tiny")),
               "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
     first = finished_run(settings, config, steps=2)
@@ -24,7 +25,7 @@ def test_choices_and_refreshes(settings, tmp_path):
     kept = run_dropdown_update(settings, first)
     assert "value" not in kept, "a run chosen since the event fired is not undone"
     assert run_dropdown_update(settings, [first, second], multiselect=True).get("value") is None
-    runs.delete_run(settings, second)
+    runs.delete_run(settings, admin(settings), second)
     assert run_dropdown_update(settings, second)["value"] is None
     assert run_dropdown_update(settings, [first, second], multiselect=True)["value"] == [first]
     assert run_dropdown_update(settings, [], multiselect=True)["choices"] == [

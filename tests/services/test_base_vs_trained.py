@@ -10,6 +10,7 @@ from studio.services import evaluations
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
 from studio.tables import Run, RunState
+from tests.support.actors import admin
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
@@ -21,7 +22,7 @@ def base_model(tmp_path):
 
 @pytest.fixture
 def run_id(settings, base_model):
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     config = {"name": "r", "model": base_model,
               "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}
     return finished_run(settings, config, steps=4)
@@ -36,16 +37,16 @@ def _give_checkpoint(settings, run_id):
 
 def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id, base_model):
     with pytest.raises(InvalidInput, match="no checkpoint yet"):
-        evaluations.evaluate_base_and_trained(settings, run_id, ["demo"], start=False)
+        evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"], start=False)
     _give_checkpoint(settings, run_id)
     with pytest.raises(NotFound, match="'nope'"):
-        evaluations.evaluate_base_and_trained(settings, run_id, ["demo", "nope"], start=False)
+        evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo", "nope"], start=False)
     assert evaluations.list_evaluations(settings) == [], "nothing queued when a name is wrong"
     with pytest.raises(InvalidInput, match="at least one QA set"):
-        evaluations.evaluate_base_and_trained(settings, run_id, [], start=False)
+        evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, [], start=False)
 
     created = evaluations.evaluate_base_and_trained(
-        settings, run_id, ["demo"], limit=3, protocol={"max_turns": 2}, start=False)
+        settings, admin(settings), run_id, ["demo"], limit=3, protocol={"max_turns": 2}, start=False)
     base, trained = created
     assert base["model"] == base_model and base["run_id"] is None
     assert trained["run_id"] == run_id and trained["model"].endswith("step-4")
@@ -57,15 +58,15 @@ def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id,
 def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, run_id):
     _give_checkpoint(settings, run_id)
     assert evaluations.base_vs_trained(settings, run_id) == []
-    old_base, old_trained = evaluations.evaluate_base_and_trained(settings, run_id, ["demo"],
+    old_base, old_trained = evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"],
                                                                   start=False)
-    base, trained = evaluations.evaluate_base_and_trained(settings, run_id, ["demo"],
+    base, trained = evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"],
                                                           start=False)
     evaluations.update_evaluation(settings, base["id"], state=RunState.succeeded,
                                   metrics={"em": 0.1})
     evaluations.update_evaluation(settings, trained["id"], state=RunState.running,
                                   progress=(1, 50))
-    other_base = evaluations.create_evaluation(settings, qa_set="demo", corpus="demo",
+    other_base = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo",
                                                model="another/model", start=False)
 
     (row,) = evaluations.base_vs_trained(settings, run_id)
@@ -80,7 +81,7 @@ def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, r
 
 
 def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, base_model):
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     config = {"name": "r", "model": base_model,
               "data": {"corpus": "demo", "train": "demo", "eval": ["demo"],
                        "exemplars": "demo"},
@@ -119,7 +120,7 @@ def test_an_evaluation_prefills_at_most_think(settings, run_id):
     _give_checkpoint(settings, run_id)
     for prefix in ("<search>", "<think> I should search </think> <search>"):
         with pytest.raises(InvalidInput, match="protocol.assistant_prefix: .*at most '<think>'"):
-            evaluations.create_evaluation(settings, qa_set="demo", run_id=run_id,
+            evaluations.create_evaluation(settings, admin(settings), qa_set="demo", run_id=run_id,
                                           protocol={"assistant_prefix": prefix}, start=False)
         with pytest.raises(ValueError, match="at most '<think>'"):
             EvalConfig(assistant_prefix=prefix)

@@ -30,6 +30,7 @@ from studio.method.reward import normalize_answer, score
 from studio.method.tags import SEARCH_TOOL, format_information, parse, search_queries
 from studio.services import qa_sets
 from studio.services.demo import HELDOUT_NAME, load_demo_pack
+from tests.support.actors import admin
 
 STOPWORDS = frozenset(STOPWORDS_EN)
 PASSAGES, QUESTIONS = 257, 256
@@ -145,7 +146,7 @@ def test_split_is_fixed_disjoint_and_alike():
 
 
 def test_loader_stores_train_and_heldout_sets(settings):
-    pack = load_demo_pack(settings, index_now=True)
+    pack = load_demo_pack(settings, admin(settings), index_now=True)
     assert pack["corpus"]["num_passages"] == PASSAGES
     train, heldout = pack["qa_set"], pack["heldout_qa_set"]
     assert (train["name"], train["purpose"], train["num_rows"]) == ("demo", "train", len(TRAIN))
@@ -158,7 +159,7 @@ def test_loader_stores_train_and_heldout_sets(settings):
             (q["id"], q["question"], q["golden_answers"]) for q in part]
         assert [r.meta for r in rows] == [
             {"hops": q["hops"], "support": q["support"], "split": q["split"]} for q in part]
-    again = load_demo_pack(settings)  # nothing is stored twice
+    again = load_demo_pack(settings, admin(settings))  # nothing is stored twice
     assert (again["qa_set"]["id"], again["heldout_qa_set"]["id"]) == (train["id"], heldout["id"])
     assert len(qa_sets.list_qa_sets(settings)) == 2
 

@@ -22,6 +22,7 @@ from studio.run_config import parse_run_config
 from studio.services import corpora, evaluations, exports, model_card, runs
 from studio.services.errors import Conflict, InvalidInput
 from studio.tables import RunState
+from tests.support.actors import admin
 from tests.support.api_client import admin_headers
 from tests.support.hub_server import TOKEN, LocalHub
 from tests.support.processes import run_studio, studio_env
@@ -49,7 +50,7 @@ def local_hub(monkeypatch):
 
 def export_now(settings, run_id, token=None, **request) -> dict:
     """Create an export and run its job here, as a worker would."""
-    created = exports.create_export(settings, run_id, token=token, start=False, **request)
+    created = exports.create_export(settings, admin(settings), run_id, token=token, start=False, **request)
     return export_job.run_export(settings, created["id"])
 
 
@@ -171,7 +172,7 @@ def test_bad_requests_answer_4xx_naming_the_field(studio):
         assert response.status_code == status and words in response.text, (body, response.text)
         assert TOKEN not in response.text
     assert client.post("/api/v1/runs/999/exports", json={}, headers=headers).status_code == 404
-    folder = exports.create_export(settings, run_id, target="folder", start=False)
+    folder = exports.create_export(settings, admin(settings), run_id, target="folder", start=False)
     response = client.get(f"/api/v1/exports/{folder['id']}/download", headers=headers)
     assert response.status_code == 409 and "target zip" in response.json()["detail"]
     response = client.post(f"/api/v1/exports/{folder['id']}/retry", headers=headers)
@@ -180,7 +181,7 @@ def test_bad_requests_answer_4xx_naming_the_field(studio):
 
 def test_a_push_creates_the_repo_and_uploads_every_file_intact(studio, local_hub):
     settings, run_id, _ = studio
-    created = exports.create_export(settings, run_id, target="hub", repo_id="icrl-team/tiny",
+    created = exports.create_export(settings, admin(settings), run_id, target="hub", repo_id="icrl-team/tiny",
                                     private=True, token=TOKEN, start=False)
     token_file = settings.resolved_data_dir / "secrets" / "export-tokens" / str(created["id"])
     assert token_file.stat().st_mode & 0o777 == 0o600
@@ -214,7 +215,7 @@ def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(st
     assert len([p for _, p, _ in local_hub.requests if p == "/api/repos/create"]) == 1
     assert exports.export_folder(settings, done["id"]).is_dir()  # built once, kept for retry
     with pytest.raises(InvalidInput, match="token"):
-        exports.retry_export(settings, done["id"], start=False)
+        exports.retry_export(settings, admin(settings), done["id"], start=False)
     retried = TestClient(api(settings)).post(f"/api/v1/exports/{done['id']}/retry",
                                              json={"token": TOKEN}, headers=admin_headers(settings))
     assert retried.status_code == 200 and retried.json()["state"] == "queued"
@@ -223,7 +224,7 @@ def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(st
     assert again["state"] == RunState.succeeded and again["error"] is None
     assert "alice/later" in local_hub.repos
     with pytest.raises(Conflict):
-        exports.retry_export(settings, done["id"], token=TOKEN, start=False)
+        exports.retry_export(settings, admin(settings), done["id"], token=TOKEN, start=False)
 
 
 @pytest.mark.parametrize(("repo_id", "words"), [
@@ -260,7 +261,7 @@ def test_a_failure_mid_way_leaves_no_half_written_export(studio, monkeypatch):
     assert not list(root.glob(f".{done['id']}*")) and not exports.export_zip(
         settings, done["id"]).exists()
     monkeypatch.setattr(export_job, "zip_folder", real_zip)
-    exports.retry_export(settings, done["id"], start=False)
+    exports.retry_export(settings, admin(settings), done["id"], start=False)
     again = export_job.run_export(settings, done["id"])
     assert again["state"] == RunState.succeeded
     with zipfile.ZipFile(exports.export_zip(settings, done["id"])) as archive:

@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from studio import db
 from studio.services import runs
 from studio.tables import RunMetric
+from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
 from tests.support.synthetic_runs import finished_run
 from tests.support.training import tiny_config
@@ -88,7 +89,7 @@ def test_a_worker_mirrors_a_training_run(studio, tmp_path):  # noqa: F811
     config = {**tiny_config(model, steps=4), "mirror": {"tensorboard": True}}
     with running_worker(settings.resolved_data_dir, tmp_path / "worker.log",
                         database_url=settings.database_url, heartbeat_seconds="1"):
-        run_id = runs.create_run(settings, config)["id"]
+        run_id = runs.create_run(settings, admin(settings), config)["id"]
         final = wait_for(lambda: (r := runs.get_run(settings, run_id))["state"]
                          not in runs.ACTIVE_STATES and r, 240, "the run to end")
     assert final["state"] == "succeeded", final

@@ -15,7 +15,7 @@ from sqlmodel import select
 from frontend.server import create_app
 from studio import db
 from studio.method.prompt import common_prefix_length
-from studio.services import auth, evaluations, exports, run_validation, runs
+from studio.services import evaluations, exports, run_validation, runs
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
 from studio.tables import (
@@ -28,6 +28,9 @@ from studio.tables import (
     RunState,
     utcnow,
 )
+from tests.support.actors import admin
+from tests.support.api_client import admin_headers
+from tests.support.jobs import job_key
 from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.child_process import DeviceSlots
 from worker.engines.native.trainer import Trainer, build_step_prompts, load_training_data
@@ -51,11 +54,11 @@ def _age_heartbeat(settings, run_id: int, seconds: float) -> None:
 
 def test_a_running_run_without_heartbeats_becomes_interrupted_and_its_attempt_is_fenced(studio):
     settings, model = studio
-    dead = runs.create_run(settings, tiny_config(model), start=False)
-    alive = runs.create_run(settings, {**tiny_config(model), "name": "alive"}, start=False)
-    assert runs.claim_run(settings, dead["id"], 1, "cpu@gone")
-    assert runs.claim_run(settings, alive["id"], 1, "cpu@here")
-    assert not runs.claim_run(settings, alive["id"], 1, "cpu@other"), "one attempt, one worker"
+    dead = runs.create_run(settings, admin(settings), tiny_config(model), start=False)
+    alive = runs.create_run(settings, admin(settings), {**tiny_config(model), "name": "alive"}, start=False)
+    assert runs.claim_run(settings, dead["id"], 1, job_key(settings, dead["id"]), "cpu@gone")
+    assert runs.claim_run(settings, alive["id"], 1, job_key(settings, alive["id"]), "cpu@here")
+    assert not runs.claim_run(settings, alive["id"], 1, job_key(settings, alive["id"]), "cpu@other"), "one attempt, one worker"
 
     _age_heartbeat(settings, dead["id"], 2.5)  # under three periods of 1 s: still alive
     assert runs.get_run(settings, dead["id"])["state"] == RunState.running
@@ -71,15 +74,15 @@ def test_a_running_run_without_heartbeats_becomes_interrupted_and_its_attempt_is
     # whatever the dead attempt's task or process still tries, the run stays interrupted
     assert not runs.keep_alive(settings, dead["id"], 1, 4242)
     assert not runs.finish_run(settings, dead["id"], RunState.succeeded, attempt=1)
-    assert not runs.claim_run(settings, dead["id"], 1, "cpu@redelivered")
+    assert not runs.claim_run(settings, dead["id"], 1, job_key(settings, dead["id"]), "cpu@redelivered")
     assert runs.get_run(settings, dead["id"])["state"] == RunState.interrupted
     assert runs.reap_stale_runs(settings) == [], "reaping twice changes nothing"
 
 
 def test_a_trainer_of_a_superseded_attempt_writes_nothing(studio):
     settings, model = studio
-    run = runs.create_run(settings, tiny_config(model, steps=2), start=False)
-    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    run = runs.create_run(settings, admin(settings), tiny_config(model, steps=2), start=False)
+    assert runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@a")
     assert runs.interrupt_run(settings, run["id"], 1, "its worker died")
     from studio.services.run_recorder import RunStopped
 
@@ -95,25 +98,25 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
     settings, model = studio
     config = tiny_config(model, steps=4)
     config["engine"]["checkpoint_every"] = 2
-    run = runs.create_run(settings, config)
+    run = runs.create_run(settings, admin(settings), config)
     with pytest.raises(Conflict, match="is queued; only an interrupted, failed or cancelled"):
-        runs.resume_run(settings, run["id"])
+        runs.resume_run(settings, admin(settings), run["id"])
 
     # attempt 1 writes steps 0-2 (a checkpoint after 2) and dies with its worker
-    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    assert runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@a")
     with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"], attempt=1).run()
     with pytest.raises(Conflict, match="is running"):
-        runs.resume_run(settings, run["id"])
+        runs.resume_run(settings, admin(settings), run["id"])
     _age_heartbeat(settings, run["id"], 60)
     assert runs.get_run(settings, run["id"])["state"] == RunState.interrupted
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1, 2]
 
-    resumed = runs.resume_run(settings, run["id"])
+    resumed = runs.resume_run(settings, admin(settings), run["id"])
     assert (resumed["state"], resumed["attempt"], resumed["error"]) == ("queued", 2, None)
     assert resumed["queue_position"] == 1
-    assert not runs.claim_run(settings, run["id"], 1, "cpu@redelivered"), "old attempt's message"
-    assert runs.claim_run(settings, run["id"], 2, "cpu@b")
+    assert not runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@redelivered"), "old attempt's message"
+    assert runs.claim_run(settings, run["id"], 2, job_key(settings, run["id"]), "cpu@b")
     Trainer(settings, run["id"], attempt=2).run()
     assert runs.finish_run(settings, run["id"], RunState.succeeded, attempt=2)
 
@@ -121,22 +124,22 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
     assert any(e["message"] == "resumed from the checkpoint after step 2"
                for e in runs.run_events(settings, run["id"]))
     with pytest.raises(Conflict, match="finished all its steps"):
-        runs.resume_run(settings, run["id"])
+        runs.resume_run(settings, admin(settings), run["id"])
 
 
 def test_a_run_resumed_before_its_first_checkpoint_starts_over_cleanly(studio):
     settings, model = studio
     config = tiny_config(model, steps=2)
     config["engine"]["checkpoint_every"] = 5
-    run = runs.create_run(settings, config, start=False)
-    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    assert runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@a")
     with pytest.raises(Crash):
         CrashAfterFirstStep(settings, run["id"], attempt=1).run()  # no checkpoint yet
-    runs.cancel_run(settings, run["id"])
+    runs.cancel_run(settings, admin(settings), run["id"])
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0]
 
-    runs.resume_run(settings, run["id"])
-    assert runs.claim_run(settings, run["id"], 2, "cpu@b")
+    runs.resume_run(settings, admin(settings), run["id"])
+    assert runs.claim_run(settings, run["id"], 2, job_key(settings, run["id"]), "cpu@b")
     Trainer(settings, run["id"], attempt=2).run()
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1]
     assert [e["step"] for e in runs.run_events(settings, run["id"])
@@ -148,18 +151,18 @@ def test_a_run_resumed_before_its_first_checkpoint_starts_over_cleanly(studio):
 
 def test_queue_positions_follow_each_queue_in_order(studio):
     settings, model = studio
-    cpu = [runs.create_run(settings, {**tiny_config(model), "name": f"cpu-{i}"})["id"]
+    cpu = [runs.create_run(settings, admin(settings), {**tiny_config(model), "name": f"cpu-{i}"})["id"]
            for i in range(3)]
-    gpu = runs.create_run(settings, {**tiny_config(model), "name": "gpu", "queue": "gpu"})
+    gpu = runs.create_run(settings, admin(settings), {**tiny_config(model), "name": "gpu", "queue": "gpu"})
 
     def positions():
         return {r["id"]: r["queue_position"] for r in runs.list_runs(settings)}
 
     assert positions() == {cpu[0]: 1, cpu[1]: 2, cpu[2]: 3, gpu["id"]: 1}
-    assert runs.claim_run(settings, cpu[0], 1, "cpu@a")
-    runs.cancel_run(settings, cpu[1])
+    assert runs.claim_run(settings, cpu[0], 1, job_key(settings, cpu[0]), "cpu@a")
+    runs.cancel_run(settings, admin(settings), cpu[1])
     assert positions() == {cpu[0]: None, cpu[1]: None, cpu[2]: 1, gpu["id"]: 1}
-    runs.resume_run(settings, cpu[1])  # queued again: behind the runs already waiting
+    runs.resume_run(settings, admin(settings), cpu[1])  # queued again: behind the runs already waiting
     assert positions() == {cpu[0]: None, cpu[1]: 2, cpu[2]: 1, gpu["id"]: 1}
     assert runs.get_run(settings, cpu[1])["queue_position"] == 2
 
@@ -183,28 +186,28 @@ def test_a_gpu_worker_lends_each_gpu_to_one_job():
 
 def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(studio):
     settings, model = studio
-    run = runs.create_run(settings, tiny_config(model, steps=1), start=False)
+    run = runs.create_run(settings, admin(settings), tiny_config(model, steps=1), start=False)
     with pytest.raises(Conflict, match="is queued; cancel it first"):
-        runs.delete_run(settings, run["id"])
-    assert runs.claim_run(settings, run["id"], 1, "cpu@a")
+        runs.delete_run(settings, admin(settings), run["id"])
+    assert runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@a")
     with pytest.raises(Conflict, match="is running; cancel it first"):
-        runs.delete_run(settings, run["id"])
+        runs.delete_run(settings, admin(settings), run["id"])
     Trainer(settings, run["id"], attempt=1).run()
     runs.finish_run(settings, run["id"], RunState.succeeded, attempt=1)
-    evaluation = evaluations.create_evaluation(settings, qa_set="demo", run_id=run["id"],
+    evaluation = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", run_id=run["id"],
                                                limit=1, protocol={"max_turns": 1,
                                                                   "max_turn_tokens": 4},
                                                start=False)
     run_evaluation(settings, evaluation["id"])
     records = evaluations.evaluation_records_path(settings, evaluation["id"])
-    export = exports.create_export(settings, run["id"], target="zip", start=False)
+    export = exports.create_export(settings, admin(settings), run["id"], target="zip", start=False)
     run_export(settings, export["id"])
     exported = exports.export_zip(settings, export["id"])
     folder = RunFolder.of(settings, run["id"]).root
     assert records.exists() and exported.exists()
     assert (folder / "checkpoints" / "step-1").is_dir()
 
-    runs.delete_run(settings, run["id"])
+    runs.delete_run(settings, admin(settings), run["id"])
     with pytest.raises(NotFound):
         runs.get_run(settings, run["id"])
     assert not folder.exists() and not records.exists() and not exported.exists()
@@ -219,7 +222,7 @@ def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(st
 def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
     settings, model = studio
     config = tiny_config(model)
-    report = run_validation.validate_run(settings, config)
+    report = run_validation.validate_run(settings, admin(settings), config)
     assert [(s["stage"], s["exemplars"], s["steps"]) for s in report["stages"]] == [
         (1, 2, 1), (2, 0, 2)]
 
@@ -244,7 +247,7 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
 def test_prompts_over_the_limit_warn_at_launch_and_are_cut_in_training(studio):
     settings, model = studio
     config = tiny_config(model, steps=1, max_prompt_tokens=300)
-    run = runs.create_run(settings, config, start=False)
+    run = runs.create_run(settings, admin(settings), config, start=False)
     first = run["stages"][0]
     assert first["cut"] and first["prompt_tokens"] > 300
     assert run["warnings"][0].startswith(
@@ -268,7 +271,7 @@ def test_prompts_over_the_limit_warn_at_launch_and_are_cut_in_training(studio):
 def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, change, message):
     settings, model = studio
     with pytest.raises(InvalidInput) as refused:
-        runs.create_run(settings, {**tiny_config(model), **change})
+        runs.create_run(settings, admin(settings), {**tiny_config(model), **change})
     assert str(refused.value).startswith(message)
     assert runs.list_runs(settings) == []
 
@@ -278,8 +281,7 @@ def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, 
 
 def test_the_api_validates_launches_resumes_and_deletes(studio):
     settings, model = studio
-    with db.session_scope(settings.sqlalchemy_url) as session:
-        headers = {"Authorization": f"Bearer {auth.bootstrap_admin(session).token}"}
+    headers = admin_headers(settings)
     with TestClient(create_app(settings)) as client:
         def call(method, path, **kw):
             return client.request(method, f"/api/v1{path}", headers=headers, **kw)

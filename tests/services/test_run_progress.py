@@ -9,6 +9,8 @@ from studio.services.run_progress import RunFollower
 from studio.services.run_recorder import RunRecorder
 from studio.services.run_streams import StreamOptions
 from studio.tables import RunEvent, RunState
+from tests.support.actors import admin
+from tests.support.jobs import job_key
 from tests.support.training import tiny_config
 
 
@@ -20,8 +22,8 @@ def write(recorder: RunRecorder, step: int, reward: float, event: str | None = N
 
 def test_each_poll_gives_what_is_new_until_the_run_stops(studio):
     settings, model = studio
-    run_id = runs.create_run(settings, tiny_config(model), start=False)["id"]
-    assert runs.claim_run(settings, run_id, 1, "here")
+    run_id = runs.create_run(settings, admin(settings), tiny_config(model), start=False)["id"]
+    assert runs.claim_run(settings, run_id, 1, job_key(settings, run_id), "here")
     recorder = RunRecorder(settings, run_id, attempt=1)
     follower = RunFollower(settings, run_id, StreamOptions(batch=2))
 

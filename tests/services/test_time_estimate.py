@@ -16,6 +16,7 @@ from studio.services.estimates import (
     worst_case_response,
 )
 from studio.tables import Run, RunState, WorkerHeartbeat
+from tests.support.actors import admin
 
 FIGURES = {"shape": {"linear": 2.0e8, "head": 5.0e7, "attention": 7.0e4},
            "rates": {"prefill": 2.0e11, "decode": 3.0e11, "decode_forward": 0.01,
@@ -132,7 +133,7 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
     _worker(settings)
     waiting = calibrations.time_estimate(settings, config(), stages(), start=False)
     assert waiting["state"] == "unavailable" and "was not measured" in waiting["message"]
-    queued = calibrations.request_calibration(settings, model=config().model, start=False)
+    queued = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
     assert (queued["state"], queued["dtype"], queued["threads"]) == ("queued", "float32", 1)
     with db.session_scope(settings.sqlalchemy_url) as session:
         session.add(Run(name="ahead", queue="cpu", state=RunState.running, config={}))
@@ -155,7 +156,7 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
 def test_a_run_of_many_hours_is_warned_about(settings):
     _worker(settings)
     _measured(settings, calibrations.request_calibration(
-        settings, model=config().model, start=False)["id"])
+        settings, admin(settings), model=config().model, start=False)["id"])
     run = config(steps=2000)
     timing = calibrations.time_estimate(settings, run, stages())
     assert timing["total_seconds"] > LONG_RUN_SECONDS
@@ -166,7 +167,7 @@ def test_a_run_of_many_hours_is_warned_about(settings):
 
 def test_new_hardware_is_measured_again_and_a_busy_measurement_is_said(settings):
     _worker(settings)
-    first = calibrations.request_calibration(settings, model=config().model, start=False)
+    first = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
     _measured(settings, first["id"], busy=1)
     ready = calibrations.time_estimate(settings, config(), stages())
     assert "measured while 1 run(s) trained on that worker" in ready["message"]
@@ -184,7 +185,7 @@ def test_new_hardware_is_measured_again_and_a_busy_measurement_is_said(settings)
 
 def test_a_failed_calibration_is_not_queued_again_by_itself(settings):
     _worker(settings)
-    queued = calibrations.request_calibration(settings, model=config().model, start=False)
+    queued = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
     assert calibrations.claim_calibration(settings, queued["id"], "cpu@test", CPU)
     assert calibrations.claim_calibration(settings, queued["id"], "cpu@other", CPU) is None
     calibrations.finish_calibration(settings, queued["id"], error="RuntimeError: no memory")
@@ -198,4 +199,4 @@ def test_calibration_requests_name_the_wrong_field(settings):
     for kwargs, field in (({"queue": "tpu"}, "queue"), ({"threads": 0}, "threads"),
                           ({"dtype": "fp8"}, "dtype"), ({"model": " "}, "model")):
         with pytest.raises(calibrations.InvalidInput, match=f"^{field}: "):
-            calibrations.request_calibration(settings, **{"model": "m", **kwargs}, start=False)
+            calibrations.request_calibration(settings, admin(settings), **{"model": "m", **kwargs}, start=False)

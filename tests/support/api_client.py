@@ -6,9 +6,10 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from studio import db
-from studio.services.auth import bootstrap_admin
+from studio.services.access import Actor
+from studio.services.auth import issue_token
 from studio.settings import Settings
+from tests.support.actors import admin
 
 
 class Api:
@@ -38,10 +39,14 @@ class Api:
         return sorted(folder.iterdir()) if folder.exists() else []
 
 
+def bearer(settings: Settings, actor: Actor) -> dict:
+    """A bearer header acting as `actor` (a new token)."""
+    return {"Authorization": f"Bearer {issue_token(settings, actor, 'tests')['token']}"}
+
+
 def admin_headers(settings: Settings) -> dict:
     """A bearer header for the studio's admin (created once per data directory)."""
     path = settings.resolved_data_dir / "api-token.txt"
     if not path.exists():
-        with db.session_scope(settings.sqlalchemy_url) as session:
-            path.write_text(bootstrap_admin(session).token)
-    return {"Authorization": f"Bearer {path.read_text()}"}
+        path.write_text(bearer(settings, admin(settings))["Authorization"])
+    return {"Authorization": path.read_text()}

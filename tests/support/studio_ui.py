@@ -16,7 +16,7 @@ from pathlib import Path
 from playwright.sync_api import Page
 
 from tests.conftest import free_port
-from tests.support.browser import chromium
+from tests.support.browser import chromium, sign_in
 from tests.support.processes import start_studio, stop, studio_env, wait_for
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
@@ -86,11 +86,7 @@ def studio_in_browser(tmp_path: Path, **settings: str) -> Iterator[StudioUI]:
         base = f"http://127.0.0.1:{port}"
         with chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/")
-            page.get_by_label("username").fill("admin")
-            page.get_by_label("password").fill(password)
-            page.get_by_role("button", name="Login").click()
-            page.wait_for_selector("text=ICRL Studio", timeout=30_000)
+            sign_in(page, base, "admin", password)
             yield StudioUI(page, base, tmp_path / "data", log)
     finally:
         stop(up)

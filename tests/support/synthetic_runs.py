@@ -8,18 +8,22 @@ import math
 from studio.db import session_scope
 from studio.method.tags import parse
 from studio.services import runs
+from studio.services.access import Actor
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tokenizer
 
 PENALTIES = ("missing_answer", "missing_think", "no_search")
 
 
-def finished_run(settings: Settings, config: dict, steps: int, stages=(3, 2, 0)) -> int:
+def finished_run(settings: Settings, config: dict, steps: int, stages=(3, 2, 0),
+                 owner: Actor | None = None) -> int:
     """A succeeded run of `steps` metric rows (smooth made-up curves), its stage changes and one
-    warning, stored in one transaction; returns its id."""
-    run_id = runs.create_run(settings, {**config, "grpo": {**config.get("grpo", {}),
-                                                           "steps": steps}}, start=False)["id"]
+    warning, stored in one transaction, the owner's (default: the admin's); returns its id."""
+    grpo = {**config.get("grpo", {}), "steps": steps}
+    run_id = runs.create_run(settings, owner or admin(settings), {**config, "grpo": grpo},
+                             start=False)["id"]
     per_stage = -(-steps // len(stages))
     with session_scope(settings.sqlalchemy_url) as session:
         for step in range(steps):

@@ -10,6 +10,7 @@ from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
 from studio.tables import RunState
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.trainer import Trainer
 from worker.evaluation import run_evaluation
@@ -52,7 +53,7 @@ def trained_studio(data_dir: Path, database_url: str | None = None, **extra
     settings = Settings(data_dir=data_dir, database_url=database_url)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     model = build_tiny_model(data_dir / "tiny-base")
     config = {
         "name": "tiny export", "model": str(model),
@@ -64,12 +65,12 @@ def trained_studio(data_dir: Path, database_url: str | None = None, **extra
         "engine": {"checkpoint_every": 1},
         **extra,
     }
-    run_id = runs.create_run(settings, config, start=False)["id"]
+    run_id = runs.create_run(settings, admin(settings), config, start=False)["id"]
     Trainer(settings, run_id).run()
     runs.finish_run(settings, run_id, RunState.succeeded)
     protocol = {"max_turns": 1, "max_turn_tokens": 8, "max_response_tokens": 16}
     for source in ({"model": str(model), "corpus": "demo"}, {"run_id": run_id}):
-        evaluation = evaluations.create_evaluation(settings, qa_set="demo", limit=2,
+        evaluation = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", limit=2,
                                                    protocol=protocol, start=False, **source)
         done = run_evaluation(settings, evaluation["id"])
         assert done["state"] == RunState.succeeded, done["error"]

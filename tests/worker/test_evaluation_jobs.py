@@ -8,6 +8,7 @@ import time
 
 from studio.services import evaluations
 from studio.tables import RunState
+from tests.support.actors import admin
 from tests.support.processes import wait_for
 from worker import child_process
 from worker.child_process import DeviceSlots
@@ -18,7 +19,7 @@ SLOW = {"max_turns": 6, "max_turn_tokens": 512, "max_response_tokens": 4096, "ba
 
 
 def queue_evaluation(settings, model, protocol, queue="cpu", limit=2) -> int:
-    return evaluations.create_evaluation(settings, qa_set="demo", corpus="demo",
+    return evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo",
                                          model=str(model), limit=limit, protocol=protocol,
                                          queue=queue, start=False)["id"]
 
@@ -48,7 +49,7 @@ def test_a_cancel_stops_the_process_and_stays_cancelled(studio):
     job.start()
     wait_for(lambda: evaluations.get_evaluation(settings, evaluation_id)["params"]["done"] >= 1,
              120, "the evaluation process to answer its first question")
-    cancelled = evaluations.cancel_evaluation(settings, evaluation_id)
+    cancelled = evaluations.cancel_evaluation(settings, admin(settings), evaluation_id)
     started = time.monotonic()
     job.join(60)
 
@@ -65,7 +66,7 @@ def test_a_cancel_stops_the_process_and_stays_cancelled(studio):
 def test_an_evaluation_cancelled_before_it_starts_never_runs(studio):
     settings, model = studio
     evaluation_id = queue_evaluation(settings, model, QUICK)
-    evaluations.cancel_evaluation(settings, evaluation_id)
+    evaluations.cancel_evaluation(settings, admin(settings), evaluation_id)
 
     assert run_evaluation_job(settings, evaluation_id)["state"] == RunState.cancelled
     assert not evaluations.evaluation_log_path(settings, evaluation_id).exists()

@@ -19,6 +19,8 @@ from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Run, RunState
 from tests.conftest import REDIS_URL
+from tests.support.actors import admin
+from tests.support.jobs import job_key
 from tests.support.processes import (
     demo_studio_cli,
     pid_alive,
@@ -70,7 +72,7 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
     worker = start_studio(["worker", "--queues", "cpu"],
                           studio_env(settings.resolved_data_dir, **env), tmp_path / "first.log")
     try:
-        run_id = runs.create_run(settings, config)["id"]
+        run_id = runs.create_run(settings, admin(settings), config)["id"]
         wait_for(lambda: runs.get_run(settings, run_id)["current_step"] >= 3, 180, "three steps")
         first = _row(settings, run_id)
         os.kill(worker.pid, signal.SIGKILL)
@@ -91,11 +93,11 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
         with running_worker(settings.resolved_data_dir, tmp_path / "second.log", **env):
             # the broker may deliver attempt 1's message again: it takes nothing over
             redelivered = make_celery(settings).send_task(
-                runs.TRAIN_TASK, args=[run_id, 1], queue="cpu")
+                runs.TRAIN_TASK, args=[run_id, 1, job_key(settings, run_id)], queue="cpu")
             assert redelivered.get(timeout=120) == RunState.interrupted
             assert runs.get_run(settings, run_id)["state"] == RunState.interrupted
 
-            assert runs.resume_run(settings, run_id)["attempt"] == 2
+            assert runs.resume_run(settings, admin(settings), run_id)["attempt"] == 2
             final = wait_for(lambda: (r := runs.get_run(settings, run_id))["state"]
                              not in runs.ACTIVE_STATES and r, 240, "the resumed run to end")
     finally:

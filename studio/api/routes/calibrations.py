@@ -6,7 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from studio.api.deps import get_settings
+from studio.api.deps import CurrentUser, Id, get_settings
+from studio.run_config import MAX_THREADS
 from studio.services import calibrations
 from studio.settings import Settings
 
@@ -16,14 +17,16 @@ router = APIRouter(tags=["calibrations"])
 class CalibrationRequest(BaseModel):
     model: str = Field(description="As a run config's model: bundled name, HF id or folder")
     queue: str = "cpu"
-    threads: int = Field(default=1, description="As the runs' engine.threads")
+    threads: int = Field(default=1, ge=1, le=MAX_THREADS,
+                         description="As the runs' engine.threads")
     dtype: str = Field(default="auto", description="As the runs' engine.dtype")
 
 
 @router.post("/calibrations", status_code=202)
-def measure(body: CalibrationRequest, settings: Settings = Depends(get_settings)) -> dict:
+def measure(body: CalibrationRequest, actor: CurrentUser,
+            settings: Settings = Depends(get_settings)) -> dict:
     """Queue a new measurement on the queue's worker (after the jobs ahead of it there)."""
-    return calibrations.request_calibration(settings, **body.model_dump())
+    return calibrations.request_calibration(settings, actor, **body.model_dump())
 
 
 @router.get("/calibrations")
@@ -33,5 +36,5 @@ def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
 
 
 @router.get("/calibrations/{calibration_id}")
-def get(calibration_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(calibration_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     return calibrations.get_calibration(settings, calibration_id)

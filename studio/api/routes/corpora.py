@@ -7,7 +7,7 @@ import json
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import get_settings
+from studio.api.deps import CurrentUser, Id, get_settings
 from studio.services import corpora
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/corpora", tags=["corpora"])
 def upload(file: UploadFile = File(...), name: str = Form(...),
            backend: str = Form("bm25s"), params: str = Form("{}",
            description='BM25 settings as JSON, e.g. {"k1": 1.2, "b": 0.75, "stemmer": "english"}'),
-           split_on_blank_lines: bool = Form(False),
+           split_on_blank_lines: bool = Form(False), *, actor: CurrentUser,
            settings: Settings = Depends(get_settings)) -> dict:
     """Store a corpus file (JSONL, CSV/TSV, Parquet, .txt/.md, or a .zip of them) and index it."""
     try:
@@ -28,7 +28,7 @@ def upload(file: UploadFile = File(...), name: str = Form(...),
         raise InvalidInput(f"params: not valid JSON ({exc.msg})") from None
     if not isinstance(parsed, dict):
         raise InvalidInput("params: must be a JSON object")
-    return corpora.create_corpus(settings, file.file, file.filename, name, backend=backend,
+    return corpora.create_corpus(settings, actor, file.file, file.filename, name, backend=backend,
                                  params=parsed, split_on_blank_lines=split_on_blank_lines)
 
 
@@ -38,19 +38,21 @@ def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
 
 
 @router.get("/{corpus_id}")
-def get(corpus_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(corpus_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     """The corpus with its `status` (pending, indexing, ready, failed) and progress."""
     return corpora.get_corpus(settings, corpus_id)
 
 
 @router.delete("/{corpus_id}", status_code=204)
-def delete(corpus_id: int, settings: Settings = Depends(get_settings)) -> None:
-    corpora.delete_corpus(settings, corpus_id)
+def delete(corpus_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
+           ) -> None:
+    """Its owner or an admin only; a corpus a run's plan pins is retired (hidden, kept)."""
+    corpora.delete_corpus(settings, actor, corpus_id)
 
 
 @router.get("/{corpus_id}/search")
-def search(corpus_id: int, q: str = Query(..., description="The query"),
-           k: int = Query(3, description="How many passages"),
+def search(corpus_id: Id, q: str = Query(..., description="The query"),
+           k: int = Query(3, ge=1, le=corpora.MAX_TOP_K, description="How many passages"),
            settings: Settings = Depends(get_settings)) -> dict:
     """The top-k passages, and the information block the model would read."""
     return corpora.search(settings, corpus_id, q, k)
@@ -58,12 +60,12 @@ def search(corpus_id: int, q: str = Query(..., description="The query"),
 
 class RetrieveRequest(BaseModel):
     queries: list[str] = Field(..., description="One or more queries")
-    topk: int = 3
+    topk: int = Field(3, ge=1, le=corpora.MAX_TOP_K)
     return_scores: bool = False
 
 
 @router.post("/{corpus_id}/retrieve")
-def retrieve(corpus_id: int, body: RetrieveRequest,
+def retrieve(corpus_id: Id, body: RetrieveRequest,
              settings: Settings = Depends(get_settings)) -> dict:
     """Search-R1's retriever contract: `{"result": [[{"document": {id, contents}, "score"}]]}`."""
     return corpora.retrieve(settings, corpus_id, body.queries, body.topk, body.return_scores)

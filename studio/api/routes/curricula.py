@@ -6,6 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from studio.api.deps import MAX_SQL_INT
+from studio.run_config import MAX_STEPS
 from studio.services import curricula
 
 router = APIRouter(tags=["curricula"])
@@ -14,7 +16,8 @@ router = APIRouter(tags=["curricula"])
 class DesignCheck(BaseModel):
     design: dict = Field(description="The run config's `curriculum` part (stages, adaptive)")
     available_exemplars: int | None = Field(
-        default=None, ge=0, description="The exemplar set's size, to check the stages against")
+        default=None, ge=0, le=MAX_SQL_INT,
+        description="The exemplar set's size, to check the stages against")
 
 
 @router.get("/curricula/presets")
@@ -25,7 +28,7 @@ def presets() -> dict:
 
 
 @router.get("/curricula/presets/{name}")
-def preset(name: str, steps_per_stage: int = Query(50, gt=0)) -> dict:
+def preset(name: str, steps_per_stage: int = Query(50, gt=0, le=MAX_STEPS)) -> dict:
     """A preset's design, each stage `steps_per_stage` steps long (422 for an unknown name)."""
     return curricula.preset_design(name, steps_per_stage)
 

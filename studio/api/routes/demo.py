@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from studio.api.deps import get_settings
+from studio.api.deps import CurrentUser, get_settings
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
 
@@ -12,7 +12,7 @@ router = APIRouter(tags=["demo"])
 
 
 @router.post("/demo")
-def load_demo(settings: Settings = Depends(get_settings)) -> dict:
+def load_demo(actor: CurrentUser, settings: Settings = Depends(get_settings)) -> dict:
     """Store the demo corpus (indexed at once: it is small), QA set and exemplar set as `demo`,
     and the held-out questions as the QA set `demo-heldout` (purpose eval)."""
-    return load_demo_pack(settings, index_now=True)
+    return load_demo_pack(settings, actor, index_now=True)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, File, Form, UploadFile
-from pydantic import BaseModel
+from typing import Annotated
 
-from studio.api.deps import get_settings
+from fastapi import APIRouter, Depends, File, Form, Path, UploadFile
+from pydantic import BaseModel, Field
+
+from studio.api.deps import CurrentUser, Id, get_settings
 from studio.services import exemplar_sets
 from studio.services.prompt_preview import preview_prompts
 from studio.settings import Settings
 
 router = APIRouter(prefix="/exemplar-sets", tags=["exemplar-sets"])
+Number = Annotated[int, Path(ge=1, le=10_000, description="The exemplar's number, from 1")]
+MAX_PREVIEW_K = 64
+"""The most exemplars a prompt preview shows (each k is one prompt rendered)."""
 
 
 class ExemplarIn(BaseModel):
@@ -25,16 +30,17 @@ class ExemplarSetIn(BaseModel):
 
 
 @router.post("", status_code=201)
-def create(body: ExemplarSetIn, settings: Settings = Depends(get_settings)) -> dict:
+def create(body: ExemplarSetIn, actor: CurrentUser,
+           settings: Settings = Depends(get_settings)) -> dict:
     return exemplar_sets.create_exemplar_set(
-        settings, body.name, [e.model_dump() for e in body.exemplars])
+        settings, actor, body.name, [e.model_dump() for e in body.exemplars])
 
 
 @router.post("/upload", status_code=201)
-def upload(file: UploadFile = File(...), name: str = Form(...),
+def upload(file: UploadFile = File(...), name: str = Form(...), *, actor: CurrentUser,
            settings: Settings = Depends(get_settings)) -> dict:
     """JSONL `{question, solution, answer?}` or the text block format `===== Example N =====`."""
-    return exemplar_sets.upload_exemplar_set(settings, file.file, file.filename, name)
+    return exemplar_sets.upload_exemplar_set(settings, actor, file.file, file.filename, name)
 
 
 @router.get("")
@@ -43,44 +49,47 @@ def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
 
 
 @router.get("/{set_id}")
-def get(set_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(set_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     """The set with each exemplar's findings (errors block training, warnings do not)."""
     return exemplar_sets.get_exemplar_set(settings, set_id)
 
 
 @router.delete("/{set_id}", status_code=204)
-def delete(set_id: int, settings: Settings = Depends(get_settings)) -> None:
-    exemplar_sets.delete_exemplar_set(settings, set_id)
+def delete(set_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)) -> None:
+    exemplar_sets.delete_exemplar_set(settings, actor, set_id)
 
 
 @router.post("/{set_id}/exemplars", status_code=201)
-def add(set_id: int, body: ExemplarIn, settings: Settings = Depends(get_settings)) -> dict:
-    return exemplar_sets.add_exemplar(settings, set_id, body.model_dump())
+def add(set_id: Id, body: ExemplarIn, actor: CurrentUser,
+        settings: Settings = Depends(get_settings)) -> dict:
+    return exemplar_sets.add_exemplar(settings, actor, set_id, body.model_dump())
 
 
 @router.put("/{set_id}/exemplars/{number}")
-def update(set_id: int, number: int, body: ExemplarIn,
+def update(set_id: Id, number: Number, body: ExemplarIn, actor: CurrentUser,
            settings: Settings = Depends(get_settings)) -> dict:
     """Edit exemplar `number` (from 1); fields left out keep their value."""
-    return exemplar_sets.update_exemplar(settings, set_id, number,
+    return exemplar_sets.update_exemplar(settings, actor, set_id, number,
                                          body.model_dump(exclude_unset=True))
 
 
 @router.delete("/{set_id}/exemplars/{number}")
-def remove(set_id: int, number: int, settings: Settings = Depends(get_settings)) -> dict:
-    return exemplar_sets.delete_exemplar(settings, set_id, number)
+def remove(set_id: Id, number: Number, actor: CurrentUser,
+           settings: Settings = Depends(get_settings)) -> dict:
+    return exemplar_sets.delete_exemplar(settings, actor, set_id, number)
 
 
 class PreviewRequest(BaseModel):
     question: str
-    ks: list[int] | None = None
+    ks: list[Annotated[int, Field(ge=0, le=MAX_PREVIEW_K)]] | None = Field(
+        default=None, max_length=MAX_PREVIEW_K + 1)
     layout: str = "inline"
     model: str | None = None
     assistant_prefix: str | None = None
 
 
 @router.post("/{set_id}/preview")
-def preview(set_id: int, body: PreviewRequest, settings: Settings = Depends(get_settings)) -> dict:
+def preview(set_id: Id, body: PreviewRequest, settings: Settings = Depends(get_settings)) -> dict:
     """The prompt for k = 0..N exemplars, rendered for a model, with token counts."""
     return preview_prompts(settings, set_id, body.question, ks=body.ks, layout=body.layout,
                            model=body.model, assistant_prefix=body.assistant_prefix)

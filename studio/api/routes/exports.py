@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, Field
 
-from studio.api.deps import get_settings
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, Step, get_settings
 from studio.services import exports, model_card
 from studio.settings import Settings
 
@@ -17,8 +17,9 @@ router = APIRouter(tags=["exports"])
 
 class ExportRequest(BaseModel):
     target: Literal["folder", "zip", "hub"] = "folder"
-    step: int | None = Field(default=None, description="Checkpoint after this many steps; "
-                                                       "default: the latest")
+    step: int | None = Field(default=None, ge=0, le=MAX_SQL_INT,
+                             description="Checkpoint after this many steps; default: the "
+                                         "latest")
     repo_id: str | None = Field(default=None, description="Hub repo (target hub)")
     private: bool = True
     # Any: a wrongly typed token must not be echoed back in a validation error; the service
@@ -34,13 +35,15 @@ class RetryRequest(BaseModel):
 
 
 @router.post("/runs/{run_id}/exports", status_code=201)
-def create(run_id: int, body: ExportRequest, settings: Settings = Depends(get_settings)) -> dict:
-    """Queue an export of the run's checkpoint; follow it at /exports/{id}."""
-    return exports.create_export(settings, run_id, **body.model_dump())
+def create(run_id: Id, body: ExportRequest, actor: CurrentUser,
+           settings: Settings = Depends(get_settings)) -> dict:
+    """Queue an export of the run's checkpoint (the run's owner or an admin); follow it at
+    /exports/{id}."""
+    return exports.create_export(settings, actor, run_id, **body.model_dump())
 
 
 @router.get("/runs/{run_id}/model-card")
-def preview_card(run_id: int, step: int | None = Query(None), repo_id: str | None = Query(None),
+def preview_card(run_id: Id, step: Step = None, repo_id: str | None = Query(None),
                  settings: Settings = Depends(get_settings)) -> dict:
     """The README.md an export of this run would carry (markdown with YAML front matter)."""
     return model_card.preview_model_card(settings, run_id, step, repo_id)
@@ -48,7 +51,7 @@ def preview_card(run_id: int, step: int | None = Query(None), repo_id: str | Non
 
 @router.get("/runs/{run_id}/model-card/reward-curves.png", response_class=Response,
             responses={200: {"content": {"image/png": {}}}})
-def reward_curves(run_id: int, step: int | None = Query(None),
+def reward_curves(run_id: Id, step: Step = None,
                   settings: Settings = Depends(get_settings)) -> Response:
     """The card's image: training reward, accuracy, format and search calls per step."""
     return Response(model_card.reward_curves_image(settings, run_id, step),
@@ -56,26 +59,27 @@ def reward_curves(run_id: int, step: int | None = Query(None),
 
 
 @router.get("/exports")
-def list_all(run_id: int | None = Query(None),
+def list_all(run_id: OptionalId = None,
              settings: Settings = Depends(get_settings)) -> list[dict]:
     return exports.list_exports(settings, run_id)
 
 
 @router.get("/exports/{export_id}")
-def get(export_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(export_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     """State, progress (0..1) and `message` (what it is doing), then `location` or `error`."""
     return exports.get_export(settings, export_id)
 
 
 @router.post("/exports/{export_id}/retry")
-def retry(export_id: int, body: RetryRequest = Body(default_factory=RetryRequest),
+def retry(export_id: Id, actor: CurrentUser,
+          body: RetryRequest = Body(default_factory=RetryRequest),
           settings: Settings = Depends(get_settings)) -> dict:
     """Queue a failed export again (a Hub push needs the token again)."""
-    return exports.retry_export(settings, export_id, token=body.token)
+    return exports.retry_export(settings, actor, export_id, token=body.token)
 
 
 @router.get("/exports/{export_id}/download", response_class=FileResponse)
-def download(export_id: int, settings: Settings = Depends(get_settings)) -> FileResponse:
+def download(export_id: Id, settings: Settings = Depends(get_settings)) -> FileResponse:
     """The zip of a finished zip export, streamed."""
     path, filename = exports.download(settings, export_id)
     return FileResponse(path, media_type="application/zip", filename=filename)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from studio.api.deps import get_settings
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, Offset, get_settings
 from studio.services import qa_sets
 from studio.settings import Settings
 
@@ -16,9 +16,9 @@ router = APIRouter(prefix="/qa-sets", tags=["qa-sets"])
 def upload(file: UploadFile = File(...), name: str = Form(...), purpose: str = Form("train"),
            format: str | None = Form(None, description="flashrag-jsonl, hotpotqa-json, "
                                      "musique-json or csv; default: detected"),
-           settings: Settings = Depends(get_settings)) -> dict:
+           *, actor: CurrentUser, settings: Settings = Depends(get_settings)) -> dict:
     """Store a QA file; the answer reports the row count, duplicates and empty answers."""
-    return qa_sets.create_qa_set(settings, file.file, file.filename, name, purpose=purpose,
+    return qa_sets.create_qa_set(settings, actor, file.file, file.filename, name, purpose=purpose,
                                  fmt=format)
 
 
@@ -28,12 +28,13 @@ def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
 
 
 @router.get("/{qa_set_id}")
-def get(qa_set_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def get(qa_set_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     return qa_sets.get_qa_set(settings, qa_set_id)
 
 
 @router.get("/{qa_set_id}/rows")
-def rows(qa_set_id: int, offset: int = Query(0), limit: int = Query(20),
+def rows(qa_set_id: Id, offset: Offset = 0,
+         limit: int = Query(20, ge=1, le=qa_sets.MAX_ROWS_PAGE),
          settings: Settings = Depends(get_settings)) -> dict:
     return qa_sets.qa_rows(settings, qa_set_id, offset, limit)
 
@@ -43,24 +44,26 @@ class PurposeUpdate(BaseModel):
 
 
 @router.patch("/{qa_set_id}")
-def set_purpose(qa_set_id: int, body: PurposeUpdate,
+def set_purpose(qa_set_id: Id, body: PurposeUpdate, actor: CurrentUser,
                 settings: Settings = Depends(get_settings)) -> dict:
-    return qa_sets.set_purpose(settings, qa_set_id, body.purpose)
+    return qa_sets.set_purpose(settings, actor, qa_set_id, body.purpose)
 
 
 class SplitRequest(BaseModel):
-    eval_fraction: float = 0.2
-    seed: int = 0
+    eval_fraction: float = Field(0.2, gt=0, lt=1)
+    seed: int = Field(0, ge=0, le=MAX_SQL_INT)
     train_name: str | None = None
     eval_name: str | None = None
 
 
 @router.post("/{qa_set_id}/split", status_code=201)
-def split(qa_set_id: int, body: SplitRequest, settings: Settings = Depends(get_settings)) -> dict:
+def split(qa_set_id: Id, body: SplitRequest, actor: CurrentUser,
+          settings: Settings = Depends(get_settings)) -> dict:
     """Two new sets, `train` and `eval`, from a seeded shuffle of this one."""
-    return qa_sets.split_qa_set(settings, qa_set_id, **body.model_dump())
+    return qa_sets.split_qa_set(settings, actor, qa_set_id, **body.model_dump())
 
 
 @router.delete("/{qa_set_id}", status_code=204)
-def delete(qa_set_id: int, settings: Settings = Depends(get_settings)) -> None:
-    qa_sets.delete_qa_set(settings, qa_set_id)
+def delete(qa_set_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
+           ) -> None:
+    qa_sets.delete_qa_set(settings, actor, qa_set_id)

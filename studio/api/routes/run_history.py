@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 
-from studio.api.deps import get_settings
+from studio.api.deps import Id, Offset, Step, get_settings
 from studio.services import run_history
 from studio.services.run_history import RolloutFilter
 from studio.settings import Settings
@@ -25,8 +25,9 @@ def compare(ids: str = Query(..., description="Run ids, e.g. 1,2,3"),
 
 
 @router.get("/runs/{run_id}/metrics")
-def metrics(run_id: int, from_step: int | None = Query(None), to_step: int | None = Query(None),
-            limit: int = Query(1000), cursor: str | None = Query(None),
+def metrics(run_id: Id, from_step: Step = None, to_step: Step = None,
+            limit: int = Query(1000, ge=1, le=run_history.MAX_METRIC_PAGE),
+            cursor: str | None = Query(None),
             settings: Settings = Depends(get_settings)) -> dict:
     """One row per training step, in step order: `{items, total, next_cursor}`."""
     return run_history.metric_page(settings, run_id, from_step=from_step, to_step=to_step,
@@ -34,10 +35,11 @@ def metrics(run_id: int, from_step: int | None = Query(None), to_step: int | Non
 
 
 @router.get("/runs/{run_id}/rollouts")
-def rollouts(run_id: int, step_min: int | None = Query(None), step_max: int | None = Query(None),
-             stage: int | None = Query(None), exemplars: int | None = Query(None),
-             reward_min: float | None = Query(None), reward_max: float | None = Query(None),
-             limit: int = Query(50), offset: int = Query(0), cursor: str | None = Query(None),
+def rollouts(run_id: Id, step_min: Step = None, step_max: Step = None, stage: Step = None,
+             exemplars: Step = None, reward_min: float | None = Query(None, allow_inf_nan=False),
+             reward_max: float | None = Query(None, allow_inf_nan=False),
+             limit: int = Query(50, ge=1, le=run_history.MAX_ROLLOUT_PAGE), offset: Offset = 0,
+             cursor: str | None = Query(None),
              settings: Settings = Depends(get_settings)) -> dict:
     """Sampled rollouts newest first, without their segments: `{items, total, next_cursor}`."""
     filters = RolloutFilter(step_min, step_max, stage, exemplars, reward_min, reward_max)
@@ -46,14 +48,14 @@ def rollouts(run_id: int, step_min: int | None = Query(None), step_max: int | No
 
 
 @router.get("/runs/{run_id}/rollouts/{rollout_id}")
-def rollout(run_id: int, rollout_id: int, settings: Settings = Depends(get_settings)) -> dict:
+def rollout(run_id: Id, rollout_id: Id, settings: Settings = Depends(get_settings)) -> dict:
     """One rollout's segments, each with `source` (prompt, model, env), `tokens` and `trained`
     (false for what the loss ignores), and the token counts per source."""
     return run_history.rollout_detail(settings, run_id, rollout_id)
 
 
 @router.get("/runs/{run_id}/config.yaml", response_class=PlainTextResponse)
-def config_yaml(run_id: int, settings: Settings = Depends(get_settings)) -> PlainTextResponse:
+def config_yaml(run_id: Id, settings: Settings = Depends(get_settings)) -> PlainTextResponse:
     """The run's config as a YAML file (`studio run launch` takes it back)."""
     filename, text = run_history.run_config_yaml(settings, run_id)
     return PlainTextResponse(text, media_type="application/yaml",

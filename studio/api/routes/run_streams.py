@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from studio.api.deps import get_settings
+from studio.api.deps import Id, get_settings
 from studio.services import run_history
 from studio.services.run_streams import RunStreams
 from studio.settings import Settings
@@ -16,7 +16,7 @@ router = APIRouter(tags=["runs"])
 
 @router.get("/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def events(request: Request, run_id: int,
+async def events(request: Request, run_id: Id,
                  last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
                  last_event_id: str | None = Query(
                      None, description="The Last-Event-ID header, for clients that cannot "
@@ -31,7 +31,7 @@ async def events(request: Request, run_id: int,
 
 
 @router.get("/runs/{run_id}/events/history")
-def event_history(run_id: int, kind: str | None = Query(None, description="e.g. warning"),
+def event_history(run_id: Id, kind: str | None = Query(None, description="e.g. warning"),
                   settings: Settings = Depends(get_settings)) -> list[dict]:
     """The run's event log as a JSON list, in step order."""
     return run_history.run_events(settings, run_id, kind)

@@ -3,18 +3,21 @@ runs."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Body, Depends, Query
 from pydantic import BaseModel, Field
 
-from studio.api.deps import current_user, get_settings
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, get_settings
 from studio.run_config import RunConfig
 from studio.services import evaluations, run_validation, runs
 from studio.services.evaluations import BaseVsTrained, EvaluationView
 from studio.services.runs import LaunchedRun, RunView
 from studio.settings import Settings
-from studio.tables import User
 
 router = APIRouter(tags=["runs"])
+Limit = Annotated[int | None, Field(default=None, ge=1, le=MAX_SQL_INT,
+                                    description="At most this many questions (default: all)")]
 
 
 def _inlined_schema(model: type[BaseModel]) -> dict:
@@ -42,21 +45,23 @@ RunConfigBody = Body(..., description="A run config (the YAML file's schema)",
 
 
 @router.post("/runs", status_code=201)
-def launch(config: dict = RunConfigBody, user: User = Depends(current_user),
+def launch(actor: CurrentUser, config: dict = RunConfigBody,
            settings: Settings = Depends(get_settings)) -> LaunchedRun:
     """Validate the config, store the run as queued and send it to its queue; the answer
     adds `stages` (each stage's longest prompt in tokens and seconds per step),
     `time_estimate` and `warnings`."""
-    return runs.create_run(settings, config, user_id=user.id)
+    return runs.create_run(settings, actor, config)
 
 
 @router.post("/runs/validate")
-def validate(config: dict = RunConfigBody, settings: Settings = Depends(get_settings)) -> dict:
+def validate(actor: CurrentUser, config: dict = RunConfigBody,
+             settings: Settings = Depends(get_settings)) -> dict:
     """What launching would check and estimate (per stage: exemplars, steps, longest prompt
     in tokens against grpo.max_prompt_tokens, seconds per step on the queue's worker; the
     run's time; warnings), storing nothing; it queues the measurement of the queue's device
-    when the time estimate needs one (`time_estimate.state` is then `measuring`)."""
-    return run_validation.validate_run(settings, config)
+    when the time estimate needs one (`time_estimate.state` is then `measuring`; not for a
+    viewer, who queues nothing)."""
+    return run_validation.validate_run(settings, actor, config)
 
 
 @router.get("/runs")
@@ -66,44 +71,47 @@ def list_all(settings: Settings = Depends(get_settings)) -> list[RunView]:
 
 
 @router.get("/runs/{run_id}")
-def get(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
+def get(run_id: Id, settings: Settings = Depends(get_settings)) -> RunView:
     return runs.get_run(settings, run_id)
 
 
 @router.delete("/runs/{run_id}", status_code=204)
-def delete(run_id: int, settings: Settings = Depends(get_settings)) -> None:
+def delete(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)) -> None:
     """Delete a run that is not queued or running (409), with its rows and files."""
-    runs.delete_run(settings, run_id)
+    runs.delete_run(settings, actor, run_id)
 
 
 @router.post("/runs/{run_id}/cancel")
-def cancel(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
+def cancel(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
+           ) -> RunView:
     """Kill the run's process group; its metrics, rollouts and checkpoints stay."""
-    return runs.cancel_run(settings, run_id)
+    return runs.cancel_run(settings, actor, run_id)
 
 
 @router.post("/runs/{run_id}/resume")
-def resume(run_id: int, settings: Settings = Depends(get_settings)) -> RunView:
+def resume(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
+           ) -> RunView:
     """Queue an interrupted, failed or cancelled run again; it continues from its latest
     checkpoint (409 for a queued, running or succeeded run)."""
-    return runs.resume_run(settings, run_id)
+    return runs.resume_run(settings, actor, run_id)
 
 
 class EvaluationRequest(BaseModel):
     qa_set: str
     corpus: str | None = None
     model: str | None = None
-    run_id: int | None = None
-    limit: int | None = None
+    run_id: int | None = Field(default=None, ge=1, le=MAX_SQL_INT)
+    limit: Limit = None
     protocol: dict | None = None
     queue: str = "cpu"
 
 
 @router.post("/evaluations", status_code=201)
-def evaluate(body: EvaluationRequest,
+def evaluate(body: EvaluationRequest, actor: CurrentUser,
              settings: Settings = Depends(get_settings)) -> EvaluationView:
-    """Zero-shot evaluation (k = 0, temperature 0.1) of a model or a run's latest checkpoint."""
-    return evaluations.create_evaluation(settings, **body.model_dump())
+    """Zero-shot evaluation (k = 0, temperature 0.1) of a model or a run's latest checkpoint
+    (any run of the team's)."""
+    return evaluations.create_evaluation(settings, actor, **body.model_dump())
 
 
 class BaseVsTrainedRequest(BaseModel):
@@ -111,50 +119,53 @@ class BaseVsTrainedRequest(BaseModel):
     base_model: str | None = Field(default=None, description="Default: the run's own model")
     corpus: str | None = Field(default=None, description="Default: the corpus the run trained "
                                "with")
-    limit: int | None = None
+    limit: Limit = None
     protocol: dict | None = None
     queue: str = "cpu"
 
 
 @router.post("/runs/{run_id}/base-vs-trained", status_code=201)
-def evaluate_base_and_trained(run_id: int, body: BaseVsTrainedRequest,
+def evaluate_base_and_trained(run_id: Id, body: BaseVsTrainedRequest, actor: CurrentUser,
                               settings: Settings = Depends(get_settings)
                               ) -> list[EvaluationView]:
     """Queue, per QA set, the evaluation of the run's base model and of its latest checkpoint
     under one protocol; every name is checked before anything is queued."""
     return evaluations.evaluate_base_and_trained(
-        settings, run_id, body.qa_sets, base_model=body.base_model, corpus=body.corpus,
+        settings, actor, run_id, body.qa_sets, base_model=body.base_model, corpus=body.corpus,
         limit=body.limit, protocol=body.protocol, queue=body.queue)
 
 
 @router.get("/runs/{run_id}/base-vs-trained")
-def base_vs_trained(run_id: int, base_model: str | None = Query(None),
+def base_vs_trained(run_id: Id, base_model: str | None = Query(None),
                     settings: Settings = Depends(get_settings)) -> list[BaseVsTrained]:
     """Per QA set, the newest evaluation of the run's checkpoint beside its base model's."""
     return evaluations.base_vs_trained(settings, run_id, base_model)
 
 
 @router.post("/runs/{run_id}/base-vs-trained/cancel")
-def cancel_base_vs_trained(run_id: int, base_model: str | None = Query(None),
+def cancel_base_vs_trained(run_id: Id, actor: CurrentUser,
+                           base_model: str | None = Query(None),
                            settings: Settings = Depends(get_settings)) -> dict:
-    """Cancel those of them still queued or running."""
-    return {"cancelled": evaluations.cancel_base_vs_trained(settings, run_id, base_model)}
+    """Cancel those of them still queued or running (each must be yours, unless you are an
+    admin)."""
+    return {"cancelled": evaluations.cancel_base_vs_trained(settings, actor, run_id,
+                                                            base_model)}
 
 
 @router.get("/evaluations")
-def list_evaluations(run_id: int | None = Query(None),
+def list_evaluations(run_id: OptionalId = None,
                      settings: Settings = Depends(get_settings)) -> list[EvaluationView]:
     return evaluations.list_evaluations(settings, run_id)
 
 
 @router.get("/evaluations/{evaluation_id}")
-def get_evaluation(evaluation_id: int,
+def get_evaluation(evaluation_id: Id,
                    settings: Settings = Depends(get_settings)) -> EvaluationView:
     return evaluations.get_evaluation(settings, evaluation_id)
 
 
 @router.post("/evaluations/{evaluation_id}/cancel")
-def cancel_evaluation(evaluation_id: int,
+def cancel_evaluation(evaluation_id: Id, actor: CurrentUser,
                       settings: Settings = Depends(get_settings)) -> EvaluationView:
     """Stop a queued or running evaluation (409 once it has ended)."""
-    return evaluations.cancel_evaluation(settings, evaluation_id)
+    return evaluations.cancel_evaluation(settings, actor, evaluation_id)

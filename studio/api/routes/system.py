@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from studio.api.deps import current_user, get_settings
+from studio.api.deps import CurrentUser, get_settings
 from studio.services.health import health
 from studio.settings import Settings
-from studio.tables import User
 
 public = APIRouter()
 router = APIRouter(tags=["system"])
@@ -22,5 +21,7 @@ def healthz(settings: Settings = Depends(get_settings)) -> JSONResponse:
 
 
 @router.get("/me")
-def me(user: User = Depends(current_user)) -> dict:
-    return {"id": user.id, "username": user.username, "is_admin": user.is_admin}
+def me(actor: CurrentUser) -> dict:
+    """Who the token acts as, with its role (admin, member or viewer)."""
+    return {"id": actor.id, "username": actor.username, "role": actor.role.value,
+            "is_admin": actor.is_admin}

@@ -8,6 +8,7 @@ from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput
 from studio.tables import RunState
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import tiny_config
 from worker.engines.native.trainer import Trainer
@@ -18,10 +19,10 @@ FAST = {"max_turn_tokens": 16, "max_turns": 2, "max_response_tokens": 64}
 
 
 def test_evaluate_a_base_model_and_a_trained_run(settings, tmp_path):
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     model = build_tiny_model(tmp_path / "tiny")
 
-    base = evaluations.create_evaluation(settings, qa_set="demo", corpus="demo",
+    base = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo",
                                          model=str(model), limit=4, protocol=FAST, start=False)
     done = run_evaluation(settings, base["id"])
     assert done["state"] == RunState.succeeded and done["error"] is None
@@ -33,11 +34,11 @@ def test_evaluate_a_base_model_and_a_trained_run(settings, tmp_path):
     records = (settings.resolved_data_dir / "evaluations" / f"{base['id']}.jsonl").read_text()
     assert len(records.splitlines()) == 4
 
-    run = runs.create_run(settings, tiny_config(model, steps=1), start=False)
+    run = runs.create_run(settings, admin(settings), tiny_config(model, steps=1), start=False)
     with pytest.raises(InvalidInput, match="has no checkpoint yet"):
-        evaluations.create_evaluation(settings, qa_set="demo", run_id=run["id"], start=False)
+        evaluations.create_evaluation(settings, admin(settings), qa_set="demo", run_id=run["id"], start=False)
     Trainer(settings, run["id"]).run()
-    trained = evaluations.create_evaluation(settings, qa_set="demo", run_id=run["id"], limit=2,
+    trained = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", run_id=run["id"], limit=2,
                                             protocol=FAST, start=False)
     assert trained["params"]["corpus"] == "demo"
     assert run_evaluation(settings, trained["id"])["metrics"]["questions"] == 2
@@ -46,11 +47,11 @@ def test_evaluate_a_base_model_and_a_trained_run(settings, tmp_path):
 
 
 def test_evaluation_input_errors(settings):
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     with pytest.raises(InvalidInput, match="give either model"):
-        evaluations.create_evaluation(settings, qa_set="demo", corpus="demo", start=False)
+        evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo", start=False)
     with pytest.raises(InvalidInput, match="corpus: name the corpus"):
-        evaluations.create_evaluation(settings, qa_set="demo", model="x", start=False)
+        evaluations.create_evaluation(settings, admin(settings), qa_set="demo", model="x", start=False)
     with pytest.raises(InvalidInput, match="protocol: unknown key"):
-        evaluations.create_evaluation(settings, qa_set="demo", model="x", corpus="demo",
+        evaluations.create_evaluation(settings, admin(settings), qa_set="demo", model="x", corpus="demo",
                                       protocol={"temp": 1}, start=False)

@@ -13,6 +13,7 @@ from studio.services import runs
 from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
 from studio.tables import RunState
+from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
@@ -23,13 +24,13 @@ from worker.engines.native.trainer import Trainer
 @pytest.fixture
 def studio(settings, tmp_path):
     """A migrated studio with the demo pack and a tiny model folder."""
-    load_demo_pack(settings, index_now=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     return settings, build_tiny_model(tmp_path / "tiny")
 
 
 def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio):
     settings, model = studio
-    run = runs.create_run(settings, tiny_config(model), start=False)
+    run = runs.create_run(settings, admin(settings), tiny_config(model), start=False)
     Trainer(settings, run["id"]).run()
 
     metrics = runs.run_metrics(settings, run["id"])
@@ -65,7 +66,7 @@ def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):
     settings, model = studio
     config = tiny_config(model, steps=4)
     config["engine"]["checkpoint_every"] = 2
-    run = runs.create_run(settings, config, start=False)
+    run = runs.create_run(settings, admin(settings), config, start=False)
     with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"]).run()
     before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
@@ -88,7 +89,7 @@ LORA_GRPO = {"entropy_coef": 0.01, "kl_coef": 0.1}
 
 def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_adapter(studio):
     settings, model = studio
-    run = runs.create_run(settings, {**tiny_config(model, steps=2, **LORA_GRPO), "lora": LORA},
+    run = runs.create_run(settings, admin(settings), {**tiny_config(model, steps=2, **LORA_GRPO), "lora": LORA},
                           start=False)
     trainer = Trainer(settings, run["id"])
     trainer.run()
@@ -121,7 +122,7 @@ def test_a_lora_run_on_queries_and_values_only_trains_them(studio):
     """The classic LoRA targets: layers whose keys come from a frozen k_proj still train."""
     settings, model = studio
     lora = {**LORA, "target_modules": ["q_proj", "v_proj"]}
-    run = runs.create_run(settings, {**tiny_config(model, steps=1, **LORA_GRPO), "lora": lora},
+    run = runs.create_run(settings, admin(settings), {**tiny_config(model, steps=1, **LORA_GRPO), "lora": lora},
                           start=False)
     trainer = Trainer(settings, run["id"])
     trainer.run()
@@ -135,7 +136,7 @@ def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
     settings, model = studio
     config = {**tiny_config(model, steps=4, **LORA_GRPO), "lora": LORA}
     config["engine"]["checkpoint_every"] = 2
-    run = runs.create_run(settings, config, start=False)
+    run = runs.create_run(settings, admin(settings), config, start=False)
     with pytest.raises(Crash):
         CrashingTrainer(settings, run["id"]).run()
     before = {m["step"]: m for m in runs.run_metrics(settings, run["id"])}
@@ -154,10 +155,10 @@ def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
 def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp_path):
     settings, model = studio
     with running_worker(settings.resolved_data_dir, tmp_path / "worker.log"):
-        good = runs.create_run(settings, tiny_config(model, steps=2))
+        good = runs.create_run(settings, admin(settings), tiny_config(model, steps=2))
         broken = shutil.copytree(model, tmp_path / "broken-weights")
         (broken / "model.safetensors").write_bytes(b"not weights")
-        bad = runs.create_run(settings, {**tiny_config(model, steps=2), "name": "bad",
+        bad = runs.create_run(settings, admin(settings), {**tiny_config(model, steps=2), "name": "bad",
                                          "model": str(broken)})
         done = wait_for(lambda: all(
             runs.get_run(settings, r["id"])["state"] in ("succeeded", "failed")
@@ -173,11 +174,11 @@ def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp
 def test_cancel_stops_the_training_process(studio, tmp_path):
     settings, model = studio
     with running_worker(settings.resolved_data_dir, tmp_path / "worker.log"):
-        run = runs.create_run(settings, tiny_config(model, steps=500))
+        run = runs.create_run(settings, admin(settings), tiny_config(model, steps=500))
         wait_for(lambda: runs.get_run(settings, run["id"])["current_step"] >= 1, 120,
                  "the first step")
         pid = wait_for(lambda: _pid(settings, run["id"]), 30, "the training pid")
-        runs.cancel_run(settings, run["id"])
+        runs.cancel_run(settings, admin(settings), run["id"])
         wait_for(lambda: _pid(settings, run["id"]) is None, 60, "the process to be stopped")
     final = runs.get_run(settings, run["id"])
     assert final["state"] == RunState.cancelled and final["current_step"] < 500

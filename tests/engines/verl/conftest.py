@@ -14,11 +14,10 @@ import time
 import pytest
 import uvicorn
 
-from studio.db import session_scope
 from studio.services import runs
-from studio.services.auth import create_user
 from studio.services.demo import load_demo_pack
 from tests.conftest import free_port
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.verl.config import RunFiles
 
@@ -40,9 +39,7 @@ def verl():
 @pytest.fixture
 def studio(settings, tmp_path):
     """A migrated studio with the demo pack (indexed), an admin, and a tiny model folder."""
-    load_demo_pack(settings, index_now=True)
-    with session_scope(settings.sqlalchemy_url) as session:
-        create_user(session, "admin", "pw-for-tests", is_admin=True)
+    load_demo_pack(settings, admin(settings), index_now=True)
     return settings, build_tiny_model(tmp_path / "tiny")
 
 
@@ -71,7 +68,7 @@ def verl_run(studio):
     settings, model = studio
 
     def make(**overrides):
-        run = runs.create_run(settings, verl_config(model, **overrides), start=False)
+        run = runs.create_run(settings, admin(settings), verl_config(model, **overrides), start=False)
         files = RunFiles(settings.resolved_data_dir / "runs" / str(run["id"]) / "verl")
         return settings, run, files, model
 

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from studio.run_config import LoraSpec
 from studio.services import exports, runs
 from studio.services.run_recorder import RunRecorder
+from tests.support.actors import admin
 from worker.engines.verl.export import LATEST_FILE, export_latest, latest_verl_step
 from worker.export import run_export
 from worker.lora import add_adapters, load_checkpoint
@@ -73,7 +74,7 @@ def test_a_lora_runs_checkpoint_is_evaluated_and_exported_with_its_adapter_merge
     folder = export_latest(RunRecorder(settings, run["id"]), files.checkpoints)
     assert (folder / "lora_adapter" / "adapter_model.safetensors").is_file()  # veRL's layout
     merged, _ = load_checkpoint(folder, run["config"]["model"], settings.resolved_data_dir)
-    export = exports.create_export(settings, run["id"], target="folder", start=False)
+    export = exports.create_export(settings, admin(settings), run["id"], target="folder", start=False)
     done = run_export(settings, export["id"])
     assert done["state"] == "succeeded", done["error"]
     exported = AutoModelForCausalLM.from_pretrained(settings.resolved_data_dir / done["location"])

@@ -13,6 +13,7 @@ from studio.method.tags import corrective_message, format_information
 from studio.run_config import RunConfig
 from studio.services import corpora, runs
 from studio.services.run_recorder import RunRecorder
+from tests.support.actors import admin
 from worker.engines.native.trainer import Trainer
 from worker.engines.verl.ingest import METRIC_NAMES, Ingestor
 
@@ -76,7 +77,7 @@ def write_step(files, logger, tokenizer, config, step, rollouts, *, dump=True, l
 def native_metric_names(studio):
     """The metric names of a real one-step native run (the rows to match)."""
     settings, model = studio
-    run = runs.create_run(settings, {
+    run = runs.create_run(settings, admin(settings), {
         "name": "native", "model": str(model),
         "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"},
         "curriculum": {"stages": [{"exemplars": 0, "steps": 1}]},

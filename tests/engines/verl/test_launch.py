@@ -9,13 +9,14 @@ import time
 
 from studio.services import runs
 from studio.tables import RunState
+from tests.support.jobs import job_key
 from worker.training_process import run_training
 
 
 def test_a_launch_without_gpus_fails_fast_with_a_clear_message(verl_run, capsys):
     settings, run, files, _ = verl_run()
     started = time.monotonic()
-    state = run_training(settings, run["id"], 1, "cpu-box")
+    state = run_training(settings, run["id"], 1, job_key(settings, run["id"]), "cpu-box")
     seconds = time.monotonic() - started
     with capsys.disabled():
         print(f"\nverl launch without GPUs: failed after {seconds:.1f} s")
@@ -32,7 +33,7 @@ def test_a_launch_without_gpus_fails_fast_with_a_clear_message(verl_run, capsys)
 def test_a_multi_node_run_without_a_ray_cluster_is_refused_before_any_gpu_check(verl_run):
     settings, run, _, _ = verl_run(verl={"nnodes": 2, "gpus_per_node": 1},
                                    grpo={"batch_size": 2, "group_size": 2})
-    assert run_training(settings, run["id"], 1, "cpu-box") == RunState.failed
+    assert run_training(settings, run["id"], 1, job_key(settings, run["id"]), "cpu-box") == RunState.failed
     error = runs.get_run(settings, run["id"])["error"]
     assert error.startswith("verl.nnodes: 2 nodes need a Ray cluster")
 

@@ -76,7 +76,7 @@ class VerlLaunch:
         self.config = self.plan.config
         with session_scope(settings.sqlalchemy_url) as session:
             run = session.get(Run, run_id)
-            self.created_by = run.created_by
+            self.owner_id = run.owner_id
             self.number = attempt or run.attempt
         self.recorder = RunRecorder(settings, run_id, attempt)
         self.files = RunFiles(RunFolder.of(settings, run_id).verl)
@@ -102,7 +102,7 @@ class VerlLaunch:
               "spec_path": str(files.agent_spec)}]))
         with session_scope(self.settings.sqlalchemy_url) as session:
             revoke_tokens(session, self.token_name)
-            token = create_process_token(session, self.token_name, self.created_by)
+            token = create_process_token(session, self.token_name, self.owner_id)
         files.token_file.touch(mode=0o600)
         files.token_file.write_text(token)
         overrides = hydra_overrides(cfg, files, model_path=str(resolve_model(cfg.model, data_dir)),
