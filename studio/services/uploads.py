@@ -17,10 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from studio.ingest import Limits
 from studio.services.errors import InvalidInput, TooLarge
 from studio.settings import Settings
 
 CHUNK = 1 << 20
+
+
+def upload_limits(settings: Settings) -> Limits:
+    """The limits the readers enforce on one upload, from the settings."""
+    return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
+                  max_archive_members=settings.max_archive_members,
+                  max_unpacked_bytes=settings.max_unpacked_bytes)
 
 
 @dataclass(frozen=True)

@@ -321,9 +321,9 @@ def test_parquet_errors(tmp_path: Path):
     path = _parquet(tmp_path / "d", pa.table({"text": ["a", "b", "c"]}))
     with pytest.raises(IngestError) as info:
         list(read_documents(path, "c.parquet", Limits(max_rows=2)))
-    assert str(info.value) == ("c.parquet: the file has 3 rows, more than the limit of 2 "
-                               "documents for one upload (setting STUDIO_MAX_UPLOAD_ROWS); split "
-                               "the corpus into several uploads or raise the limit")
+    assert str(info.value) == ("c.parquet row 3: more than 2 documents, the limit for one "
+                               "upload (setting STUDIO_MAX_UPLOAD_ROWS); split the corpus into "
+                               "several uploads or raise the limit")
     bad = tmp_path / "e"
     bad.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(IngestError, match=r"^c\.parquet: not a valid Parquet file \("):
