@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import re
+import stat
 import struct
 import tempfile
 import zipfile
@@ -546,6 +547,11 @@ def _zip_entry_count(stream: BinaryIO) -> int | None:
     return struct.unpack("<Q", record[32:40])[0]
 
 
+def _is_symlink(info: zipfile.ZipInfo) -> bool:
+    """A member stored as a symbolic link (``zip -y``): its Unix mode says so."""
+    return info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16)
+
+
 def _unsafe_member(name: str) -> bool:
     norm = name.replace("\\", "/")
     if norm.startswith("/") or re.match(r"^[A-Za-z]:", norm) or "\x00" in norm:
@@ -597,6 +603,11 @@ def _zip_documents(stream: BinaryIO, src: Source, ctx: _Context, depth: int):
                 raise src.error(
                     f'member "{info.filename}" has an unsafe path (absolute, or with ".."); '
                     "create the archive again from inside the folder, with relative paths")
+            if _is_symlink(info):
+                raise src.error(
+                    f'member "{info.filename}" is a symbolic link; the studio reads only the '
+                    "files themselves: create the archive again without links (zip without "
+                    "-y, or with the linked files copied in)")
         members = [i for i in infos if not i.is_dir() and not _skipped_member(i.filename)]
         declared = sum(i.file_size for i in members)
         if ctx.unpacked + declared > ctx.limits.max_unpacked_bytes:
