@@ -19,6 +19,7 @@ from typing import BinaryIO
 
 from studio.ingest import Limits
 from studio.services.errors import InvalidInput, TooLarge
+from studio.services.records import check_printable
 from studio.settings import Settings
 
 CHUNK = 1 << 20
@@ -50,10 +51,12 @@ class StagedUpload:
 
 
 def safe_filename(filename: str | None) -> str:
+    """The last component of the user's file name, printable (it reaches messages and rows)."""
     name = Path((filename or "").replace("\\", "/")).name.strip()
     if not name:
         raise InvalidInput("file: the upload has no file name; send the file as a form field "
                            "named 'file' with its name")
+    check_printable(name, "file", "file name")
     return name
 
 
