@@ -4,13 +4,21 @@ leaves no row and no file behind."""
 from __future__ import annotations
 
 import io
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services import corpora, exemplar_sets, qa_sets, uploads
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
+from tests.conftest import free_port
+from tests.support.processes import run_studio, start_studio, stop, studio_env, wait_for
 
 GOOD_FILES = {
     "corpus": ("docs.jsonl", b'{"text": "The moss lamp burns for a week."}\n'),
@@ -87,3 +95,83 @@ def test_printable_names_are_kept(settings):
         name = f"Lämp – set #1 🪔 ({kind})"
         assert _upload(kind)(settings, io.BytesIO(data), "Ünïcode " + filename,
                              name)["name"] == name
+
+
+# --- staging files left by a killed process ----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITER = """
+import sys
+from pathlib import Path
+from studio.services import uploads
+from studio.settings import Settings
+
+with uploads.stage_upload(sys.stdin.buffer, "big.jsonl", Settings(data_dir=Path(sys.argv[1]))):
+    print("received", flush=True)
+"""
+"""A web process receiving an upload: it stages what comes on stdin until stdin closes."""
+
+
+def _start_writer(data_dir: Path) -> tuple[subprocess.Popen, Path]:
+    """A process in the middle of receiving an upload, and its staging file."""
+    tmp = data_dir / "tmp"
+    before = set(tmp.glob("*")) if tmp.exists() else set()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(data_dir)], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    writer.stdin.write(b'{"text": "the first bytes of a large upload"}\n')
+    writer.stdin.flush()
+    new = wait_for(lambda: tmp.exists() and set(tmp.glob("*")) - before, 30,
+                   "the writer's staging file")
+    assert len(new) == 1
+    return writer, new.pop()
+
+
+def _kill(writer: subprocess.Popen) -> None:
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+
+
+def test_staging_files_of_dead_writers_are_removed_and_those_of_live_ones_kept(settings):
+    data_dir = settings.resolved_data_dir
+    dead, dead_file = _start_writer(data_dir)
+    live, live_file = _start_writer(data_dir)
+    try:
+        _kill(dead)
+        old, fresh = data_dir / "tmp" / "upload-a8Fq2x", data_dir / "tmp" / "upload-k2Jd0s"
+        old_partial = data_dir / "uploads" / ("ab" * 32 + ".jsonl.partial")
+        old_partial.parent.mkdir()
+        for path in (old, fresh, old_partial):  # an older version's, which took no lock
+            path.write_bytes(b"half an upload")
+        day_ago = time.time() - uploads.STALE_AFTER_S - 60
+        for path in (old, old_partial):
+            os.utime(path, (day_ago, day_ago))
+
+        assert uploads.remove_stale_staging(settings) == sorted([dead_file, old, old_partial])
+        assert live_file.exists() and fresh.exists() and not dead_file.exists()
+        assert uploads.remove_stale_staging(settings) == []
+
+        out, _ = live.communicate(b'{"text": "and the rest"}\n', timeout=30)
+        assert (live.returncode, out) == (0, b"received\n")  # the live one finished its upload
+        assert not live_file.exists()
+    finally:
+        if live.poll() is None:
+            _kill(live)
+
+
+@pytest.mark.slow
+def test_studio_web_removes_stale_staging_files_as_it_starts(tmp_path):
+    data_dir = tmp_path / "data"
+    env = studio_env(data_dir, port=str(free_port()))
+    assert run_studio(["db", "upgrade"], env).returncode == 0
+    dead, dead_file = _start_writer(data_dir)
+    _kill(dead)
+    live, live_file = _start_writer(data_dir)
+    web = start_studio(["web"], env, tmp_path / "web.log")
+    try:
+        wait_for(lambda: not dead_file.exists() or web.poll() is not None, 60,
+                 "the dead writer's staging file to go")
+        assert web.poll() is None, (tmp_path / "web.log").read_text()
+        assert live_file.exists()
+    finally:
+        stop(web)
+        _kill(live)
