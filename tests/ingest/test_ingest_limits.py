@@ -3,6 +3,7 @@ where that row is and the setting, in memory that does not grow with the file.""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import tracemalloc
 import zipfile
@@ -183,3 +184,15 @@ def test_parquet_is_refused_from_its_metadata(tmp_path: Path):
     assert str(info.value) == ("c.parquet row 50001: more than 50000 documents, the limit for "
                                f"one upload (setting STUDIO_MAX_UPLOAD_ROWS); {CORPUS_HINT}")
     assert peak < 4 << 20, peak
+
+
+def test_the_upload_benchmark_runs_with_a_small_limit(capsys):
+    spec = importlib.util.spec_from_file_location(
+        "bench_uploads", Path(__file__).resolve().parents[2] / "bench" / "uploads.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--rows", "2000", "--accepted-rows", "1000"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| QA CSV |")]
+    assert [cells[2].strip() for cells in rows][:1] == ["line 2002"]
+    assert len(rows) == 2 and float(rows[1][1]) > 0

@@ -4,11 +4,14 @@ leaves no row and no file behind."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +28,14 @@ GOOD_FILES = {
     "qa": ("qa.csv", b"question,answer\nWho lit the lamp?,Ada\n"),
     "exemplars": ("ex.jsonl", b'{"question": "q", "solution": "<answer>a</answer>"}\n'),
 }
+
+
+def _zip_of(members: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return buf.getvalue()
 
 
 def _upload(kind: str) -> Callable[..., dict]:
@@ -95,6 +106,107 @@ def test_printable_names_are_kept(settings):
         name = f"Lämp – set #1 🪔 ({kind})"
         assert _upload(kind)(settings, io.BytesIO(data), "Ünïcode " + filename,
                              name)["name"] == name
+
+
+# --- the row limit, at its default ------------------------------------------------------
+
+READER = """
+import json, resource, sys
+from pathlib import Path
+from studio.services import corpora, qa_sets
+from studio.services.errors import InvalidInput
+from studio.settings import Settings
+
+settings, path = Settings(data_dir=Path(sys.argv[1])), Path(sys.argv[2])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with open(path, "rb") as stream:
+    try:
+        if path.suffix == ".csv":
+            qa_sets.create_qa_set(settings, stream, path.name, "big")
+        else:
+            corpora.create_corpus(settings, stream, path.name, "big", start_indexing=False,
+                                  split_on_blank_lines=True)
+        detail = None
+    except InvalidInput as exc:
+        detail = str(exc)
+grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({"detail": detail, "grown_mb": grown_kb / 1024}))
+"""
+"""Upload a file through the service in a process of its own, and say how much its peak
+memory grew from the moment the service was imported."""
+
+DEFAULT_ROWS = 5_000_000
+
+
+@pytest.mark.parametrize(("filename", "row", "place", "what", "hint"), [
+    ("questions.csv", b"q,a\n", f"line {DEFAULT_ROWS + 2}", "questions",
+     "split the file or raise the limit"),
+    ("notes.txt", b"p.\n\n", f"line {2 * DEFAULT_ROWS + 1}", "documents",
+     "split the corpus into several uploads or raise the limit"),
+], ids=["qa-csv", "text-corpus-paragraphs"])
+def test_a_20_mb_upload_over_the_default_row_limit_is_refused_in_bounded_memory(
+        settings, tmp_path, filename, row, place, what, hint):
+    assert settings.max_upload_rows == DEFAULT_ROWS
+    path = tmp_path / filename
+    path.write_bytes((b"question,answer\n" if filename.endswith(".csv") else b"")
+                     + row * (DEFAULT_ROWS + 1))
+    assert path.stat().st_size >= 20_000_000
+    before = _stored(settings)
+    done = subprocess.run([sys.executable, "-c", READER, str(settings.resolved_data_dir),
+                           str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["detail"] == (f"{filename} {place}: more than {DEFAULT_ROWS} {what}, the limit "
+                                f"for one upload (setting STUDIO_MAX_UPLOAD_ROWS); {hint}")
+    # Kept as they were read, 5 million questions take gigabytes, and even the hashes of 5
+    # million document ids (all a corpus upload keeps) take over 400 MB.
+    assert result["grown_mb"] < 64, result
+    assert _stored(settings) == before
+
+
+# --- refused uploads leave nothing behind --------------------------------------------------
+
+
+def _symlink_zip() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr("docs/a.txt", "fine")
+        link = zipfile.ZipInfo("docs/passwd.txt")
+        link.create_system = 3
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(link, "/etc/passwd")
+    return buf.getvalue()
+
+
+FOUR_ROWS = {
+    "corpus-jsonl": ("corpus", "docs.jsonl", b'{"text": "t"}\n' * 4, "docs.jsonl line 4"),
+    "corpus-csv": ("corpus", "docs.csv", b"text\n" + b"t\n" * 4, "docs.csv line 5"),
+    "corpus-zip": ("corpus", "docs.zip", _zip_of({"a.txt": "a", "b.txt": "b", "c.md": "c",
+                                                  "d.txt": "d"}), "docs.zip: d.txt"),
+    "qa-csv": ("qa", "qa.csv", b"question,answer\n" + b"q,a\n" * 4, "qa.csv line 5"),
+    "qa-hotpotqa-json": ("qa", "hotpot.json", b"[" + b",".join(
+        [b'{"_id": null, "question": "q", "answer": "a"}'] * 4) + b"]",
+        "hotpot.json item 4 (line 1)"),
+    "exemplars-text-blocks": (
+        "exemplars", "ex.txt",
+        b"===== Example 1 =====\nExample Problem: q\nExample Solution: s\n" * 4,
+        "ex.txt line 10"),
+}
+
+
+@pytest.mark.parametrize("case", FOUR_ROWS)
+def test_a_refused_upload_leaves_no_row_and_no_file(settings, case):
+    kind, filename, data, place = FOUR_ROWS[case]
+    with_three = settings.model_copy(update={"max_upload_rows": 3})
+    _upload(kind)(with_three, io.BytesIO(GOOD_FILES[kind][1]), GOOD_FILES[kind][0], "earlier")
+    err = _refused(with_three, kind, filename, data, "big")
+    assert str(err).startswith(f"{place}: more than 3 ")
+    assert "(setting STUDIO_MAX_UPLOAD_ROWS)" in str(err)
+
+
+def test_a_zip_with_a_symbolic_link_is_refused_and_leaves_nothing(settings):
+    err = _refused(settings, "corpus", "docs.zip", _symlink_zip(), "linked")
+    assert str(err).startswith('docs.zip: member "docs/passwd.txt" is a symbolic link; ')
 
 
 # --- staging files left by a killed process ----------------------------------------------
