@@ -96,11 +96,13 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
        queues: str = typer.Option(None, help="Worker queues (STUDIO_WORKER_QUEUES).")) -> None:
     """Migrate, create the admin on a new database, and run the web app and one worker."""
     from studio.services.runs import reap_stale_runs
+    from studio.services.uploads import remove_stale_staging
 
     settings = _settings(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
     _create_admin_once(settings)
     reap_stale_runs(settings)  # runs left `running` by a studio that was killed
+    remove_stale_staging(settings)  # uploads half received by a web app that was killed
     children = {
         "worker": subprocess.Popen(launcher.worker_command(
             settings, settings.queues, settings.worker_concurrency)),
@@ -116,8 +118,11 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
 @app.command()
 def web(host: str = Host, port: int = Port, data_dir: Path = DataDir) -> None:
     """Run the web app alone (production: migrate first with `studio db upgrade`)."""
+    from studio.services.uploads import remove_stale_staging
+
     settings = _settings(host=host, port=port, data_dir=data_dir)
     _preflight(settings, migrate=False)
+    remove_stale_staging(settings)  # uploads half received by a web app that was killed
     os.execv(sys.executable, launcher.web_command(settings))
 
 

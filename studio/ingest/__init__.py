@@ -1,4 +1,5 @@
-"""File readers for uploads: corpora to documents, QA files to rows (pure functions over files).
+"""File readers for uploads: corpora to documents, QA files to rows, exemplar files to
+exemplars (pure functions over files).
 
 No database and no web here: the service layer stores the upload in a
 temporary file and calls these readers. Everything a user can get wrong raises
@@ -20,7 +21,10 @@ Policies (details in each module):
 - Limits (``errors.Limits``): file size, rows, archive entries and unpacked
   bytes, each message naming its setting (``STUDIO_MAX_UPLOAD_BYTES``,
   ``STUDIO_MAX_UPLOAD_ROWS``, ``STUDIO_MAX_ARCHIVE_MEMBERS``,
-  ``STUDIO_MAX_UNPACKED_BYTES``).
+  ``STUDIO_MAX_UNPACKED_BYTES``), enforced while reading. Every reader counts
+  the rows in a first pass that keeps nothing and refuses the first row past
+  the limit (``TooManyRows``), so memory stays bounded by a constant however
+  long the file; only then does it read the rows it keeps.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from .errors import (
     SETTING_MAX_UNPACKED_BYTES,
     IngestError,
     Limits,
+    TooManyRows,
 )
+from .exemplars import read_exemplar_file
 from .qa import (
     ALIAS_SEPARATOR,
     QA_FORMATS,
@@ -72,10 +78,12 @@ __all__ = [
     "Limits",
     "QARow",
     "QAReadResult",
+    "TooManyRows",
     "decode_text",
     "detect_schema",
     "normalize_question",
     "read_documents",
+    "read_exemplar_file",
     "read_qa",
     "split_contents",
     "split_qa",

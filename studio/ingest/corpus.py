@@ -2,16 +2,20 @@
 
 ``read_documents`` streams: it never holds more than one line, CSV row,
 Parquet batch or JSON array item in memory (a .txt/.md file read as one
-document is the exception: that document is the whole file). Checks that
-need no reading (file type, size, empty file) run when it is called; the rest
-raise while iterating, so a caller that stores documents should do so in a
-transaction.
+document is the exception: that document is the whole file), besides the
+hashes of the ids seen. It reads the file twice: a first pass counts the
+documents and keeps nothing, so a file over the row limit is refused at its
+first document past the limit in constant memory; the second pass checks the
+ids and yields the documents. Checks that need no reading (file type, size,
+empty file) run when it is called; the rest raise while iterating, so a
+caller that stores documents should do so in a transaction.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import stat
 import struct
 import tempfile
 import zipfile
@@ -24,17 +28,24 @@ from typing import Any, BinaryIO
 from .errors import (
     DEFAULT_LIMITS,
     SETTING_MAX_ARCHIVE_MEMBERS,
-    SETTING_MAX_ROWS,
     SETTING_MAX_UNPACKED_BYTES,
     IngestError,
     Limits,
     Source,
+    TooManyRows,
     check_file_size,
     size_text,
     suffix_of,
 )
 from .tabular import csv_rows, find_column, quoted_list
-from .textio import CountingReader, Record, decode_bytes, json_records, text_lines
+from .textio import (
+    CountingReader,
+    Record,
+    decode_bytes,
+    json_record_places,
+    json_records,
+    text_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,7 @@ when several are present the first in these lists wins."""
 _SKIPPED_NAMES = {"thumbs.db", "desktop.ini"}
 _PARQUET_BATCH = 2048
 _SPOOL_IN_MEMORY = 32 << 20
+_TOO_MANY_HINT = "split the corpus into several uploads or raise the limit"
 _MD_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MEMBER_TYPES = ".jsonl, .json, .csv, .tsv, .parquet, .txt, .md or .zip"
@@ -76,23 +88,28 @@ class _Context:
 
     Ids already seen are kept as their 64-bit hashes (about 70 bytes a
     document, not the ids themselves) to find repeats in large corpora.
+    ``count_only``: the first pass, which counts documents and yields none.
     """
 
     limits: Limits
     split_text: bool
+    count_only: bool = False
     rows: int = 0
     members: int = 0
     unpacked: int = 0
     ids: set[int] = field(default_factory=set)
 
-    def count(self, src: Source, doc: Document, line: int | None, item: int | None = None,
-              item_unit: str = "item") -> Document:
+    def place(self, src: Source, line: int | None, item: int | None = None,
+              item_unit: str = "item") -> None:
+        """Count one document; refuse it if it is the first past the row limit."""
         self.rows += 1
         if self.rows > self.limits.max_rows:
-            raise src.error(
-                f"more than {self.limits.max_rows} documents, the limit for one upload "
-                f"(setting {SETTING_MAX_ROWS}); split the corpus into several uploads or raise "
-                "the limit", line=line, item=item, item_unit=item_unit)
+            raise src.too_many_rows(self.limits, "documents", _TOO_MANY_HINT, line=line,
+                                    item=item, item_unit=item_unit)
+
+    def count(self, src: Source, doc: Document, line: int | None, item: int | None = None,
+              item_unit: str = "item") -> Document:
+        self.place(src, line, item, item_unit)
         key = hash(doc.id)
         if key in self.ids:
             raise src.error(
@@ -133,11 +150,28 @@ def read_documents(path: Path, filename: str, limits: Limits = DEFAULT_LIMITS, *
         found = f'"{suffix}"' if suffix else "a file without a suffix"
         raise src.error(f"unsupported file type ({found}); upload {_SUPPORTED}")
     check_file_size(path, src, limits, "documents")
-    ctx = _Context(limits=limits, split_text=split_text_on_blank_lines)
-    return _read_upload(Path(path), src, ctx)
+    return _read_upload(Path(path), src, limits, split_text_on_blank_lines)
 
 
-def _read_upload(path: Path, src: Source, ctx: _Context) -> Iterator[Document]:
+def _read_upload(path: Path, src: Source, limits: Limits, split_text: bool
+                 ) -> Iterator[Document]:
+    """Count the documents (refusing too many), then read them (see the module doc).
+
+    Only the row limit ends the counting pass with an error; any other problem
+    it meets is left to the reading pass, which reports the first one in file
+    order (a repeated id, say, before a bad byte further on).
+    """
+    try:
+        for _ in _upload_documents(path, src, _Context(limits, split_text, count_only=True)):
+            raise AssertionError("the counting pass yields no documents")  # pragma: no cover
+    except TooManyRows:
+        raise
+    except IngestError:
+        pass
+    yield from _upload_documents(path, src, _Context(limits, split_text))
+
+
+def _upload_documents(path: Path, src: Source, ctx: _Context):
     with open(path, "rb") as stream:
         if src.suffix == ".zip":
             found = yield from _zip_documents(stream, src, ctx, depth=0)
@@ -151,13 +185,19 @@ def _read_upload(path: Path, src: Source, ctx: _Context) -> Iterator[Document]:
 
 
 def _documents(stream: BinaryIO, src: Source, ctx: _Context):
-    """Dispatch on the suffix; yield documents and return how many."""
+    """Dispatch on the suffix; yield documents (none when counting) and return how many."""
     suffix = src.suffix
     if suffix == ".parquet":
         return (yield from _parquet_documents(stream, src, ctx))
     buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream)
     if not buffered.peek(1):
         raise src.error("the file is empty; upload a file with documents in it")
+    if ctx.count_only:
+        found = 0
+        for line, item in _document_places(buffered, src, ctx):
+            ctx.place(src, line, item)
+            found += 1
+        return found
     if suffix in JSON_SUFFIXES:
         return (yield from _json_documents(buffered, src, ctx))
     if suffix in TABLE_SUFFIXES:
@@ -167,6 +207,27 @@ def _documents(stream: BinaryIO, src: Source, ctx: _Context):
             return (yield from _paragraph_documents(buffered, src, ctx))
         return (yield from _whole_text_document(buffered, src, ctx))
     raise AssertionError(suffix)  # pragma: no cover - suffixes are checked before
+
+
+def _document_places(stream: io.BufferedReader, src: Source, ctx: _Context
+                     ) -> Iterator[tuple[int | None, int | None]]:
+    """``(line, item)`` where each document would start, read in constant memory.
+
+    Records are not decoded into documents: a JSONL line that is not blank, a
+    CSV row, a paragraph; a text file read whole is one document, not read.
+    """
+    suffix = src.suffix
+    if suffix in JSON_SUFFIXES:
+        yield from json_record_places(stream, src, what="document")
+    elif suffix in TABLE_SUFFIXES:
+        _, rows = csv_rows(stream, src)
+        for line, _cells in rows:
+            yield line, None
+    elif ctx.split_text:
+        for start, _title, _text in _paragraphs(stream, src):
+            yield start, None
+    else:
+        yield None, None
 
 
 # --- JSON ------------------------------------------------------------------------------
@@ -276,11 +337,12 @@ def _csv_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
         raise _missing_text_column(src, header)
     title_col = find_column(header, TITLE_ALIASES)
     id_col = find_column(header, ID_ALIASES)
+    quoted_titles = text_col == find_column(header, ("contents",))
     found = 0
     for line, cells in rows:
         text = cells[text_col]
         title = cells[title_col] if title_col is not None else ""
-        if text_col == find_column(header, ("contents",)):
+        if quoted_titles:
             quoted_title, text = split_contents(text)
             title = title if title.strip() else (quoted_title or "")
         if not text.strip():
@@ -336,11 +398,12 @@ def _parquet_documents(stream: BinaryIO, src: Source, ctx: _Context):
             raise src.error(f'column "{names[col]}" holds {col_type} values; the {kind} '
                             f"column must hold {need}", field=names[col])
     total = pf.metadata.num_rows
-    if ctx.rows + total > ctx.limits.max_rows:
-        raise src.error(
-            f"the file has {total} rows, more than the limit of {ctx.limits.max_rows} "
-            f"documents for one upload (setting {SETTING_MAX_ROWS}); split the corpus into "
-            "several uploads or raise the limit")
+    if ctx.rows + total > ctx.limits.max_rows:  # the metadata says it: refused before reading
+        raise src.too_many_rows(ctx.limits, "documents", _TOO_MANY_HINT,
+                                item=ctx.limits.max_rows - ctx.rows + 1, item_unit="row")
+    if ctx.count_only:
+        ctx.rows += total
+        return total
     wanted = [c for c in (text_col, title_col, id_col) if c is not None]
     columns = [names[c] for c in wanted]
     found, row = 0, 0
@@ -411,30 +474,35 @@ def _fence_state(line: str, fence: str | None) -> str | None:
 
 
 def _paragraph_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
+    found = 0
+    for start, title, text in _paragraphs(stream, src):
+        found += 1
+        yield ctx.count(src, Document(id=f"{src.id_stem}-{start}", title=title, text=text),
+                        start)
+    return found
+
+
+def _paragraphs(stream: io.BufferedReader, src: Source) -> Iterator[tuple[int, str, str]]:
+    """``(first line, title, text)`` of each paragraph; Markdown headings title those below."""
     markdown = src.suffix in (".md", ".markdown")
     title = src.title_stem
     block: list[str] = []
     start = 0
     fence: str | None = None
-    found = 0
 
-    def flush():
-        nonlocal block, found
+    def flush() -> tuple[int, str, str] | None:
+        nonlocal block
         text = "\n".join(block).strip()
         block = []
-        if text:
-            found += 1
-            return ctx.count(src, Document(id=f"{src.id_stem}-{start}", title=title,
-                                           text=text), start)
-        return None
+        return (start, title, text) if text else None
 
     for number, line in text_lines(stream, src):
         if markdown:
             was_in_fence = fence is not None
             fence = _fence_state(line, fence)
             if not was_in_fence and fence is None and (heading := _heading(line)):
-                if (doc := flush()) is not None:
-                    yield doc
+                if (paragraph := flush()) is not None:
+                    yield paragraph
                 title = heading
                 continue
             if was_in_fence or fence is not None:
@@ -443,15 +511,14 @@ def _paragraph_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
                 block.append(line)
                 continue
         if not line.strip():
-            if (doc := flush()) is not None:
-                yield doc
+            if (paragraph := flush()) is not None:
+                yield paragraph
             continue
         if not block:
             start = number
         block.append(line)
-    if (doc := flush()) is not None:
-        yield doc
-    return found
+    if (paragraph := flush()) is not None:
+        yield paragraph
 
 
 # --- zip archives ----------------------------------------------------------------------
@@ -478,6 +545,11 @@ def _zip_entry_count(stream: BinaryIO) -> int | None:
     if len(record) < 40 or record[:4] != b"PK\x06\x06":
         return None
     return struct.unpack("<Q", record[32:40])[0]
+
+
+def _is_symlink(info: zipfile.ZipInfo) -> bool:
+    """A member stored as a symbolic link (``zip -y``): its Unix mode says so."""
+    return info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16)
 
 
 def _unsafe_member(name: str) -> bool:
@@ -531,6 +603,11 @@ def _zip_documents(stream: BinaryIO, src: Source, ctx: _Context, depth: int):
                 raise src.error(
                     f'member "{info.filename}" has an unsafe path (absolute, or with ".."); '
                     "create the archive again from inside the folder, with relative paths")
+            if _is_symlink(info):
+                raise src.error(
+                    f'member "{info.filename}" is a symbolic link; the studio reads only the '
+                    "files themselves: create the archive again without links (zip without "
+                    "-y, or with the linked files copied in)")
         members = [i for i in infos if not i.is_dir() and not _skipped_member(i.filename)]
         declared = sum(i.file_size for i in members)
         if ctx.unpacked + declared > ctx.limits.max_unpacked_bytes:

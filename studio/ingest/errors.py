@@ -8,6 +8,7 @@ the web layer can return it as it is.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SETTING_MAX_BYTES = "STUDIO_MAX_UPLOAD_BYTES"
@@ -47,6 +48,10 @@ class IngestError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+class TooManyRows(IngestError):
+    """The upload holds more rows than ``Limits.max_rows``; raised at the first row past it."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one upload may hold; the service fills it from the settings.
@@ -78,6 +83,26 @@ def check_file_size(path, src: Source, limits: Limits, what: str) -> None:
             "smaller uploads or raise the limit")
     if size == 0:
         raise src.error(f"the file is empty; upload a file with {what} in it")
+
+
+def refuse_past_max_rows(places: Iterable[tuple[int | None, int | None]], src: Source,
+                         limits: Limits, what: str, hint: str) -> None:
+    """Count rows (``(line, item)`` where each starts) and refuse the first past the limit.
+
+    The counting pass a reader makes before the pass that keeps rows, ids or
+    questions: it holds one row at a time, so a file with too many rows is
+    refused at the first row past ``limits.max_rows`` in constant memory,
+    whatever its length. Any other problem met while counting ends the count
+    without a word: the reading pass then reports the file's first problem.
+    """
+    try:
+        for count, (line, item) in enumerate(places, start=1):
+            if count > limits.max_rows:
+                raise src.too_many_rows(limits, what, hint, line=line, item=item)
+    except TooManyRows:
+        raise
+    except IngestError:
+        return
 
 
 def size_text(n: int) -> str:
@@ -131,6 +156,14 @@ class Source:
               item_unit: str = "item", field: str | None = None) -> IngestError:
         return IngestError(self.filename, problem, line=line, item=item, item_unit=item_unit,
                            field=field, member=self.member)
+
+    def too_many_rows(self, limits: Limits, what: str, hint: str, *, line: int | None = None,
+                      item: int | None = None, item_unit: str = "item") -> TooManyRows:
+        """The refusal of the first row past ``limits.max_rows``; ``what``: "documents"."""
+        return TooManyRows(
+            self.filename, f"more than {limits.max_rows} {what}, the limit for one upload "
+            f"(setting {SETTING_MAX_ROWS}); {hint}", line=line, item=item, item_unit=item_unit,
+            member=self.member)
 
 
 def suffix_of(name: str) -> str:

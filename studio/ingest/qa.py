@@ -12,6 +12,9 @@ Rules worth knowing:
   ``<stem>-<line>`` (``<stem>-<item>`` in a JSON array). Ids must be unique.
 - Duplicate questions (equal after case folding and collapsing white space)
   are reported in ``report["duplicate_questions"]`` with both rows; all rows kept.
+- Rows are counted in a first pass that keeps nothing, so a file over the row
+  limit is refused at its first row past the limit in constant memory, before
+  any row is kept.
 """
 
 from __future__ import annotations
@@ -20,15 +23,15 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .corpus import json_type
-from .errors import DEFAULT_LIMITS, SETTING_MAX_ROWS, Limits, Source, check_file_size
+from .errors import DEFAULT_LIMITS, Limits, Source, check_file_size, refuse_past_max_rows
 from .tabular import csv_rows, find_column, quoted_list
-from .textio import Record, json_records
+from .textio import Record, json_record_places, json_records
 
 QA_FORMATS = ("flashrag-jsonl", "hotpotqa-json", "musique-json", "csv")
 """``fmt`` values of ``read_qa`` (and ``QAReadResult.fmt``): the schema of the records.
@@ -46,6 +49,8 @@ ALIAS_SEPARATOR = "|"
 """Separates the answer aliases of a CSV cell; write ``\\|`` for a literal bar."""
 
 _LIST_ANSWER_COLUMNS = ("answers", "golden_answers")
+
+_TOO_MANY_HINT = "split the file or raise the limit"
 
 REPORT_EXAMPLES = 1000
 """Most entries each list of ``QAReadResult.report`` holds; the ``*_count`` keys give totals."""
@@ -256,9 +261,7 @@ class _Collector:
             line: int, item: int | None, item_unit: str = "item") -> None:
         where = {"line": line, "item": item, "item_unit": item_unit}
         if len(self.rows) >= self.limits.max_rows:
-            raise self.src.error(
-                f"more than {self.limits.max_rows} questions, the limit for one upload "
-                f"(setting {SETTING_MAX_ROWS}); split the file or raise the limit", **where)
+            raise self.src.too_many_rows(self.limits, "questions", _TOO_MANY_HINT, **where)
         if qid is None:
             qid = f"{self.src.id_stem}-{item if item is not None else line}"
             self.generated += 1
@@ -339,16 +342,29 @@ def read_qa(path: Path, filename: str, limits: Limits = DEFAULT_LIMITS, fmt: str
                         "or leave it out to detect it")
     check_file_size(path, src, limits, "questions")
     suffix = src.suffix
+    is_csv = fmt == "csv" or (fmt is None and suffix in (".csv", ".tsv"))
     with open(path, "rb") as stream:
-        if fmt == "csv" or (fmt is None and suffix in (".csv", ".tsv")):
-            return _read_csv(stream, src, limits)
-        if fmt is None and suffix not in QA_SUFFIXES:
+        if not is_csv and fmt is None and suffix not in QA_SUFFIXES:
             head = stream.peek(64)[:64].lstrip(b"\xef\xbb\xbf \t\r\n")
             if not head.startswith((b"{", b"[")):
                 found = f'"{suffix}"' if suffix else "a file without a suffix"
                 raise src.error(f"unsupported file type ({found}); upload QA as JSONL (.jsonl), "
                                 "JSON (.json) or CSV (.csv, .tsv)")
-        return _read_json(stream, src, limits, fmt)
+        refuse_past_max_rows(_row_places(stream, src, is_csv), src, limits, "questions",
+                             _TOO_MANY_HINT)
+    with open(path, "rb") as stream:
+        return _read_csv(stream, src, limits) if is_csv else _read_json(stream, src, limits, fmt)
+
+
+def _row_places(stream: io.BufferedReader, src: Source, is_csv: bool
+                ) -> Iterator[tuple[int, int | None]]:
+    """``(line, item)`` where each row starts, read in constant memory (for the count)."""
+    if is_csv:
+        _, rows = csv_rows(stream, src)
+        for line, _cells in rows:
+            yield line, None
+    else:
+        yield from json_record_places(stream, src, what="question")
 
 
 def _read_json(stream: io.BufferedReader, src: Source, limits: Limits, fmt: str | None

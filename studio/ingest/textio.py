@@ -269,6 +269,22 @@ def json_records(stream: io.BufferedReader, src: Source, *, what: str = "object"
         yield Record(value, number)
 
 
+def json_record_places(stream: io.BufferedReader, src: Source, *, what: str = "object"
+                       ) -> Iterator[tuple[int, int | None]]:
+    """``(line, item)`` where each record of ``json_records`` starts, for counting them.
+
+    JSONL lines are not decoded as JSON (a line that is not blank is a record,
+    valid or not); the items of a JSON array are, one at a time.
+    """
+    if json_kind(stream) == "array":
+        for record in _json_array(text_reader(stream, src), src, what):
+            yield record.line, record.item
+        return
+    for number, line in text_lines(stream, src):
+        if line.strip():
+            yield number, None
+
+
 def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]:
     """Items of a top-level JSON array read in chunks; one item in memory at a time."""
     decoder = json.JSONDecoder()

@@ -118,9 +118,10 @@ def dump_jsonl(exemplars: Iterable[Exemplar]) -> str:
 
 # ---------------------------------------------------------------- text blocks
 
-_HEADER = re.compile(
+EXAMPLE_HEADER = re.compile(
     r"^[ \t]*=+[ \t]*Example[ \t]+(\d+)[ \t]*=+[ \t]*$", re.IGNORECASE | re.MULTILINE
 )
+"""The ``===== Example N =====`` line that starts each exemplar of the text block format."""
 _PROBLEM = re.compile(r"^[ \t]*Example Problem:", re.IGNORECASE | re.MULTILINE)
 _SOLUTION = re.compile(r"^[ \t]*Example Solution:", re.IGNORECASE | re.MULTILINE)
 
@@ -142,7 +143,7 @@ def dump_text_blocks(exemplars: Iterable[Exemplar]) -> str:
 def parse_text_blocks(text: str) -> list[Exemplar]:
     """Read ``===== Example N =====`` / ``Example Problem:`` / ``Example Solution:`` blocks."""
     text = text.lstrip("\ufeff")
-    headers = list(_HEADER.finditer(text))
+    headers = list(EXAMPLE_HEADER.finditer(text))
     if not headers:
         raise ExemplarFormatError(
             "no '===== Example 1 =====' header found; start each exemplar with such a line, "
@@ -157,10 +158,12 @@ def parse_text_blocks(text: str) -> list[Exemplar]:
             line=line,
         )
     out: list[Exemplar] = []
+    line, counted_to = 1, 0  # lines counted as we go: a count from the start is quadratic
     for number, header in enumerate(headers, 1):
         end = headers[number].start() if number < len(headers) else len(text)
         block = text[header.end() : end]
-        line = text[: header.start()].count("\n") + 1
+        line += text.count("\n", counted_to, header.start())
+        counted_to = header.start()
         where = f"example {number} (line {line})"
         problem = _PROBLEM.search(block)
         solution = _SOLUTION.search(block)
@@ -201,17 +204,20 @@ def read_exemplars(text: str, filename_or_format: str) -> list[Exemplar]:
     ``.jsonl``/``.json`` -> JSONL, ``.txt``/``.md`` -> text blocks; ``"auto"``
     sniffs the content (``{`` first means JSONL).
     """
+    if exemplar_format(filename_or_format, text) == "jsonl":
+        return parse_jsonl(text)
+    return parse_text_blocks(text)
+
+
+def exemplar_format(filename_or_format: str, head: str) -> Literal["jsonl", "text"]:
+    """The format :func:`read_exemplars` reads; ``head``: the start of the text, for ``"auto"``."""
     key = filename_or_format.strip().lower()
     if key in ("jsonl", "json") or key.endswith((".jsonl", ".json")):
-        return parse_jsonl(text)
+        return "jsonl"
     if key in ("text", "txt", "blocks") or key.endswith((".txt", ".md")):
-        return parse_text_blocks(text)
+        return "text"
     if key == "auto":
-        return (
-            parse_jsonl(text)
-            if text.lstrip("\ufeff \t\r\n").startswith("{")
-            else parse_text_blocks(text)
-        )
+        return "jsonl" if head.lstrip("\ufeff \t\r\n").startswith("{") else "text"
     raise ExemplarFormatError(
         f"unknown exemplar format {filename_or_format!r}; use a .jsonl file (one JSON object "
         "per line) "

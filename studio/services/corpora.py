@@ -15,7 +15,7 @@ from typing import BinaryIO
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.ingest import IngestError, Limits, read_documents
+from studio.ingest import IngestError, read_documents
 from studio.method.tags import format_information
 from studio.queue import enqueue
 from studio.retrieval import (
@@ -48,12 +48,6 @@ MAX_TOP_K = 50
 _PROGRESS_EVERY_S = 1.0
 
 
-def upload_limits(settings: Settings) -> Limits:
-    return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
-                  max_archive_members=settings.max_archive_members,
-                  max_unpacked_bytes=settings.max_unpacked_bytes)
-
-
 def _params(backend: str, params: dict | None, split_on_blank_lines: bool) -> dict:
     if backend not in BACKENDS:
         raise InvalidInput(f"backend: '{backend}' is not one of {', '.join(BACKENDS)}")
@@ -75,7 +69,7 @@ def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
     with uploads.stage_upload(stream, filename, settings) as staged:
         try:
             documents = sum(1 for _ in read_documents(
-                staged.path, staged.filename, upload_limits(settings),
+                staged.path, staged.filename, uploads.upload_limits(settings),
                 split_text_on_blank_lines=split_on_blank_lines))
         except IngestError as exc:
             raise InvalidInput(str(exc)) from None
@@ -202,7 +196,7 @@ def build_corpus_index(settings: Settings, corpus_id: int) -> dict:
             _update(settings, corpus_id, **counts)
 
     def passages() -> Iterator[Passage]:
-        for doc in read_documents(source, filename, upload_limits(settings),
+        for doc in read_documents(source, filename, uploads.upload_limits(settings),
                                   split_text_on_blank_lines=opts["split_on_blank_lines"]):
             counts["rows_read"] += 1
             yield from split_into_passages(doc.id, doc.title, doc.text, settings.passage_words)

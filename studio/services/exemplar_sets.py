@@ -12,11 +12,10 @@ from typing import BinaryIO
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.ingest import IngestError, decode_text
+from studio.ingest import IngestError, read_exemplar_file
 from studio.method.exemplars import (
     Exemplar,
     ExemplarFormatError,
-    read_exemplars,
     validate_exemplar,
     validate_exemplars,
 )
@@ -111,10 +110,12 @@ def upload_exemplar_set(settings: Settings, actor: Actor, stream: BinaryIO,
                         filename: str | None, name: str) -> dict:
     """A set from a JSONL file or the text block format (`===== Example N =====`)."""
     require_member(actor, "upload exemplar sets")
+    with session_scope(settings.sqlalchemy_url) as session:
+        check_new_name(session, ExemplarSet, name)
     with uploads.stage_upload(stream, filename, settings) as staged:
         try:
-            text = decode_text(staged.path.read_bytes(), staged.filename)
-            exemplars = read_exemplars(text, staged.filename)
+            exemplars = read_exemplar_file(staged.path, staged.filename,
+                                           uploads.upload_limits(settings))
         except (IngestError, ExemplarFormatError) as exc:
             message = str(exc)
             if isinstance(exc, ExemplarFormatError):

@@ -17,7 +17,6 @@ from studio.db import session_scope
 from studio.ingest import IngestError, QARow, read_qa, split_qa
 from studio.services import uploads
 from studio.services.access import Actor, require_member
-from studio.services.corpora import upload_limits
 from studio.services.errors import InvalidInput
 from studio.services.records import (
     by_name_or_404,
@@ -79,7 +78,8 @@ def create_qa_set(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
         name = check_new_name(session, QASet, name)
     with uploads.stage_upload(stream, filename, settings) as staged:
         try:
-            result = read_qa(staged.path, staged.filename, upload_limits(settings), fmt=fmt)
+            result = read_qa(staged.path, staged.filename, uploads.upload_limits(settings),
+                             fmt=fmt)
         except IngestError as exc:
             raise InvalidInput(str(exc)) from None
         with uploads.kept_upload(staged, settings) as path, \

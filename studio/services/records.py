@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TypeVar
 
 from sqlmodel import Session, SQLModel, select
@@ -63,11 +64,22 @@ def by_name_or_404(session: Session, table: type[Row], name: str, kind: str) -> 
     return row
 
 
+def check_printable(value: str, field: str, what: str) -> None:
+    """Refuse a NUL, another control character or a line separator in a name (`what`): they
+    cut names short in files and logs, break lines in listings, and hide in the UI."""
+    for position, char in enumerate(value, start=1):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            raise InvalidInput(
+                f"{field}: the {what} holds a control character (U+{ord(char):04X} at "
+                f"character {position}); use printable characters only")
+
+
 def check_new_name(session: Session, table: type[SQLModel], name: str) -> str:
-    """A stripped, non-empty name not used by another row of `table`."""
+    """A stripped, non-empty, printable name not used by another row of `table`."""
     name = (name or "").strip()
     if not name or len(name) > 128:
         raise InvalidInput("name: give a name of 1 to 128 characters")
+    check_printable(name, "name", "name")
     if session.exec(_named(table, name)).first() is not None:
         raise Conflict(f"name: '{name}' is already used; choose another name or delete the old one")
     return name

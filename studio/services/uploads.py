@@ -2,25 +2,42 @@
 
 A file enters the data directory only under `uploads/<sha256><suffix>`, never
 under a name the user chose; until the caller commits its database row the
-file stays a temporary one, so a rejected upload leaves nothing behind.
+file stays a temporary one, so a rejected upload leaves nothing behind. A
+process killed meanwhile leaves its staging file, which the next start
+removes (`remove_stale_staging`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import secrets
 import shutil
-import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from studio.ingest import Limits
 from studio.services.errors import InvalidInput, TooLarge
+from studio.services.records import check_printable
 from studio.settings import Settings
 
 CHUNK = 1 << 20
+STAGING_PREFIX = "staging-"
+STALE_AFTER_S = 24 * 3600
+"""Age (since the last write) after which a staging file that holds no lock to test is
+stale: receiving and reading an upload takes minutes, never a day."""
+
+
+def upload_limits(settings: Settings) -> Limits:
+    """The limits the readers enforce on one upload, from the settings."""
+    return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
+                  max_archive_members=settings.max_archive_members,
+                  max_unpacked_bytes=settings.max_unpacked_bytes)
 
 
 @dataclass(frozen=True)
@@ -42,11 +59,96 @@ class StagedUpload:
 
 
 def safe_filename(filename: str | None) -> str:
+    """The last component of the user's file name, printable (it reaches messages and rows)."""
     name = Path((filename or "").replace("\\", "/")).name.strip()
     if not name:
         raise InvalidInput("file: the upload has no file name; send the file as a form field "
                            "named 'file' with its name")
+    check_printable(name, "file", "file name")
     return name
+
+
+@contextmanager
+def _staging_file(folder: Path, suffix: str = "", mode: int = 0o600
+                  ) -> Iterator[tuple[BinaryIO, Path]]:
+    """A new file `staging-<random><suffix>` in `folder`, open for writing and locked until
+    the block ends, then removed unless the block renamed it (`remove_stale_staging`)."""
+    while True:
+        path = folder / f"{STAGING_PREFIX}{secrets.token_hex(8)}{suffix}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a cleanup holds it and removes it: make another
+            os.close(fd)
+            continue
+        except OSError:  # a file system without locks: the cleanup goes by age there
+            pass
+        if _names(path, fd):
+            break
+        os.close(fd)  # removed by a cleanup between its creation and the lock
+    out = os.fdopen(fd, "wb")
+    try:
+        yield out, path
+    finally:
+        path.unlink(missing_ok=True)  # before the lock goes, so no one sees it unlocked
+        out.close()
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` is still the file open as `fd`."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(fd))
+    except FileNotFoundError:
+        return False
+
+
+def remove_stale_staging(settings: Settings) -> list[Path]:
+    """Remove the staging files left by processes killed while receiving or keeping an upload.
+
+    Several web processes, on several hosts, may share the data directory, so
+    only files whose writer is surely gone are removed. Each process holds an
+    exclusive lock (flock) on each of its staging files (`tmp/staging-*`, and
+    the `uploads/staging-*.partial` of a copy into place) for as long as the
+    file exists; the kernel drops the lock when the process dies, however it
+    dies (on NFS, the server does once the client's lease ends). So a staging
+    file whose lock can be taken has no live writer and goes, and one whose
+    lock is held stays: this holds across containers and pid namespaces, with
+    no pid to be reused, and at any time, not only at start. Where the file
+    system has no locks, and for the files of older versions, which took none
+    (`tmp/upload-*`, `uploads/*.partial`), a file goes once untouched for
+    `STALE_AFTER_S`. Returns the files removed.
+    """
+    root, now, removed = settings.resolved_data_dir, time.time(), []
+    locked = [*(root / "tmp").glob(f"{STAGING_PREFIX}*"),
+              *(root / "uploads").glob(f"{STAGING_PREFIX}*.partial")]
+    unlocked = [*(root / "tmp").glob("upload-*"),
+                *(p for p in (root / "uploads").glob("*.partial") if p not in locked)]
+    candidates = [(path, True) for path in locked] + [(path, False) for path in unlocked]
+    for path, locked_by_writer in sorted(candidates):
+        try:  # read-write: NFS grants an exclusive lock only on a file open for writing
+            fd = os.open(path, os.O_RDWR)
+        except OSError:  # gone already, a folder, or not ours to lock
+            continue
+        try:
+            if _is_stale(fd, now, locked_by_writer):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _is_stale(fd: int, now: float, locked_by_writer: bool) -> bool:
+    """Whether no live process writes the open file `fd` (see `remove_stale_staging`)."""
+    if locked_by_writer:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+    return now - os.fstat(fd).st_mtime > STALE_AFTER_S
 
 
 @contextmanager
@@ -59,24 +161,20 @@ def stage_upload(stream: BinaryIO, filename: str | None, settings: Settings
     name = safe_filename(filename)
     tmp_dir = settings.resolved_data_dir / "tmp"
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix="upload-")
-    path = Path(tmp_name)
     digest, size = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            while chunk := stream.read(CHUNK):
-                size += len(chunk)
-                if size > settings.max_upload_bytes:
-                    raise TooLarge(
-                        f"{name}: larger than the limit of {settings.max_upload_bytes} bytes; "
-                        "split it or raise STUDIO_MAX_UPLOAD_BYTES")
-                digest.update(chunk)
-                out.write(chunk)
+    with _staging_file(tmp_dir) as (out, path):
+        while chunk := stream.read(CHUNK):
+            size += len(chunk)
+            if size > settings.max_upload_bytes:
+                raise TooLarge(
+                    f"{name}: larger than the limit of {settings.max_upload_bytes} bytes; "
+                    "split it or raise STUDIO_MAX_UPLOAD_BYTES")
+            digest.update(chunk)
+            out.write(chunk)
+        out.flush()
         if size == 0:
             raise InvalidInput(f"{name}: the file is empty")
         yield StagedUpload(path=path, filename=name, sha256=digest.hexdigest(), size=size)
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def keep(staged: StagedUpload, settings: Settings) -> tuple[Path, bool]:
@@ -89,9 +187,11 @@ def keep(staged: StagedUpload, settings: Settings) -> tuple[Path, bool]:
     target = folder / f"{staged.sha256}{staged.suffix}"
     if target.exists():
         return target, False
-    partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(staged.path, partial)
-    os.replace(partial, target)
+    with _staging_file(folder, ".partial", mode=0o666) as (out, partial):  # a copy's mode
+        with open(staged.path, "rb") as source:
+            shutil.copyfileobj(source, out, CHUNK)
+        out.flush()
+        os.replace(partial, target)
     return target, True
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import stat
 import zipfile
 from pathlib import Path
 
@@ -321,9 +322,9 @@ def test_parquet_errors(tmp_path: Path):
     path = _parquet(tmp_path / "d", pa.table({"text": ["a", "b", "c"]}))
     with pytest.raises(IngestError) as info:
         list(read_documents(path, "c.parquet", Limits(max_rows=2)))
-    assert str(info.value) == ("c.parquet: the file has 3 rows, more than the limit of 2 "
-                               "documents for one upload (setting STUDIO_MAX_UPLOAD_ROWS); split "
-                               "the corpus into several uploads or raise the limit")
+    assert str(info.value) == ("c.parquet row 3: more than 2 documents, the limit for one "
+                               "upload (setting STUDIO_MAX_UPLOAD_ROWS); split the corpus into "
+                               "several uploads or raise the limit")
     bad = tmp_path / "e"
     bad.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(IngestError, match=r"^c\.parquet: not a valid Parquet file \("):
@@ -435,6 +436,33 @@ def test_zip_slip_members_are_refused(tmp_path: Path, name: str):
     assert str(err) == (f'archive.zip: member "{name}" has an unsafe path (absolute, or with '
                         '".."); create the archive again from inside the folder, with relative '
                         "paths")
+
+
+def symlink_zip(name: str, target: str, others: dict[str, str]) -> bytes:
+    """A zip holding a symbolic link, as `zip -y` stores one: Unix mode S_IFLNK, the target as
+    the member's content."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for other, text in others.items():
+            archive.writestr(other, text)
+        link = zipfile.ZipInfo(name)
+        link.create_system = 3
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(link, target)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name", ["docs/passwd.txt", ".hidden-link.txt"])
+def test_symlink_members_are_refused(tmp_path: Path, name: str):
+    data = symlink_zip(name, "/etc/passwd", {"ok.jsonl": '{"text": "a"}'})
+    err = error(tmp_path, data, "archive.zip")
+    assert str(err) == (f'archive.zip: member "{name}" is a symbolic link; the studio reads only '
+                        "the files themselves: create the archive again without links (zip "
+                        "without -y, or with the linked files copied in)")
+    nested = zip_bytes({"a.txt": "fine", "inner.zip": symlink_zip("b.txt", "../../x", {})})
+    err = error(tmp_path, nested, "outer.zip")
+    assert str(err).startswith('outer.zip: inner.zip: member "b.txt" is a symbolic link; ')
+    assert (err.filename, err.member) == ("outer.zip", "inner.zip")
 
 
 def test_zip_limits(tmp_path: Path):

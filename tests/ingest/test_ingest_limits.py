@@ -1,0 +1,198 @@
+"""The row limit is enforced while reading: every reader refuses the first row past it, with
+where that row is and the setting, in memory that does not grow with the file."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import tracemalloc
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from studio.ingest import (
+    IngestError,
+    Limits,
+    TooManyRows,
+    read_documents,
+    read_exemplar_file,
+    read_qa,
+)
+
+CORPUS_HINT = "split the corpus into several uploads or raise the limit"
+FILE_HINT = "split the file or raise the limit"
+
+
+def _zip(members: dict[str, str | bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+HOTPOT_ITEM = b'{"_id": null, "question": "q", "answer": "a", "level": "%s"}' % (b"x" * 100)
+"""Long enough that the smaller file of the memory test already spans several read chunks."""
+
+
+def _read_corpus(path: Path, filename: str, limits: Limits) -> int:
+    return sum(1 for _ in read_documents(path, filename, limits, split_text_on_blank_lines=True))
+
+
+def _read_qa(path: Path, filename: str, limits: Limits) -> int:
+    return len(read_qa(path, filename, limits).rows)
+
+
+def _read_exemplars(path: Path, filename: str, limits: Limits) -> int:
+    return len(read_exemplar_file(path, filename, limits))
+
+
+# Each case: the user's file name, the reader, the file's bytes for n rows, where the message
+# places the row past a limit of n (n + 1 rows in the file), and what a row is called.
+CASES: dict[str, tuple[str, Callable, Callable[[int], bytes], Callable[[int], str], str]] = {
+    "qa-csv": ("qa.csv", _read_qa, lambda n: b"question,answer\n" + b"q,a\n" * n,
+               lambda n: f" line {n + 2}", "questions"),
+    "qa-jsonl": ("qa.jsonl", _read_qa, lambda n: b'{"question": "q", "answer": "a"}\n' * n,
+                 lambda n: f" line {n + 1}", "questions"),
+    "hotpotqa-json-array": (
+        "hotpot.json", _read_qa,
+        lambda n: b"[" + b",\n".join([HOTPOT_ITEM] * n) + b"]",
+        lambda n: f" item {n + 1} (line {n + 1})", "questions"),
+    "corpus-txt-paragraphs": ("notes.txt", _read_corpus, lambda n: b"p\n\n" * n,
+                              lambda n: f" line {2 * n + 1}", "documents"),
+    "corpus-csv": ("c.csv", _read_corpus, lambda n: b"text\n" + b"t\n" * n,
+                   lambda n: f" line {n + 2}", "documents"),
+    "corpus-jsonl": ("c.jsonl", _read_corpus, lambda n: b'{"text": "t"}\n' * n,
+                     lambda n: f" line {n + 1}", "documents"),
+    "corpus-zip": ("c.zip", _read_corpus,
+                   lambda n: _zip({"a.txt": "whole", "b.jsonl": '{"text": "t"}\n' * (n - 1)}),
+                   lambda n: f": b.jsonl line {n}", "documents"),
+    "exemplars-jsonl": ("ex.jsonl", _read_exemplars,
+                        lambda n: b'{"question": "q", "solution": "s"}\n' * n,
+                        lambda n: f" line {n + 1}", "exemplars"),
+    "exemplars-text-blocks": (
+        "ex.txt", _read_exemplars,
+        lambda n: b"===== Example 1 =====\nExample Problem: q\nExample Solution: s\n" * n,
+        lambda n: f" line {3 * n + 1}", "exemplars"),
+}
+
+
+def _refusal(tmp_path: Path, case: str, limit: int) -> tuple[IngestError, int]:
+    """Read a file of limit + 1 rows with the limit; the error and the peak traced memory."""
+    filename, read, data, _, _ = CASES[case]
+    path = tmp_path / f"upload-{limit}"
+    path.write_bytes(data(limit + 1))
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooManyRows) as info:
+            read(path, filename, Limits(max_rows=limit))
+        return info.value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_first_row_past_the_limit_is_refused_in_constant_memory(tmp_path: Path, case: str):
+    filename, _, _, place, what = CASES[case]
+    hint = CORPUS_HINT if what == "documents" else FILE_HINT
+    small, small_peak = _refusal(tmp_path, case, 10_000)
+    err, peak = _refusal(tmp_path, case, 50_000)
+    assert str(err) == (f"{filename}{place(50_000)}: more than 50000 {what}, the limit for one "
+                        f"upload (setting STUDIO_MAX_UPLOAD_ROWS); {hint}")
+    assert str(small) == (f"{filename}{place(10_000)}: more than 10000 {what}, the limit for "
+                          f"one upload (setting STUDIO_MAX_UPLOAD_ROWS); {hint}")
+    # Memory does not grow with the rows read before the refusal. Rows kept as they are read
+    # would: their ids alone (the least a reader keeps) take about 90 bytes a row, 3.6 MB for
+    # the 40,000 more rows of the larger file. The slack: a JSON array is read in chunks of
+    # 1 MiB, and where its items fall across chunks moves its peak by up to one chunk.
+    assert peak < small_peak + (3 << 19), (peak, small_peak)
+    assert peak < 4 << 20, peak
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_file_at_the_limit_is_read_whole(tmp_path: Path, case: str):
+    filename, read, data, _, _ = CASES[case]
+    path = tmp_path / "upload"
+    path.write_bytes(data(7))
+    assert read(path, filename, Limits(max_rows=7)) == 7
+
+
+# Files whose rows are not one a line: the counting pass counts what the reader reads, so a
+# file at the limit is read and one row more is refused.
+TRICKY = {
+    "qa-csv-multiline-cells": (
+        "qa.csv", _read_qa,
+        b'question,answer\n"two\nlines",a\n\n"q2",b\r\n"x, ""y""",c\n', 3),
+    "qa-jsonl-blank-lines": (
+        "qa.jsonl", _read_qa,
+        b'\n{"question": "q", "answer": "a"}\n  \n\n{"question": "r", "answer": "b"}\r\n', 2),
+    "corpus-markdown-fences-and-headings": (
+        "notes.md", _read_corpus,
+        b"# Title\n\nfirst\nstill first\n\n```\ncode\n\nstill code\n```\n## Next\nsecond\n", 3),
+    "corpus-utf16-tsv": (
+        "c.tsv", _read_corpus, "text\tid\nun\t1\n\ndeux\t2\n".encode("utf-16"), 2),
+    "corpus-zip-in-a-zip": (
+        "c.zip", _read_corpus,
+        _zip({"a.txt": "one\n\ntwo", "in.zip": _zip({"b.csv": "text\nx\ny\n"})}), 4),
+    "exemplars-jsonl-with-a-carriage-return": (
+        "ex.jsonl", _read_exemplars,
+        b'{"question": "q", "solution": "s"}\r{"question": "r", "solution": "t"}\n\n', 2),
+}
+
+
+@pytest.mark.parametrize("case", TRICKY)
+def test_the_count_matches_the_reader(tmp_path: Path, case: str):
+    filename, read, data, rows = TRICKY[case]
+    path = tmp_path / "upload"
+    path.write_bytes(data)
+    assert read(path, filename, Limits(max_rows=rows)) == rows
+    with pytest.raises(TooManyRows, match=f"more than {rows - 1} "):
+        read(path, filename, Limits(max_rows=rows - 1))
+
+
+def test_other_problems_are_reported_in_file_order(tmp_path: Path):
+    """The counting pass stops at a problem it meets (here a bad byte) without a word: the
+    reading pass reports the first problem of the file (the repeated id before it)."""
+    path = tmp_path / "upload"
+    path.write_bytes(b'{"id": "a", "text": "t"}\n{"id": "a", "text": "u"}\n\xff\n'
+                     + b'{"text": "v"}\n' * 5)
+    with pytest.raises(IngestError) as info:
+        list(read_documents(path, "c.jsonl", Limits(max_rows=3)))
+    assert not isinstance(info.value, TooManyRows)
+    assert str(info.value).startswith('c.jsonl line 2: id "a" is already used by an earlier '
+                                      "document")
+    path.write_bytes(b'{"text": "t"}\n' * 4 + b"\xff\n")
+    with pytest.raises(TooManyRows, match=r"^c\.jsonl line 4: more than 3 documents"):
+        list(read_documents(path, "c.jsonl", Limits(max_rows=3)))
+
+
+def test_parquet_is_refused_from_its_metadata(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "upload"
+    pq.write_table(pa.table({"text": ["t"] * 50_001}), path)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooManyRows) as info:
+            next(read_documents(path, "c.parquet", Limits(max_rows=50_000)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(info.value) == ("c.parquet row 50001: more than 50000 documents, the limit for "
+                               f"one upload (setting STUDIO_MAX_UPLOAD_ROWS); {CORPUS_HINT}")
+    assert peak < 4 << 20, peak
+
+
+def test_the_upload_benchmark_runs_with_a_small_limit(capsys):
+    spec = importlib.util.spec_from_file_location(
+        "bench_uploads", Path(__file__).resolve().parents[2] / "bench" / "uploads.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--rows", "2000", "--accepted-rows", "1000"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| QA CSV |")]
+    assert [cells[2].strip() for cells in rows][:1] == ["line 2002"]
+    assert len(rows) == 2 and float(rows[1][1]) > 0
