@@ -1,4 +1,5 @@
-"""The Team page: who you are and your API tokens; for admins, the users and their roles.
+"""The Team page: your API tokens; for admins, the users and their roles. Who is signed in,
+with what role (`who_markdown`), stands above every page.
 
 Every action calls the same services as the API (`/api/v1/users`, `/api/v1/tokens`) and
 the CLI (`studio user ...`), which check the role: a member or a viewer who reaches the
@@ -68,7 +69,7 @@ def users_view(settings: Settings, actor: Actor):
 
 
 def page_view(settings: Settings, actor: Actor):
-    return who_markdown(actor), *tokens_view(settings, actor), *users_view(settings, actor)
+    return *tokens_view(settings, actor), *users_view(settings, actor)
 
 
 def new_token(settings: Settings, actor: Actor, name: str):
@@ -121,7 +122,6 @@ def change_user(settings: Settings, actor: Actor, username: str | None, action: 
 
 
 def build(settings: Settings) -> None:
-    who = gr.Markdown(elem_id="team-who")
     gr.Markdown("### Your API tokens\nFor scripts and CI: `Authorization: Bearer <token>` on "
                 "`/api/v1`. A token acts as you, with your role as it is at each request.")
     tokens = dataframe(TOKEN_COLUMNS, elem_id="team-tokens")
@@ -157,7 +157,7 @@ def build(settings: Settings) -> None:
                               elem_id="team-password")
         user_message = gr.Markdown(elem_id="team-user-message")
 
-    outputs = [who, tokens, token_pick, admin_section, users, user_pick]
+    outputs = [tokens, token_pick, admin_section, users, user_pick]
     refresh = acting(settings, page_view)
     on_show(refresh, outputs=outputs)
 

@@ -29,12 +29,12 @@ from studio.settings import Settings
 
 def validation_message(exc: RequestValidationError) -> str:
     """FastAPI's validation errors as the studio's one line: each problem after its field
-    (`k: Input should be less than or equal to 50; body.name: Field required`), without
+    (`k: Input should be less than or equal to 50; name: Field required`), without
     echoing the value sent (it may be a secret, or megabytes)."""
     problems = []
     for error in exc.errors():
         where = [str(part) for part in error["loc"]]
-        if where and where[0] in ("query", "path", "header", "cookie"):
+        if len(where) > 1 and where[0] in ("query", "path", "header", "cookie", "body"):
             where = where[1:]
         problems.append(f"{'.'.join(where) or 'request'}: {error['msg']}")
     return "; ".join(problems)

@@ -110,6 +110,34 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
     assert "attempt 1 on cpu@" in log and "attempt 2 on cpu@" in log
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+def test_a_deleted_runs_message_trains_no_other_run(studio, tmp_path):
+    """A run deleted while its message waits in the queue: its id is not handed out again,
+    and a message naming another run with a job key not its own does nothing (before
+    migration 0009 the deleted run's message trained the next run of the same id)."""
+    settings, model = studio
+    actor = admin(settings)
+    deleted = runs.create_run(settings, actor, tiny_config(model))  # its message is queued
+    stale_key = job_key(settings, deleted["id"])
+    runs.cancel_run(settings, actor, deleted["id"])
+    runs.delete_run(settings, actor, deleted["id"])
+    waiting = runs.create_run(settings, actor, tiny_config(model), start=False)
+    assert waiting["id"] > deleted["id"], "a deleted run's id is never handed out again"
+    with running_worker(settings.resolved_data_dir, tmp_path / "worker.log",
+                        database_url=settings.database_url, heartbeat_seconds="1"):
+        celery = make_celery(settings)
+        stale = celery.send_task(runs.TRAIN_TASK, args=[waiting["id"], 1, stale_key],
+                                 queue="cpu")
+        assert stale.get(timeout=120) == RunState.queued
+        no_key = celery.send_task(runs.TRAIN_TASK, args=[waiting["id"], 1], queue="cpu")
+        assert no_key.get(timeout=120) == RunState.queued
+    run = runs.get_run(settings, waiting["id"])
+    assert (run["state"], run["attempt"], run["worker"]) == ("queued", 1, None)
+    assert _steps(settings, waiting["id"]) == [], "nothing was trained"
+    assert "was for another run" in (tmp_path / "worker.log").read_text()
+
+
 def test_the_quick_start_preset_from_the_command_line(tmp_path):
     """`--preset quick-start` instead of a file: the demo pack stored if missing, the studio's
     default model, the preset's stages; a file and a preset together, or an unknown preset,
@@ -191,7 +219,7 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
     assert "warning: grpo.max_prompt_tokens: the first stage (2 exemplars)" in checked.stdout
 
     with running_worker(settings.resolved_data_dir, tmp_path / "worker.log",
-                        heartbeat_seconds="1"):
+                        database_url=settings.database_url, heartbeat_seconds="1"):
         launched = cli("run", "launch", str(good), "--wait")
         assert launched.returncode == 0, launched.stdout + launched.stderr
         out = launched.stdout.splitlines()

@@ -1,0 +1,138 @@
+"""Roles in Chromium against a live `studio up`: the admin adds a viewer and a member on the
+Team page; the viewer reads but every change is refused with a plain message; the member
+uploads its own data but may not cancel the admin's run; a disabled member is signed out at
+once. Screenshots go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from playwright.sync_api import Page
+
+from studio.services import runs
+from studio.settings import Settings
+from tests.support.actors import admin
+from tests.support.browser import sign_in
+from tests.support.studio_ui import StudioUI, studio_in_browser
+from tests.support.tiny_model import build_tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory) -> StudioUI:
+    model = str(build_tiny_model(tmp_path_factory.mktemp("tiny-model")))
+    with studio_in_browser(tmp_path_factory.mktemp("studio-roles"),
+                           default_model=model) as studio:
+        yield studio
+    assert "Traceback" not in studio.log.read_text(), studio.log.read_text()[-5000:]
+
+
+def _add_user(ui: StudioUI, name: str, role: str) -> str:
+    """The admin adds `name` on the Team page; the password it shows once."""
+    ui.open("Team")
+    ui.page.fill("#team-new-user textarea, #team-new-user input", name)
+    ui.choose("#team-new-role", role)
+    ui.page.click("#team-add-user")
+    ui.wait_text("#team-user-message", f"Added {name} ({role})")
+    password = ui.page.locator("#team-password textarea, #team-password input").input_value()
+    assert len(password) >= 8
+    return password
+
+
+def _as(ui: StudioUI, name: str, password: str) -> StudioUI:
+    """A second browser context signed in as `name`."""
+    context = ui.page.context.browser.new_context(viewport={"width": 1400, "height": 1000})
+    page: Page = context.new_page()
+    sign_in(page, ui.base, name, password)
+    return StudioUI(page, ui.base, ui.data_dir, ui.log)
+
+
+def _admins_run(ui: StudioUI, name: str) -> int:
+    """A run of the admin's, queued with no message sent (nothing trains it)."""
+    settings = Settings(data_dir=ui.data_dir)
+    config = {"name": name, "model": str(build_tiny_model(ui.data_dir / "tiny")),
+              "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"},
+              "curriculum": {"stages": [{"exemplars": 0, "steps": 1}]}}
+    return runs.create_run(settings, admin(settings), config, start=False)["id"]
+
+
+@pytest.fixture(scope="module")
+def passwords() -> dict[str, str]:
+    """The passwords the admin hands over, for the later tests of the module."""
+    return {}
+
+
+def _choose_run(ui: StudioUI, run_id: int, name: str) -> None:
+    ui.wait_text("#runs-table", name)
+    ui.choose("#runs-chosen", f"#{run_id} {name} · queued")
+
+
+def _toast(ui: StudioUI) -> str:
+    toast = ui.page.locator(".toast-body").first
+    toast.wait_for(timeout=30_000)
+    return toast.inner_text()
+
+
+def test_an_admin_adds_users_and_sees_them(ui, passwords):
+    ui.open("Data")
+    ui.page.click("#load-demo")
+    ui.wait_text("#demo-message", "Demo pack loaded")
+    ui.wait_text("#corpus-table", "done:", timeout=90)
+    passwords.update(vera=_add_user(ui, "vera", "viewer"), mike=_add_user(ui, "mike", "member"))
+    rows = ui.table_rows("#team-users")
+    assert [row[1:4] for row in rows] == [["admin", "admin", "active"],
+                                          ["vera", "viewer", "active"],
+                                          ["mike", "member", "active"]]
+    assert "Signed in as admin (admin)" in ui.wait_text("#signed-in", "Signed in as")
+    ui.screenshot("team-admin")
+
+
+def test_a_viewer_reads_everything_and_changes_nothing(ui, passwords):
+    vera = _as(ui, "vera", passwords["vera"])
+    assert "(viewer)" in vera.wait_text("#signed-in", "Signed in as vera")
+    vera.open("Team")
+    assert not vera.page.locator("#team-users").is_visible(), "no admin section"
+
+    vera.open("Data")
+    vera.wait_text("#corpus-table", "demo")  # reads the team's data
+    vera.page.click("#load-demo")
+    told = vera.wait_text("#demo-message", "not loaded")
+    assert "vera is a viewer and may not load the demo pack" in told
+
+    run_id = _admins_run(ui, "admins-first-run")
+    vera.open("Runs")
+    _choose_run(vera, run_id, "admins-first-run")
+    vera.page.click("#runs-cancel")
+    assert f"vera is a viewer and may not cancel run {run_id}" in _toast(vera)
+    settings = Settings(data_dir=ui.data_dir)
+    assert runs.get_run(settings, run_id)["state"] == "queued", "nothing changed"
+    vera.screenshot("roles-viewer-refused")
+    vera.page.context.close()
+
+
+def test_a_member_creates_its_own_but_not_anothers(ui, passwords, tmp_path):
+    mike = _as(ui, "mike", passwords["mike"])
+    mike.open("Data")
+    corpus = tmp_path / "mine.jsonl"
+    corpus.write_text(json.dumps({"text": "the harbour of Ondrell"}) + "\n")
+    mike.page.set_input_files("#corpus-file input[type=file]", str(corpus))
+    mike.page.click("#upload-corpus")
+    assert "Stored corpus 'mine'" in mike.wait_text("#corpus-message", "Stored corpus")
+
+    run_id = _admins_run(ui, "admins-second-run")
+    mike.open("Runs")
+    _choose_run(mike, run_id, "admins-second-run")
+    mike.page.click("#runs-cancel")
+    assert f"mike may not cancel run {run_id}: it belongs to another user" in _toast(mike)
+    mike.screenshot("roles-member-refused")
+
+    ui.open("Team")
+    ui.choose("#team-user-pick", "mike")
+    ui.page.click("#team-disable")
+    ui.wait_text("#team-user-message", "mike is disabled")
+    mike.page.reload()
+    mike.page.wait_for_url("**/login**", timeout=30_000)
+    mike.page.context.close()
