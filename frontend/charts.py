@@ -5,7 +5,8 @@ run's event rows (stage changes are drawn as dotted lines labelled with the
 new exemplar count, warnings as red lines with a marker that carries the
 message). Figures are built as plain plotly JSON: plotly's per-property
 validation took ~0.3 s for the live panels of a 1,000-step run, most of a
-page load's budget; tests validate the dicts with `plotly.graph_objects`.
+page load's budget; tests validate the dicts with `plotly.graph_objects`. Plotly reads
+HTML tags in names, labels and hover text: run names and messages are escaped.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import functools
 
 import plotly.io as pio
 from gradio.components.plot import PlotData
+
+from studio.escaping import html_text
 
 # (panel title, [(metric key, line label)]); penalty rates are added per penalty found
 LIVE_PANELS: list[tuple[str, list[tuple[str, str]]]] = [
@@ -71,12 +74,14 @@ def _grid(titles: list[str], top: float = 30) -> dict:
 
 
 def _line(rows: list[dict], key: str, label: str, index: int, colour: str, **extra) -> dict:
+    """One curve, named `label` (as text) in its legend and hover box."""
     pairs = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
     n = _suffix(index)
-    return {"type": "scatter", "mode": "lines", "name": label, "xaxis": f"x{n}",
+    return {"type": "scatter", "mode": "lines", "name": html_text(label), "xaxis": f"x{n}",
             "yaxis": f"y{n}", "x": [p[0] for p in pairs], "y": [p[1] for p in pairs],
             "line": {"width": 1.6, "color": colour},
-            "hovertemplate": f"{label}: %{{y:.3g}} at step %{{x}}<extra></extra>", **extra}
+            # the name by reference: one typed into the template would be read as one
+            "hovertemplate": "%{fullData.name}: %{y:.3g} at step %{x}<extra></extra>", **extra}
 
 
 def penalty_keys(rows: list[dict]) -> list[str]:
@@ -127,7 +132,7 @@ def _mark_events(layout: dict, data: list, events: list[dict], panels: int) -> N
         layout["annotations"].append({
             "x": x, "y": 0, "xref": "x", "yref": "y domain", "xanchor": "left",
             "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": "#374151"},
-            "text": f"{(event.get('data') or {}).get('to', '?')} ex."})
+            "text": f"{html_text((event.get('data') or {}).get('to', '?'))} ex."})
     warnings = [e for e in events if e["kind"] == "warning"]
     for event in warnings:
         shapes += [_vline(event["step"], i, color="#dc2626", width=1) for i in range(panels)]
@@ -137,7 +142,8 @@ def _mark_events(layout: dict, data: list, events: list[dict], panels: int) -> N
                      "showlegend": False, "xaxis": f"x{n}", "yaxis": f"y{n}",
                      "x": [e["step"] for e in warnings], "y": [0] * len(warnings),
                      "marker": {"symbol": "triangle-up", "size": 12, "color": "#dc2626"},
-                     "hovertext": [e["message"] for e in warnings], "hoverinfo": "text"})
+                     "hovertext": [html_text(e["message"]) for e in warnings],
+                     "hoverinfo": "text"})
     layout["shapes"] = shapes
 
 

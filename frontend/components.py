@@ -7,7 +7,6 @@ field and say what to do; these helpers only lay them out for a reader.
 from __future__ import annotations
 
 import functools
-import html
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import Any, BinaryIO
 
 import gradio as gr
 
+from studio.escaping import html_text, markdown_text
 from studio.services.access import Actor
 from studio.services.auth import actor_named
 from studio.services.errors import UserError
@@ -34,19 +34,14 @@ def problems(message: str) -> list[str]:
     return [part.strip() for part in _NEXT_FIELD.split(message) if part.strip()]
 
 
-def escape(text: str) -> str:
-    """Text shown in Markdown as typed: tags like <search> stay visible instead of vanishing."""
-    return html.escape(str(text), quote=False)
-
-
 def error_markdown(message: str, heading: str = "Could not do that") -> str:
     """An error for a reader: a heading, then one bullet per problem."""
-    items = "\n".join(f"- {escape(p)}" for p in problems(message))
+    items = "\n".join(f"- {markdown_text(p)}" for p in problems(message))
     return f"**✗ {heading}:**\n\n{items}"
 
 
 def ok_markdown(message: str) -> str:
-    return f"**✓ {escape(message)}**"
+    return f"**✓ {markdown_text(message)}**"
 
 
 def empty_state(what: str, next_step: str) -> str:
@@ -55,14 +50,15 @@ def empty_state(what: str, next_step: str) -> str:
 
 
 def toast_user_errors(fn: Callable) -> Callable:
-    """Turn a service's UserError into an error toast with its message (others stay bugs)."""
+    """Turn a service's UserError into an error toast with its message (others stay bugs).
+    Toasts render HTML: the message, which may quote names and values, is escaped."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(html_text(exc), print_exception=False) from None
 
     return wrapper
 

@@ -2,10 +2,14 @@
 not trained on (the spans the loss mask zeros), its reward and token counts.
 
 Rollout rows come from the runs services: `segments` are
-`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`.
+`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Questions, answers and
+model output are shown as text (`studio.escaping`): the highlighted text is a component's text;
+what goes into Markdown is escaped.
 """
 
 from __future__ import annotations
+
+from studio.escaping import markdown_text
 
 NOT_TRAINED = "information (not trained on)"
 PREFIX = "prompt prefix"
@@ -49,9 +53,9 @@ def header_markdown(rollout: dict) -> str:
     """Step, stage, exemplars, reward and its breakdown, advantage, question and gold answers."""
     b = rollout.get("breakdown") or {}
     penalties = b.get("penalties") or {}
-    penalty_text = ", ".join(f"{name.replace('_', ' ')} −{value:g}"
+    penalty_text = ", ".join(f"{markdown_text(name.replace('_', ' '))} −{value:g}"
                              for name, value in penalties.items()) or "none"
-    gold = " / ".join(rollout.get("golden_answers") or []) or "–"
+    gold = " / ".join(markdown_text(a) for a in rollout.get("golden_answers") or []) or "–"
     return (
         f"**Step {rollout['step']}** · stage {rollout['stage'] + 1} · "
         f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} in the prompt"
@@ -59,8 +63,8 @@ def header_markdown(rollout: dict) -> str:
         f"**Reward {_fmt(rollout['reward'])}** (accuracy {_fmt(b.get('acc'))}, "
         f"format {_fmt(b.get('format'))}; penalties: {penalty_text}) · "
         f"**advantage {_fmt(rollout['advantage'], signed=True)}**  \n"
-        f"**Question:** {rollout['question']}  \n"
-        f"**Gold:** {gold} · **model's answer:** {b.get('answer') or '–'}"
+        f"**Question:** {markdown_text(rollout['question'])}  \n"
+        f"**Gold:** {gold} · **model's answer:** {markdown_text(b.get('answer') or '–')}"
     )
 
 
@@ -81,12 +85,9 @@ TOKEN_HEADERS = ["#", "written by", "tags", "tokens", "trained on", "text"]
 
 def token_table(rollout: dict) -> str:
     """`token_rows` as a Markdown table (light enough to sit, hidden, in every rollout card)."""
-    def cell(value) -> str:
-        text = str(value).replace("`", "'").replace("|", "\\|")
-        return f"`{text}`" if "<" in text else text
-
     lines = ["| " + " | ".join(TOKEN_HEADERS) + " |", "|" + "---|" * len(TOKEN_HEADERS)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in token_rows(rollout)]
+    lines += ["| " + " | ".join(markdown_text(v) for v in row) + " |"
+              for row in token_rows(rollout)]
     return "\n".join(lines)
 
 

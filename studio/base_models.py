@@ -241,19 +241,18 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def _as_local_folder(ref: str) -> Path | None:
-    """The folder for ``ref`` if it names an existing local folder, else None."""
+    """The folder for ``ref`` if it names a local model folder, else None (a Hub id).
+
+    A path that is not a model folder gets one message whether or not something exists
+    there: the answer must not tell a user what the server's disk holds.
+    """
     path = Path(ref).expanduser()
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return path.resolve()
-        raise ModelNotAvailable(
-            f"The folder {path} has no config.json, so it is not a Hugging Face model folder: "
-            "point to the folder that holds config.json, the weights and the tokenizer."
-        )
+    if (path / "config.json").is_file():
+        return path.resolve()
     if _looks_like_path(ref):
         raise ModelNotAvailable(
-            f"No such model folder: {path}: check the path, "
-            "or give a Hugging Face Hub id such as owner/name."
+            f"{ref!r} is not a model folder (one that holds config.json, the weights and the "
+            "tokenizer): check the path, or give a Hugging Face Hub id such as owner/name."
         )
     return None
 

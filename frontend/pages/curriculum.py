@@ -11,8 +11,8 @@ from __future__ import annotations
 import gradio as gr
 import plotly.graph_objects as go
 
-from frontend.components import escape
 from frontend.shared import current
+from studio.escaping import markdown_text
 from studio.run_config import AdaptiveSpec, CurriculumSpec
 from studio.services import curricula
 from studio.settings import Settings
@@ -152,18 +152,18 @@ def step_chart(design: dict, described: dict) -> go.Figure:
 def summary(design: dict, described: dict) -> str:
     if not described["starts"]:
         return "**✗ This curriculum cannot be used:**\n\n" + "\n".join(
-            f"- {escape(e)}" for e in described["errors"])
+            f"- {markdown_text(e)}" for e in described["errors"])
     spec = " → ".join(str(s["exemplars"]) for s in design["stages"])
     lines = [f"**{spec}**, {described['total_steps']} steps in all."]
     rule = design.get("adaptive")
     if rule:
-        words = METRIC_WORDS.get(rule["metric"], rule["metric"])
+        words = METRIC_WORDS.get(rule["metric"]) or markdown_text(rule["metric"])
         compare = "at least" if rule["direction"] == "at_least" else "at most"
         lines.append(f"Adaptive: a stage ends when the {words}, averaged over its last "
                      f"{rule['window']} steps, is {compare} {rule['threshold']}; never before "
                      f"{rule['min_steps']} nor after {rule['max_steps']} steps.")
-    lines += [f"- ✗ {escape(e)}" for e in described["errors"]]
-    lines += [f"- ⚠ {escape(w)}" for w in described["warnings"]]
+    lines += [f"- ✗ {markdown_text(e)}" for e in described["errors"]]
+    lines += [f"- ⚠ {markdown_text(w)}" for w in described["warnings"]]
     if not described["warnings"] and not described["errors"]:
         lines.append("- ✓ No warning: this follows what worked in the paper.")
     return "\n".join(lines)

@@ -21,7 +21,6 @@ from frontend.components import (
     dataframe,
     empty_state,
     error_markdown,
-    escape,
     ok_markdown,
     plain,
     table,
@@ -29,6 +28,7 @@ from frontend.components import (
     uploaded,
 )
 from frontend.shared import on_show
+from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
 from studio.services import corpora, exemplar_sets, qa_sets
 from studio.services.access import Actor
@@ -149,7 +149,8 @@ def upload_qa(settings: Settings, actor: Actor, path: str | None, name: str, pur
         return error_markdown(str(exc), "The QA set was not stored")
     notes = qa_notes(qa_set)
     return ok_markdown(f"Stored QA set '{qa_set['name']}' ({qa_set['num_rows']} questions, "
-                       f"{qa_set['format']})") + (f"\n\nNote: {notes}." if notes else "")
+                       f"{qa_set['format']})") + (f"\n\nNote: {markdown_text(notes)}."
+                                                  if notes else "")
 
 
 def upload_exemplars(settings: Settings, actor: Actor, path: str | None, name: str) -> str:
@@ -203,7 +204,8 @@ def preview_qa(settings: Settings, qa_set_id: int | None):
     rows = [{**row, "answers": " | ".join(row["golden_answers"])} for row in page["rows"]]
     shown = f"The first {len(rows)} of {page['total']} questions."
     notes = qa_notes(qa_sets.get_qa_set(settings, qa_set_id))
-    return table(rows, QA_ROW_COLUMNS), shown + (f" Note: {notes}." if notes else "")
+    return table(rows, QA_ROW_COLUMNS), shown + (f" Note: {markdown_text(notes)}."
+                                                 if notes else "")
 
 
 def exemplar_markdown(found: dict) -> str:
@@ -213,8 +215,9 @@ def exemplar_markdown(found: dict) -> str:
     for item in found["exemplars"]:
         answer = f" (answer: {item['answer']})" if item["answer"] else ""
         findings = "\n".join(f"  - {'✗' if f['severity'] == 'error' else '⚠'} "
-                             f"{f['severity']}: {escape(f['message'])}" for f in item["findings"])
-        parts.append(f"**{item['number']}.** {escape(item['question'] + answer)}\n"
+                             f"{f['severity']}: {markdown_text(f['message'])}"
+                             for f in item["findings"])
+        parts.append(f"**{item['number']}.** {markdown_text(item['question'] + answer)}\n"
                      + (findings or "  - ✓ no problem found"))
     return "\n\n".join(parts)
 

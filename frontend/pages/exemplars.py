@@ -15,11 +15,11 @@ from frontend.components import (
     dataframe,
     empty_state,
     error_markdown,
-    escape,
     ok_markdown,
     table,
 )
 from frontend.shared import on_show
+from studio.escaping import code_span, markdown_text
 from studio.run_config import PromptSpec
 from studio.services import exemplar_sets, qa_sets
 from studio.services.access import Actor
@@ -47,8 +47,8 @@ def finding_lines(findings: list[dict]) -> str:
     if not findings:
         return "**✓ Tags look right:** nothing to fix."
     errors = sum(f["severity"] == "error" for f in findings)
-    lines = [f"- {'✗ error' if f['severity'] == 'error' else '⚠ warning'}: {escape(f['message'])}"
-             for f in findings]
+    lines = [f"- {'✗ error' if f['severity'] == 'error' else '⚠ warning'}: "
+             f"{markdown_text(f['message'])}" for f in findings]
     head = f"**{errors} to fix before training**" if errors else "**Only warnings**"
     return head + "\n\n" + "\n".join(lines)
 
@@ -89,7 +89,8 @@ def preview(settings: Settings, stored: list[dict] | None, number: int | None, q
     except UserError as exc:
         return [], "", gr.Radio(choices=ks, value=k), error_markdown(str(exc), "No preview")
     prompts = result["prompts"]
-    note = (f"Counted with the tokenizer of `{result['model']}`; layout `{layout}`. "
+    note = (f"Counted with the tokenizer of {code_span(result['model'])}; layout "
+            f"{code_span(layout)}. "
             f"k = {k}: {prompts[k]['tokens']} tokens.")
     return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], gr.Radio(choices=ks, value=k), note
 

@@ -11,6 +11,7 @@ from PIL import Image
 from frontend import shared
 from frontend.components import plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update, tick_while_shown
+from studio.escaping import html_text, markdown_text
 from studio.services import exports, model_card
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -40,11 +41,12 @@ def table_rows(found: list[dict]) -> list[list]:
 
 
 def download_html(settings: Settings, found: list[dict]) -> str:
-    """Links to the finished zips (the newest first); the file name says run and step."""
+    """Links to the finished zips (the newest first), as HTML for a gr.Markdown (which keeps
+    `download`); the file name, which says run and step, is escaped."""
     links = []
     for e in found:
         if e["target"] == "zip" and plain(e["state"]) == "succeeded":
-            path, name = exports.download(settings, e["id"])
+            path, name = map(html_text, exports.download(settings, e["id"]))
             links.append(f'<a href="/gradio_api/file={path}" download="{name}" '
                          f'class="export-download">⬇ {name}</a>')
     return "<br>".join(links)
@@ -84,7 +86,7 @@ def build(settings: Settings) -> None:
     message = gr.Markdown(elem_id="export-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="export-table",
                          label="Exports of this run")
-    downloads = gr.HTML(elem_id="export-downloads")
+    downloads = gr.Markdown(elem_id="export-downloads")
     with gr.Row(visible=False) as retry_row:
         retry_id = gr.Dropdown(label="Failed export to retry (a Hub push needs the token "
                                "again)", choices=[], scale=2, elem_id="export-retry-id")
@@ -147,7 +149,8 @@ def build(settings: Settings) -> None:
                                      target=to,
                                      step=int(at_step) if at_step else None, repo_id=repo,
                                      private=bool(is_private), token=secret)
-        return (f"Export #{made['id']} queued: {made['message']}.", *progress(run_id),
+        return (f"Export #{made['id']} queued: {markdown_text(made['message'])}.",
+                *progress(run_id),
                 "")  # the token field is emptied: it was handed to the job
 
     followed = [table, downloads, retry_id, retry_row]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from studio.escaping import code_span, markdown_text
 from studio.services.health import health
 from studio.settings import Settings
 
@@ -29,14 +30,15 @@ def status_markdown(settings: Settings) -> str:
     report = health(settings)
     mark = {True: "✓", False: "✗"}
     lines = [
-        f"**Status: {report['status']}**",
+        f"**Status: {markdown_text(report['status'])}**",
         "",
-        f"- {mark[report['database']['ok']]} database `{report['database']['url']}`",
-        f"- {mark[report['broker']['ok']]} job queue `{report['broker']['url']}`",
+        f"- {mark[report['database']['ok']]} database {code_span(report['database']['url'])}",
+        f"- {mark[report['broker']['ok']]} job queue {code_span(report['broker']['url'])}",
     ]
     if report["workers"]:
         for w in report["workers"]:
-            lines.append(f"- ✓ worker `{w['hostname']}` serving {', '.join(w['queues'])}")
+            lines.append(f"- ✓ worker {code_span(w['hostname'])} serving "
+                         f"{markdown_text(', '.join(w['queues']))}")
     else:
         lines.append("- ✗ no worker is running: start one with `studio worker --queues cpu`")
     return "\n".join(lines)

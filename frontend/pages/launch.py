@@ -20,7 +20,6 @@ from frontend.components import (
     choices,
     dataframe,
     error_markdown,
-    escape,
     ok_markdown,
     plain,
     signed_in,
@@ -29,6 +28,7 @@ from frontend.components import (
 from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show
 from studio.base_models import DEFAULT_MODEL
+from studio.escaping import code_span, markdown_text
 from studio.run_config import (
     GrpoSpec,
     LoraSpec,
@@ -211,10 +211,10 @@ def estimate(settings: Settings, actor: Actor, *form) -> tuple[list, str]:
             for s in report["stages"]]
     timing = report["time_estimate"]
     again = " Press the button again to see it." if timing["state"] == "measuring" else ""
-    note = (f"Counted with the tokenizer of `{escape(report['config']['model'])}`.\n\n"
-            f"**Time:** {escape(timing['message'])}.{again}")
+    note = (f"Counted with the tokenizer of {code_span(report['config']['model'])}.\n\n"
+            f"**Time:** {markdown_text(timing['message'])}.{again}")
     if report["warnings"]:
-        note += "\n\n" + "\n".join(f"- {escape(w)}" for w in report["warnings"])
+        note += "\n\n" + "\n".join(f"- {markdown_text(w)}" for w in report["warnings"])
     return table(rows, STAGE_COLUMNS), note
 
 
@@ -236,7 +236,8 @@ def quick_start_estimate(settings: Settings, actor: Actor) -> str:
     lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
              f"prompts up to {s['prompt_tokens']:,} tokens{stage_time(s)}"
              for s in report["stages"]]
-    return "\n".join([f"**Estimate:** {escape(report['time_estimate']['message'])}", *lines])
+    return "\n".join([f"**Estimate:** {markdown_text(report['time_estimate']['message'])}",
+                      *lines])
 
 
 def launch_quick_start(settings: Settings, actor: Actor, follow_on: str
@@ -288,7 +289,8 @@ def launch(settings: Settings, actor: Actor, follow_on: str, *form) -> tuple[int
     return run["id"], ok_markdown(
         f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
         f"queue ({run['total_steps']} steps)") + (
-        f"\n\nTime: {escape(run['time_estimate']['message'])}.\n\nFollow it on {follow_on}.")
+        f"\n\nTime: {markdown_text(run['time_estimate']['message'])}.\n\nFollow it on "
+        f"{follow_on}.")
 
 
 def data_choices(settings: Settings, corpus, train, evals, exemplars):

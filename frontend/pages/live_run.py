@@ -23,6 +23,7 @@ from frontend.rollout_view import (
     token_table,
 )
 from frontend.run_picker import run_choices, run_label, tick_while_shown
+from studio.escaping import html_text, markdown_text
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
 from studio.services.run_progress import RunFollower
@@ -33,21 +34,33 @@ PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
 TICK_SECONDS = 2.0
 NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading data on "
           "**Data**); its curves and rollouts appear here as it trains.")
-CSS = """
-.rollout-card { max-height: 420px; overflow: auto; }
-.rollout-card.full-screen { position: fixed !important; inset: 0; z-index: 1000;
-  max-height: none; background: var(--background-fill-primary); padding: 16px 32px; }
-.rollout-card.full-screen .rollout-card { max-height: none; overflow: visible; }
-.rollout-card .full-only { display: none !important; }
-.rollout-card.full-screen .full-only { display: block !important; }
-.rollout-card.full-screen .card-only { display: none !important; }
-.live-legend span { padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
-  color: white; }
+# A card is full screen while its <details class="full-screen"> is open: the browser toggles
+# it, with no script (the page's Content-Security-Policy allows no script from a string).
+FULL_SCREEN = ('<details class="full-screen"><summary><span class="rollout-open">Open full '
+               'screen</span><span class="rollout-close">✕ Close</span></summary></details>')
+OPEN = ".rollout-card:has(> .rollout-card details.full-screen[open])"  # the group's outer box
+CSS = f"""
+.rollout-card {{ max-height: 420px; overflow: auto; }}
+{OPEN} {{ position: fixed !important; inset: 0; z-index: 1000;
+  max-height: none; background: var(--background-fill-primary); padding: 16px 32px; }}
+{OPEN} .rollout-card {{ max-height: none; overflow: visible; }}
+.rollout-card .full-only {{ display: none !important; }}
+{OPEN} .full-only {{ display: block !important; }}
+.rollout-toggle summary {{ list-style: none; cursor: pointer; display: inline-block;
+  padding: 2px 10px; border: 1px solid var(--border-color-primary); border-radius: 6px;
+  font-size: 13px; }}
+.rollout-toggle summary::-webkit-details-marker {{ display: none; }}
+.rollout-toggle details[open] .rollout-open,
+.rollout-toggle details:not([open]) .rollout-close {{ display: none; }}
+.live-legend span {{ padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
+  color: white; }}
 """
 
 
 def legend_html() -> str:
-    chips = "".join(f'<span style="background:{colour}">{label}</span>'
+    """The colours of the rollout text, as HTML for a gr.Markdown (gr.HTML compiles a
+    template with `new Function`, which the page's Content-Security-Policy refuses)."""
+    chips = "".join(f'<span style="background:{colour}">{html_text(label)}</span>'
                     for label, colour in COLOR_MAP.items())
     return f'<div class="live-legend">{chips}</div>'
 
@@ -71,7 +84,8 @@ STATE_HELP = {
 def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
     """State, step, stage and reward in one line; then what to do, errors and warnings."""
     last = rows[-1] if rows else None
-    parts = [f"**{run_label(run)}**", f"step {run['current_step']} / {run['total_steps']}"]
+    parts = [f"**{markdown_text(run_label(run))}**",
+             f"step {run['current_step']} / {run['total_steps']}"]
     if last:
         parts.append(f"stage {last['stage'] + 1} ({last['exemplars']} exemplars)")
         parts.append(f"reward {last.get('reward_mean') or 0:.2f}")
@@ -79,11 +93,12 @@ def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
     state = plain(run["state"])
     if state in STATE_HELP:
         position = run.get("queue_position")
-        where = f" (#{position} in the {run['queue']} queue)" if position else ""
+        where = f" (#{position} in the {markdown_text(run['queue'])} queue)" if position else ""
         lines.append(f"{state}{where}: {STATE_HELP[state]}.")
     if run["error"]:
-        lines.append(f"**Error:** {run['error'].strip().splitlines()[-1]}")
-    lines += [f"⚠️ step {e['step']}: {e['message']}" for e in events if e["kind"] == "warning"]
+        lines.append(f"**Error:** {markdown_text(run['error'].strip().splitlines()[-1])}")
+    lines += [f"⚠️ step {e['step']}: {markdown_text(e['message'])}" for e in events
+              if e["kind"] == "warning"]
     return "  \n".join(lines)
 
 
@@ -117,27 +132,18 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     return found["items"]
 
 
-def _toggle_full_screen(card_id: str, on: bool) -> str:
-    """Client-side: the card already holds the whole rollout, so no request is needed."""
-    return (f"() => document.getElementById('{card_id}').classList"
-            f".{'add' if on else 'remove'}('full-screen')")
-
-
 def rollout_card(rollout: dict) -> None:
-    """One rollout: header, highlighted text, and (shown full screen) its token table."""
-    card_id = f"rollout-{rollout['id']}"
-    with gr.Group(elem_classes=["rollout-card"], elem_id=card_id):
-        closer = gr.Button("✕ Close", size="sm", elem_classes=["full-only", "rollout-close"])
+    """One rollout: header, highlighted text, and (shown full screen) its token table.
+    Full screen is the browser's own toggle (`FULL_SCREEN`): the card already holds the
+    whole rollout, so no request is needed."""
+    with gr.Group(elem_classes=["rollout-card"], elem_id=f"rollout-{rollout['id']}"):
+        gr.Markdown(FULL_SCREEN, elem_classes=["rollout-toggle"])
         gr.Markdown(header_markdown(rollout))
         gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
-        gr.HTML(legend_html(), elem_classes=["full-only"])
+        gr.Markdown(legend_html(), elem_classes=["full-only"])
         gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
                            show_label=False, elem_classes=["rollout-text"])
         gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
-        opener = gr.Button("Open full screen", size="sm", elem_classes=["card-only",
-                                                                         "rollout-open"])
-    opener.click(None, js=_toggle_full_screen(card_id, True))
-    closer.click(None, js=_toggle_full_screen(card_id, False))
 
 
 def config_path(settings: Settings, run_id: int) -> str:
@@ -167,7 +173,7 @@ def build(settings: Settings) -> None:
             plot = gr.Plot(label="Training curves", elem_id="live-plot", show_label=False)
         with gr.Column(scale=2, elem_id="live-rollouts") as stream:
             gr.Markdown("#### Rollouts")
-            gr.HTML(legend_html())
+            gr.Markdown(legend_html())
             with gr.Row():
                 step = gr.Textbox(label="Step (then Enter)", placeholder="all steps",
                                   elem_id="live-filter-step")

@@ -9,6 +9,7 @@ from frontend import shared
 from frontend.components import plain, signed_in, toast_user_errors
 from frontend.pages import live_run
 from frontend.run_picker import run_dropdown_update, tick_while_shown, utc_minute
+from studio.escaping import markdown_text
 from studio.services import runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -107,13 +108,13 @@ def build(settings: Settings) -> None:
     @toast_user_errors
     def do_cancel(run_id, request: gr.Request):
         run = runs.cancel_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return f"Run #{run['id']} **{run['name']}** is cancelled; its checkpoints and " \
-               "metrics are kept, and *Resume* continues it."
+        return (f"Run #{run['id']} **{markdown_text(run['name'])}** is cancelled; its "
+                "checkpoints and metrics are kept, and *Resume* continues it.")
 
     @toast_user_errors
     def do_resume(run_id, request: gr.Request):
         run = runs.resume_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return (f"Run #{run['id']} **{run['name']}** is queued again (attempt "
+        return (f"Run #{run['id']} **{markdown_text(run['name'])}** is queued again (attempt "
                 f"{run['attempt']}); it continues from its last checkpoint.")
 
     then_refresh(cancel.click(do_cancel, inputs=chosen, outputs=message))
@@ -123,14 +124,16 @@ def build(settings: Settings) -> None:
     def ask_delete(run_id):
         run = runs.get_run(settings, chosen_id(run_id))
         return gr.Row(visible=True), (
-            f"Delete run #{run['id']} **{run['name']}** ({plain(run['state'])}) with its "
-            "checkpoints, metrics, rollouts, evaluations and exports? This cannot be undone.")
+            f"Delete run #{run['id']} **{markdown_text(run['name'])}** ({plain(run['state'])}) "
+            "with its checkpoints, metrics, rollouts, evaluations and exports? This cannot be "
+            "undone.")
 
     @toast_user_errors
     def do_delete(run_id, request: gr.Request):
         name = runs.get_run(settings, chosen_id(run_id))["name"]
         runs.delete_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return gr.Row(visible=False), f"Run #{run_id} **{name}** is deleted.", None
+        message = f"Run #{run_id} **{markdown_text(name)}** is deleted."
+        return gr.Row(visible=False), message, None
 
     delete.click(ask_delete, inputs=chosen, outputs=[confirm_row, confirm_text])
     keep.click(lambda: gr.Row(visible=False), outputs=confirm_row)

@@ -22,6 +22,7 @@ from studio.api.routes import (
     system,
     users,
 )
+from studio.api.security_headers import install_security_headers
 from studio.services.errors import UserError
 from studio.services.run_streams import RunStreams
 from studio.settings import Settings
@@ -44,6 +45,7 @@ def create_api(settings: Settings) -> FastAPI:
     app = FastAPI(title="ICRL Studio", version="0.1.0",
                   docs_url=f"{API_PREFIX}/docs", openapi_url=f"{API_PREFIX}/openapi.json")
     app.state.settings = settings
+    install_security_headers(app)  # CSP, no framing, nosniff on every response
     app.state.run_streams = RunStreams(settings.sqlalchemy_url)  # one poller per followed run
     app.include_router(system.public)
     protected = [Depends(current_user)]

@@ -22,6 +22,7 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
 from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
+from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
 from studio.tables import (
     ACTIVE_STATES,
@@ -115,7 +116,9 @@ def create_evaluation(settings: Settings, actor: Actor, *, qa_set: str | DataRef
     """Evaluate `model` (or run `run_id`'s latest checkpoint: any run of the team) on a QA
     set, searching `corpus` (default: the corpus of the run's plan). Data is named (resolved
     now) or a `DataRef` of a run's plan. `protocol` overrides method.md's evaluation protocol
-    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key."""
+    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key. A model whose
+    tokenizer does not load is refused (422, naming `model`) before anything is stored, as a
+    run's model is."""
     require_member(actor, "evaluate models")
     return _queue_evaluation(settings, actor.id, qa_set=qa_set, corpus=corpus, model=model,
                              run_id=run_id, limit=limit, protocol=protocol, queue=queue,
@@ -149,6 +152,8 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         corpus = corpus or load_plan(settings, run_id).corpus
     if corpus is None:
         raise InvalidInput("corpus: name the corpus the model searches")
+    if run_id is None:  # a run's checkpoint is the studio's own; a named model is checked
+        checked_tokenizer(settings, model)
     with session_scope(settings.sqlalchemy_url) as session:
         qa = _data_row(session, QASet, qa_set, "QA set", "qa_set")
         found = _data_row(session, Corpus, corpus, "corpus", "corpus")
@@ -267,6 +272,7 @@ def _base_and_trained(settings: Settings, owner_id: int | None, run_id: int,
         base_model = base_model or run.config["model"]
         for wanted in qa_set_names:
             _data_row(session, QASet, wanted, "QA set", "qa_sets")
+    checked_tokenizer(settings, base_model, "base_model")
     shared = {"corpus": corpus or load_plan(settings, run_id).corpus, "limit": limit,
               "protocol": protocol, "queue": queue, "start": start}
     created = []

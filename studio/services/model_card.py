@@ -3,7 +3,9 @@
 Everything comes from what the studio stored: the run's plan (its config, the sizes
 and content hashes of its corpus, QA sets and exemplars), its metric rows, and the evaluations
 of the run and of its base model. The UI shows the same card before an
-export (`preview_model_card`).
+export (`preview_model_card`). Names (the run's, the data sets', the model's) and prompt text
+are written as text (`studio.escaping`): nothing in them renders as Markdown or HTML, on the
+Hub or in the page.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import yaml
 
 from studio.base_models import DEFAULT_MODEL
 from studio.db import session_scope
+from studio.escaping import code_span, markdown_text
 from studio.method.prompt import PromptTemplate, build_prompt
 from studio.run_config import LoraSpec, RunConfig
 from studio.services import evaluations, qa_sets, runs
@@ -89,8 +92,8 @@ def _pinned(settings: Settings, table, ref: DataRef | None, describe) -> str:
         row = pinned_row(session, table, ref) if table else None
         size = describe(row) if row is not None else None
     if table and size is None:
-        return f"`{ref.name}` (no longer stored in the studio)"
-    return f"`{ref.name}`: {size or describe(None)} (sha256 `{ref.content_hash[:12]}`)"
+        return f"{markdown_text(ref.name)} (no longer stored in the studio)"
+    return f"{markdown_text(ref.name)}: {size or describe(None)} (sha256 `{ref.content_hash[:12]}`)"
 
 
 def _data_section(settings: Settings, plan: RunPlan) -> str:
@@ -132,14 +135,15 @@ def _hyperparameters_section(config: RunConfig) -> str:
         rows += [["lora.rank", lora.rank], ["lora.alpha", lora.alpha],
                  ["lora.dropout", lora.dropout], ["lora.target_modules", _lora_targets(lora)]]
     rows += [["prompt.layout", config.prompt.layout],
-             ["prompt.assistant_prefix", f"`{config.prompt.assistant_prefix or ''}`"],
+             ["prompt.assistant_prefix", markdown_text(config.prompt.assistant_prefix or "")],
              ["backend", config.backend], ["seed", config.seed]]
     return _table(["parameter", "value"], rows)
 
 
 def _lora_targets(lora: LoraSpec) -> str:
+    """The adapted layers, as the card writes them (as text)."""
     targets = lora.target_modules
-    return targets if isinstance(targets, str) else ", ".join(targets)
+    return markdown_text(targets if isinstance(targets, str) else ", ".join(targets))
 
 
 def _lora_words(lora: LoraSpec) -> str:
@@ -196,10 +200,11 @@ def _latest_evaluations(settings: Settings, run_id: int,
             model = f"this model (after {folder[5:]} steps)" if folder.startswith("step-") \
                 else "this model"
         elif evaluation["run_id"] is None and evaluation["model"] == config.model:
-            model = f"base ({base_model_label(config.model)})"
+            model = f"base ({markdown_text(base_model_label(config.model))})"
         else:
             continue
-        qa_name = names.get(evaluation["qa_set_id"], f"QA set {evaluation['qa_set_id']}")
+        qa_name = markdown_text(names.get(evaluation["qa_set_id"],
+                                          f"QA set {evaluation['qa_set_id']}"))
         latest[(qa_name, model)] = evaluation
     return latest
 
@@ -298,7 +303,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
     latest = _latest_evaluations(settings, run_id, config)
     png = reward_curves_png(metrics)
     curriculum = " -> ".join(str(s.exemplars) for s in config.curriculum.build().stages)
-    base = f"`{base_model_label(config.model)}`"
+    base = code_span(base_model_label(config.model))
     if png:
         first, last = metrics[: max(1, len(metrics) // 10)], metrics[-max(1, len(metrics) // 10):]
         mean = [sum(m.get("reward_mean", 0.0) for m in part) / len(part) for part in (first, last)]
@@ -309,7 +314,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
     else:
         curves = "The run has written no metric rows yet."
     sections = [
-        f"# {run['name']}",
+        f"# {markdown_text(run['name'])}",
         f"{base} trained with in-context reinforcement learning (ICRL) in ICRL Studio to answer "
         f"questions by searching a document collection: GRPO with an exemplar curriculum "
         f"({curriculum} worked examples in the prompt), which aims at a model that calls the "

@@ -26,7 +26,7 @@ from studio.services.access import Actor
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import by_name_or_404
 from studio.services.run_plans import RunPlan, make_plan
-from studio.services.tokenizers import ModelUnavailable, cached_tokenizer
+from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
 from studio.tables import Corpus, CorpusStatus, QAItem, QASet, Role
 
@@ -81,16 +81,6 @@ def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
     return make_plan(config, corpus, train, eval_sets, exemplar_set)
 
 
-def _tokenizer(settings: Settings, model: str):
-    try:
-        return cached_tokenizer(model, str(settings.resolved_data_dir))
-    except ModelUnavailable as exc:
-        raise InvalidInput(str(exc)) from None
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"model: the tokenizer of '{model}' does not load "
-                           f"({type(exc).__name__}: {exc})") from None
-
-
 def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
     """The candidates: the longest questions in characters (the tokenizer then ranks them)."""
     with session_scope(settings.sqlalchemy_url) as session:
@@ -104,7 +94,7 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     tokens its prompts share (the instruction and the exemplars: the engine runs them once
     per step; with sampled exemplars only the part before them)."""
     config = plan.config
-    tokenizer = _tokenizer(settings, config.model)
+    tokenizer = checked_tokenizer(settings, config.model)
     candidates = _longest_questions(settings, plan.train.id)
     longest, shown = longest_prompt_inputs(tokenizer, candidates, plan.exemplar_list(),
                                            config.prompt.exemplar_selection == "sample")

@@ -7,11 +7,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from studio.base_models import ModelNotAvailable, load_tokenizer
-from studio.services.errors import UserError
+from studio.services.errors import InvalidInput, UserError
+from studio.settings import Settings
 
 
 class ModelUnavailable(UserError):
     status_code = 409
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"model: {reason}")
+        self.reason = reason  # what is wrong with the model, without the field
 
 
 @lru_cache(maxsize=4)
@@ -20,4 +25,16 @@ def cached_tokenizer(ref: str, data_dir: str):
     try:
         return load_tokenizer(ref, Path(data_dir))
     except ModelNotAvailable as exc:
-        raise ModelUnavailable(f"model: {exc}") from None
+        raise ModelUnavailable(str(exc)) from None
+
+
+def checked_tokenizer(settings: Settings, ref: str, field: str = "model"):
+    """The tokenizer of a submitted model reference, or a 422 naming `field`: how runs and
+    evaluations check their model before anything is queued."""
+    try:
+        return cached_tokenizer(ref, str(settings.resolved_data_dir))
+    except ModelUnavailable as exc:
+        raise InvalidInput(f"{field}: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{field}: the tokenizer of '{ref}' does not load "
+                           f"({type(exc).__name__}: {exc})") from None

@@ -43,6 +43,20 @@ def test_base_vs_trained_is_queued_read_and_cancelled(api, tmp_path):
     assert api.post(f"/runs/{run_id}/base-vs-trained/cancel").json() == {"cancelled": 0}
 
 
+def test_a_model_that_cannot_be_resolved_is_a_422_and_nothing_is_queued(api, tmp_path):
+    run_id = checkpointed_run(api.settings, tmp_path)
+    missing = str(tmp_path / "no-such-model")
+    refused = api.post("/evaluations", json={"qa_set": "demo", "corpus": "demo",
+                                             "model": missing})
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith(f"model: {missing!r} is not a model folder")
+    refused = api.post(f"/runs/{run_id}/base-vs-trained",
+                       json={"qa_sets": ["demo"], "base_model": missing})
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith(f"base_model: {missing!r} is not a model folder")
+    assert api.get("/evaluations").json() == []
+
+
 def test_the_curriculum_designer_answers_presets_and_checks(api):
     presets = api.get("/curricula/presets").json()
     assert presets["presets"]["3-2-0"] == [3, 2, 0] and presets["best"] == "3-2-0"

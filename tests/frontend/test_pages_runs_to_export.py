@@ -299,10 +299,9 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
 
     def open_rollout():
         card.locator(".rollout-open").click()
-        page.wait_for_function("() => { const card = document.querySelector("
-                               "'.rollout-card.full-screen'); return card && card"
-                               ".getBoundingClientRect().height >= window.innerHeight - 1; }",
-                               timeout=30_000)
+        page.wait_for_function("(id) => document.getElementById(id)"
+                               ".getBoundingClientRect().height >= window.innerHeight - 1",
+                               arg=f"rollout-{studio.long_rollout}", timeout=30_000)
         card.locator(".prose.rollout-tokens").get_by_text(f"{total} response tokens").wait_for()
         card.locator(".rollout-token-table table").wait_for()
 

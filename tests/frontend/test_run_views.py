@@ -5,8 +5,11 @@ compare page's config table."""
 from __future__ import annotations
 
 import json
+import re
+from html import unescape
 
 import plotly.graph_objects as go
+from markdown_it import MarkdownIt
 
 from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
 from frontend.pages.compare import DIFFERS, config_table
@@ -143,12 +146,16 @@ def test_token_table_counts_each_segment_and_what_is_trained():
     assert "14 inserted by the environment" in summary and "50%" in summary
 
 
-def test_token_table_renders_tags_as_code_and_escapes_pipes():
+def test_token_table_shows_tags_and_pipes_as_text():
+    """Rendered as Markdown (CommonMark with GFM tables), each cell is the row's text."""
     rollout = {**ROLLOUT, "segments": ROLLOUT["segments"] + [
         {"source": "model", "text": "a | b", "tokens": 3, "parts": [{"kind": "text",
                                                                     "text": "a | b"}]}]}
     lines = token_table(rollout).splitlines()
     assert lines[0] == "| # | written by | tags | tokens | trained on | text |"
     assert len(lines) == 2 + len(rollout["segments"])
-    assert lines[3] == "| 2 | model | think, text, search | 9 | yes | `hm</think> <search>Ondrell</search>` |"
-    assert lines[-1].endswith("| a \\| b |")
+    html = MarkdownIt("commonmark").enable("table").render(token_table(rollout))
+    cells = [[unescape(c) for c in re.findall(r"<td>(.*?)</td>", row)]
+             for row in re.findall(r"<tr>(.*?)</tr>", html, re.S)[1:]]
+    assert cells == [[str(v) for v in row] for row in token_rows(rollout)]
+    assert cells[1][5] == "hm</think> <search>Ondrell</search>" and cells[-1][5] == "a | b"

@@ -329,17 +329,32 @@ def test_relative_local_folder(tiny_folder, tmp_path, monkeypatch):
     assert bm.resolve_model("./" + tiny_folder.name, tmp_path) == tiny_folder.resolve()
 
 
-def test_folder_without_config_is_rejected(tmp_path):
-    empty = tmp_path / "not-a-model"
-    empty.mkdir()
-    with pytest.raises(bm.ModelNotAvailable, match="config.json") as info:
-        bm.resolve_model(str(empty), tmp_path)
-    assert "\n" not in str(info.value)
+def test_a_path_that_is_not_a_model_gets_one_message_whatever_is_there(tmp_path):
+    """A missing folder, a folder without config.json and a file read alike: the message
+    does not tell what the server's disk holds."""
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "a-file").write_text("secret")
+    messages = set()
+    for ref in (tmp_path / "not-a-model", tmp_path / "a-file", tmp_path / "nowhere" / "model"):
+        with pytest.raises(bm.ModelNotAvailable) as info:
+            bm.resolve_model(str(ref), tmp_path)
+        messages.add(str(info.value).replace(repr(str(ref)), "REF"))
+    (message,) = messages
+    assert message.startswith("REF is not a model folder") and "config.json" in message
+    assert "\n" not in message
 
 
-def test_missing_local_path_is_reported_as_a_path(tmp_path):
-    with pytest.raises(bm.ModelNotAvailable, match="No such model folder"):
-        bm.resolve_model(str(tmp_path / "nowhere" / "model"), tmp_path)
+def test_a_relative_folder_without_config_is_taken_for_a_hub_id(tmp_path, monkeypatch,
+                                                                  offline):
+    """As a name that is nothing on disk would be: the same Hub message either way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "owner" / "here").mkdir(parents=True)
+    found = []
+    for ref in ("owner/here", "owner/gone"):
+        with pytest.raises(bm.ModelNotAvailable) as info:
+            bm.resolve_model(ref, tmp_path / "data")
+        found.append(str(info.value).replace(ref, "REF"))
+    assert found[0] == found[1] and "Hub" in found[0]
 
 
 def test_unknown_hub_id_offline_names_the_id(tmp_path, offline):

@@ -55,8 +55,10 @@ def test_both_models_are_queued_per_set_with_the_same_protocol(settings, run_id,
         assert e["params"]["corpus"] == "demo"
 
 
-def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, run_id):
+def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, run_id,
+                                                                     tmp_path):
     _give_checkpoint(settings, run_id)
+    another = str(build_tiny_model(tmp_path / "another"))
     assert evaluations.base_vs_trained(settings, run_id) == []
     old_base, old_trained = evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"],
                                                                   start=False)
@@ -66,8 +68,8 @@ def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, r
                                   metrics={"em": 0.1})
     evaluations.update_evaluation(settings, trained["id"], state=RunState.running,
                                   progress=(1, 50))
-    other_base = evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo",
-                                               model="another/model", start=False)
+    other_base = evaluations.create_evaluation(settings, admin(settings), qa_set="demo",
+                                               corpus="demo", model=another, start=False)
 
     (row,) = evaluations.base_vs_trained(settings, run_id)
     assert row["qa_set"] == "demo"
@@ -76,7 +78,7 @@ def test_the_table_pairs_the_newest_base_and_trained_figures_per_set(settings, r
     assert row["trained"]["params"]["done"] == 1
     assert {old_base["id"], old_trained["id"], other_base["id"]}.isdisjoint(
         {row["base"]["id"], row["trained"]["id"]})
-    (other,) = evaluations.base_vs_trained(settings, run_id, base_model="another/model")
+    (other,) = evaluations.base_vs_trained(settings, run_id, base_model=another)
     assert other["base"]["id"] == other_base["id"]
 
 
@@ -127,3 +129,19 @@ def test_an_evaluation_prefills_at_most_think(settings, run_id):
     assert evaluations.list_evaluations(settings) == []
     for prefix in (None, "", "<think>"):
         assert EvalConfig(assistant_prefix=prefix).assistant_prefix == prefix
+
+
+def test_a_model_that_cannot_be_resolved_is_refused_naming_the_field(settings, run_id, tmp_path):
+    """As a run's model is: a 422 naming the field, checked before anything is queued."""
+    _give_checkpoint(settings, run_id)
+    (tmp_path / "not-a-model").mkdir()
+    for model in (str(tmp_path / "not-a-model"), str(tmp_path / "nowhere")):
+        with pytest.raises(InvalidInput) as refused:
+            evaluations.create_evaluation(settings, admin(settings), qa_set="demo", corpus="demo", model=model,
+                                          start=False)
+        assert str(refused.value).startswith(f"model: {model!r} is not a model folder")
+        with pytest.raises(InvalidInput) as refused:
+            evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"], base_model=model,
+                                                  start=False)
+        assert str(refused.value).startswith(f"base_model: {model!r} is not a model folder")
+    assert evaluations.list_evaluations(settings) == [], "nothing stored or queued"

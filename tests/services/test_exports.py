@@ -116,10 +116,10 @@ def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(
     assert card["step"] == 2 and card["has_reward_curves"]
     corpus = corpora.find_corpus(settings, "demo")
     for expected in ("# tiny export", "## Training data",
-                     f"`demo`: {corpus['num_documents']} documents, {corpus['num_passages']} passages",
+                     f"demo: {corpus['num_documents']} documents, {corpus['num_passages']} passages",
                      "| 1 | 2 | 1 |", "| 2 | 0 | 1 |", "| grpo.lr | 0.001 |",
                      "![reward curves](reward_curves.png)", "## Intended use and limits",
-                     "| demo | base (local model tiny-base) | 2 |",
+                     "| demo | base (local model tiny\\-base) | 2 |",
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)
@@ -345,8 +345,8 @@ def test_a_lora_export_is_the_merged_model_for_plain_transformers_and_the_adapte
 def test_a_lora_runs_model_card_names_the_adapter(lora_studio):
     settings, run_id, _ = lora_studio
     text = model_card.build_model_card(settings, run_id).markdown
-    for expected in ("trained with LoRA (rank 4, alpha 16, dropout 0, on q_proj, k_proj, "
-                     "v_proj, down_proj)", "the adapter alone is in `adapter/`", "| lora.rank | 4 |",
+    for expected in ("trained with LoRA (rank 4, alpha 16, dropout 0, on q\\_proj, k\\_proj, "
+                     "v\\_proj, down\\_proj)", "the adapter alone is in `adapter/`", "| lora.rank | 4 |",
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)

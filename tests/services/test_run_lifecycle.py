@@ -266,7 +266,7 @@ def test_prompts_over_the_limit_warn_at_launch_and_are_cut_in_training(studio):
      "grpo.group_size: Input should be greater than 0; grpo.lr: Input should be greater than 0"),
     ({"curriculum": {"stages": [{"exemplars": 7, "steps": 2}, {"exemplars": 0, "steps": 1}]}},
      "curriculum.stages[0].exemplars: 7 exemplars, but the set holds only 3"),
-    ({"model": "/no/such/model-folder"}, "model: No such model folder: /no/such/model-folder"),
+    ({"model": "/no/such/model-folder"}, "model: '/no/such/model-folder' is not a model folder"),
 ])
 def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, change, message):
     settings, model = studio

@@ -86,13 +86,15 @@ def long_rollout_segments(min_tokens: int = 2000) -> list[dict]:
 
 
 def add_rollout(settings: Settings, run_id: int, step: int, segments: list[dict],
-                reward: float = 1.0) -> int:
+                reward: float = 1.0, question: str = "Where do the ferries stop?",
+                answer: str = "Port Ondrell") -> int:
+    """A rollout row as the trainer stores it; `answer` is the gold and the model's answer."""
     with session_scope(settings.sqlalchemy_url) as session:
         row = Rollout(run_id=run_id, step=step, group_index=0, sample_index=0, stage=0,
-                      exemplars=3, question="Where do the ferries stop?",
-                      golden_answers=["Port Ondrell"], segments=segments, reward=reward,
+                      exemplars=3, question=question,
+                      golden_answers=[answer], segments=segments, reward=reward,
                       breakdown={"score": reward, "acc": 1.0, "format": 1.0, "em": 1.0,
-                                 "subem": 1.0, "f1": 1.0, "answer": "Port Ondrell",
+                                 "subem": 1.0, "f1": 1.0, "answer": answer,
                                  "penalties": {}},
                       advantage=0.5)
         session.add(row)

@@ -1,0 +1,60 @@
+"""The model card writes names as text: a run name and an assistant prefix that hold markup
+render (CommonMark with GFM tables, as the Export page and the Hub render the card) to no
+element of theirs."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from markdown_it import MarkdownIt
+
+from studio.services import model_card
+from studio.services.demo import load_demo_pack
+from tests.support.actors import admin
+from tests.support.hostile_text import HOSTILE
+from tests.support.synthetic_runs import finished_run
+from tests.support.tiny_model import build_tiny_model
+
+CARD_TAGS = {"h1", "h2", "p", "code", "pre", "table", "thead", "tbody", "tr", "th", "td",
+             "ul", "li", "img", "em", "strong"}
+
+
+class Elements(HTMLParser):
+    """Each element of an HTML page with its attributes, and the text of each h1 and td."""
+
+    def __init__(self, page: str):
+        super().__init__(convert_charrefs=True)
+        self.elements, self.texts, self._open = [], {"h1": [], "td": []}, None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag in self.texts:
+            self._open = tag
+            self.texts[tag].append("")
+
+    def handle_endtag(self, tag):
+        self._open = None if tag == self._open else self._open
+
+    def handle_data(self, data):
+        if self._open:
+            self.texts[self._open][-1] += data
+
+
+def test_a_hostile_run_name_and_prefix_are_text_in_the_card(settings, tmp_path):
+    load_demo_pack(settings, admin(settings), index_now=True)
+    prefix = "<think> <b>*x*</b> |"
+    run_id = finished_run(settings, {
+        "name": HOSTILE, "model": str(build_tiny_model(tmp_path / "tiny")),
+        "prompt": {"assistant_prefix": prefix},
+        "data": {"corpus": "demo", "train": "demo", "exemplars": "demo"}}, steps=4)
+
+    card = model_card.build_model_card(settings, run_id).markdown
+    body = card.split("---\n", 2)[2]  # the Hub's front matter is not rendered
+    found = Elements(MarkdownIt("commonmark").enable("table").render(body))
+
+    assert {tag for tag, _ in found.elements} <= CARD_TAGS
+    assert [attrs for tag, attrs in found.elements if tag == "img"] == [
+        {"src": "reward_curves.png", "alt": "reward curves"}]
+    assert found.texts["h1"] == [HOSTILE]
+    assert prefix in found.texts["td"]

@@ -1,0 +1,12 @@
+"""Text that would run script or become markup if a page rendered it as HTML or Markdown:
+what the escaping tests store as questions, model output and names."""
+
+from __future__ import annotations
+
+FLAG = "__ran"
+"""The window property the handlers in `HOSTILE` would set, had they run."""
+HOSTILE = (f"<img src=x onerror=window.{FLAG}=1><svg onload=window.{FLAG}=2>"
+           f"<a href=javascript:window.{FLAG}=3>x</a> <b>bold</b> *em* $$x$$")
+"""At most 128 characters: a run's name may hold it."""
+MARKUP = "img, svg[onload], a, b, em, script, .katex"
+"""What the hostile text would turn into where it were rendered (none of it may appear)."""
