@@ -31,7 +31,7 @@ from tests.support.actors import admin
 from tests.support.api_client import bearer
 from tests.support.tiny_model import build_tiny_model
 
-EXAMPLES = int(os.environ.get("STUDIO_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("STUDIO_FUZZ_EXAMPLES", "500"))  # per test: 1,000 in all
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 derandomize=not os.environ.get("STUDIO_FUZZ_RANDOM"),
                 suppress_health_check=list(HealthCheck))
