@@ -14,13 +14,13 @@ from frontend.components import (
     acting,
     dataframe,
     error_markdown,
-    escape,
     ok_markdown,
     table,
 )
 from frontend.shared import on_show
 from studio.services import auth
 from studio.services.access import Actor
+from studio.escaping import markdown_text
 from studio.services.errors import UserError
 from studio.settings import Settings
 from studio.tables import Role
@@ -45,7 +45,7 @@ def _minute(iso: str | None) -> str:
 
 
 def who_markdown(actor: Actor) -> str:
-    return (f"Signed in as **{escape(actor.username)}** ({actor.role.value}): "
+    return (f"Signed in as **{markdown_text(actor.username)}** ({actor.role.value}): "
             f"{ROLE_WORDS[actor.role]}. [Sign out](/logout)")
 
 
