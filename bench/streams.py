@@ -1,18 +1,21 @@
 """Benchmark of a run's live stream and its rollout pages, on SQLite and PostgreSQL.
 
-    .venv/bin/python bench/streams.py                 # 100 clients for 60 s, 100k rollouts
-    .venv/bin/python bench/streams.py --smoke         # a few seconds, 4 clients, 2k rollouts
+    .venv/bin/python bench/streams.py        # 100 clients join a live run for 60 s; 100k rollouts
+    .venv/bin/python bench/streams.py --smoke  # a few seconds, 4 clients, 2k rollouts
 
 * The web app as production runs it (`studio web`, a child process) on a fresh database
   (SQLite in a temporary data directory; a new PostgreSQL database, dropped afterwards).
-* Live: this process writes like the trainer, one transaction per step every 1/10 s: a
-  metric row, and on every fifth step a rollout too (10 metric rows and 2 rollouts a
-  second), plus a stage change every 100 steps. N SSE clients (asyncio + httpx, in a
-  child process) follow the run from its start; half of them disconnect once at a random
-  moment and reconnect 0.5 s later with Last-Event-ID. Delivery latency = when a client
-  parsed an event minus when the writer's commit returned (the clients that never
-  disconnect); lost = rows written that a client never received; duplicates = rows a
-  client received twice (every client).
+* Live: the run has a history (H steps written a minute earlier: a metric row per step,
+  a rollout every fifth, a stage change every hundredth); then this process writes like the
+  trainer, one transaction per step every 1/10 s (10 metric rows and 2 rollouts a second).
+  Two seconds in, N SSE clients (asyncio + httpx, in a child process) open the stream at
+  once and follow the run from its start; half of them disconnect once at a random moment
+  and reconnect 0.5 s later with Last-Event-ID. Opening: time to the response headers,
+  to the first byte of the body, to the first event and to the `state` event that follows
+  the history (caught up), from each client's request. Delivery latency = when a client
+  parsed an event minus when the writer's commit returned, for rows written after that
+  client caught up (the clients that never disconnect); lost = rows written (history and
+  live) that a client never received; duplicates = rows a client received twice.
 * Pages: R rollouts (about 1 KB of segments each) stored in one run; p50/p95 of one GET
   of each kind of page (50 rows and the filtered total) over a keep-alive connection, and
   of the same service call in this process (the database's share: no HTTP, no token
@@ -38,6 +41,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,8 +90,8 @@ def database(kind: str, data_dir: Path):
 
 
 @contextmanager
-def web_app(url: str, data_dir: Path):
-    """`studio web` on a free port: (base URL, auth headers)."""
+def web_app(url: str, data_dir: Path, root: Path = ROOT):
+    """`studio web` of the checkout at `root` on a free port: (base URL, auth headers)."""
     with db.session_scope(url) as session:
         token = auth.bootstrap_admin(session).token
     import socket
@@ -97,11 +101,11 @@ def web_app(url: str, data_dir: Path):
         port = sock.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
     env.update(STUDIO_DATABASE_URL=url, STUDIO_DATA_DIR=str(data_dir),
-               GRADIO_ANALYTICS_ENABLED="False", PYTHONPATH=str(ROOT))
+               GRADIO_ANALYTICS_ENABLED="False", PYTHONPATH=str(root))
     log = open(data_dir / "web.log", "w")
     web = subprocess.Popen([sys.executable, "-m", "studio.cli", "web", "--host", "127.0.0.1",
                             "--port", str(port), "--data-dir", str(data_dir)],
-                           env=env, stdout=log, stderr=subprocess.STDOUT)
+                           env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -145,42 +149,65 @@ def rollout_row(run_id: int, step: int, sample: int, rng: random.Random, stages:
 # --- live: the writer here, the clients in a child process ----------------------------------
 
 
-def write_live(url: str, run_id: int, seconds: float, written: dict, stop: threading.Event):
-    """One step per 1/10 s: a metric row, a rollout every fifth step, a stage change every
-    100; `written[(table, id)]` = when the commit returned."""
+def step_rows(run_id: int, step: int, rng: random.Random) -> list[tuple[str, object]]:
+    """One step as the trainer writes it: a metric row, a rollout every fifth step, a stage
+    change every hundredth."""
+    rows = [("metrics", RunMetric(run_id=run_id, step=step, values={"reward_mean": rng.random()}))]
+    if step % 5 == 0:
+        rows.append(("rollouts", Rollout(**rollout_row(run_id, step, 0, rng, 0))))
+    if step % 100 == 0:
+        rows.append(("events", RunEvent(run_id=run_id, step=step, kind="stage_change",
+                                        message=f"stage at {step}")))
+    return rows
+
+
+def write_history(url: str, run_id: int, steps: int) -> list[tuple[str, int]]:
+    """`steps` steps written a minute ago (so the stream has settled them): their keys."""
+    rng, when, keys = random.Random(3), utcnow() - timedelta(seconds=60), []
+    with db.session_scope(url) as session:
+        for step in range(steps):
+            rows = step_rows(run_id, step, rng)
+            for _, row in rows:
+                row.created_at = when
+            session.add_all(row for _, row in rows)
+            session.flush()
+            keys += [(table, row.id) for table, row in rows]
+    return keys
+
+
+def write_live(url: str, run_id: int, first_step: int, seconds: float, written: dict):
+    """One step per 1/10 s from `first_step`; `written[(table, id)]` = when its commit
+    returned."""
     rng, step, start = random.Random(0), 0, time.monotonic()
-    while time.monotonic() - start < seconds and not stop.is_set():
+    while time.monotonic() - start < seconds:
         with db.session_scope(url) as session:
-            metric = RunMetric(run_id=run_id, step=step, values={"reward_mean": rng.random()})
-            rows = [("metrics", metric)]
-            if step % 5 == 0:
-                rows.append(("rollouts", Rollout(**rollout_row(run_id, step, 0, rng, 0))))
-            if step % 100 == 0:
-                rows.append(("events", RunEvent(run_id=run_id, step=step, kind="stage_change",
-                                                message=f"stage at {step}")))
+            rows = step_rows(run_id, first_step + step, rng)
             session.add_all(row for _, row in rows)
             session.flush()
             keys = [(table, row.id) for table, row in rows]
-        done = time.time()
-        written.update(dict.fromkeys(keys, done))
+        written.update(dict.fromkeys(keys, time.time()))
         step += 1
         time.sleep(max(0.0, start + step / 10 - time.monotonic()))
 
 
-async def _client(http, url: str, headers: dict, hop_at: float | None, ready: asyncio.Event,
+async def _client(http, url: str, headers: dict, hop_at: float | None, opening: dict,
                   receipts: list) -> None:
-    """Follow until `end`; when `hop_at` (seconds after the start) comes, disconnect once,
-    wait 0.5 s and reconnect with the last event id."""
+    """Follow until `end`, noting when the first response's headers, first byte, first
+    event and `state` (caught up) came; when `hop_at` (seconds after the start) comes,
+    disconnect once, wait 0.5 s and reconnect with the last event id."""
     last_id, start = None, time.monotonic()
     while True:
         hop = False
         extra = {"Last-Event-ID": last_id} if last_id else {}
         async with http.stream("GET", url, headers={**headers, **extra}) as response:
-            lines = _lines(response)
+            opening.setdefault("headers", time.monotonic() - start)
+            lines = _lines(response, opening, start)
             async for event in _aparse(lines):
                 last_id = event["id"]
+                opening.setdefault("first_event", time.monotonic() - start)
                 if event["event"] == "state":
-                    ready.set()
+                    opening.setdefault("caught_up", time.monotonic() - start)
+                    opening.setdefault("caught_up_at", time.time())
                 table = TABLE_OF_EVENT.get(event["event"])
                 if table:
                     receipts.append((table, json.loads(event["data"])["id"], time.time()))
@@ -193,8 +220,9 @@ async def _client(http, url: str, headers: dict, hop_at: float | None, ready: as
             await asyncio.sleep(0.5)
 
 
-async def _lines(response):
+async def _lines(response, opening: dict, start: float):
     async for line in response.aiter_lines():
+        opening.setdefault("first_byte", time.monotonic() - start)
         yield line
 
 
@@ -209,57 +237,63 @@ async def _aparse(lines):
             buffer = []
 
 
-async def _clients(base: str, headers: dict, run_id: int, clients: int, seconds: float) -> list:
+async def _clients(base: str, headers: dict, run_id: int, clients: int, seconds: float):
     url = f"{base}/api/v1/runs/{run_id}/events"
     rng = random.Random(1)
     limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=120), limits=limits) as http:
-        readies = [asyncio.Event() for _ in range(clients)]
+        openings = [{} for _ in range(clients)]
         receipts = [[] for _ in range(clients)]
-        tasks = [asyncio.create_task(_client(
+        await asyncio.gather(*(_client(
             http, url, headers, rng.uniform(0.2, 0.8) * seconds if i % 2 else None,
-            readies[i], receipts[i])) for i in range(clients)]
-        await asyncio.gather(*(r.wait() for r in readies))
-        print("ready", flush=True)
-        await asyncio.gather(*tasks)
-    return receipts
+            openings[i], receipts[i]) for i in range(clients)))
+    return openings, receipts
 
 
 def clients_main(args: list[str]) -> int:
-    """The child process: follow the run with N clients, print `ready`, then the receipts."""
+    """The child process: follow the run with N clients, then print what they got."""
     base, headers, run_id, clients, seconds = json.loads(args[0])
-    receipts = asyncio.run(_clients(base, headers, run_id, clients, seconds))
-    print(json.dumps(receipts), flush=True)
+    openings, receipts = asyncio.run(_clients(base, headers, run_id, clients, seconds))
+    print(json.dumps({"openings": openings, "receipts": receipts}), flush=True)
     return 0
 
 
-def measure_live(url: str, base: str, headers: dict, clients: int, seconds: float) -> dict:
+def measure_live(url: str, base: str, headers: dict, clients: int, seconds: float,
+                 history_steps: int) -> dict:
     run_id = new_run(url, "live", RunState.running)
-    child = subprocess.Popen(
-        [sys.executable, __file__, "_clients", json.dumps([base, headers, run_id, clients,
-                                                           seconds])],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if child.stdout.readline().strip() != "ready":
-        raise RuntimeError("the SSE clients did not connect")
+    history = write_history(url, run_id, history_steps)
     written: dict = {}
-    write_live(url, run_id, seconds, written, threading.Event())
+    writer = threading.Thread(target=write_live,
+                              args=(url, run_id, history_steps, seconds, written))
+    writer.start()
+    time.sleep(2)  # the clients join a run that is writing
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "_clients", json.dumps([base, headers, run_id, clients,
+                                                           seconds - 2])],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    writer.join()
     set_state(url, run_id, RunState.succeeded)
-    receipts = json.loads(child.stdout.readline())
-    child.wait(60)
+    got = json.loads(proc.stdout.readline())
+    proc.wait(60)
+    expected = set(history) | set(written)
     latencies, lost, duplicates = [], 0, 0
-    for i, got in enumerate(receipts):
-        keys = [(table, row_id) for table, row_id, _ in got]
-        lost += len(set(written) - set(keys))
+    for i, (opening, receipts) in enumerate(zip(got["openings"], got["receipts"], strict=True)):
+        keys = [(table, row_id) for table, row_id, _ in receipts]
+        lost += len(expected - set(keys))
         duplicates += len(keys) - len(set(keys))
         if i % 2 == 0:  # the clients that never disconnect
-            latencies += [t - written[(table, row_id)] for table, row_id, t in got
-                          if (table, row_id) in written]
+            latencies += [t - written[(table, row_id)] for table, row_id, t in receipts
+                          if written.get((table, row_id), 0) > opening["caught_up_at"]]
     latencies.sort()
-    return {"clients": clients, "seconds": seconds, "rows": len(written),
-            "events": sum(len(r) for r in receipts), "p50": _pct(latencies, 50),
-            "p95": _pct(latencies, 95), "p99": _pct(latencies, 99),
+    opened = {key: sorted(o[key] for o in got["openings"])
+              for key in ("headers", "first_byte", "first_event", "caught_up")}
+    return {"clients": clients, "seconds": seconds, "history": len(history),
+            "rows": len(written), "events": sum(len(r) for r in got["receipts"]),
+            "p50": _pct(latencies, 50), "p95": _pct(latencies, 95), "p99": _pct(latencies, 99),
             "max": latencies[-1] if latencies else float("nan"),
-            "lost": lost, "duplicates": duplicates}
+            "lost": lost, "duplicates": duplicates,
+            "opening": {key: (statistics.median(v), _pct(v, 95), v[-1])
+                        for key, v in opened.items()}}
 
 
 def _pct(values: list[float], pct: float) -> float:
@@ -352,30 +386,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--history", type=int, default=1000,
+                        help="steps the run has written before the clients join")
+    parser.add_argument("--baseline", type=Path, help="another checkout of the studio (a git "
+                        "worktree of an older commit): its web app's live stream is measured "
+                        "too, side by side, on the same databases")
     parser.add_argument("--stored", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--smoke", action="store_true",
-                        help="4 clients for 3 s, 2,000 rollouts, 3 repeats")
+                        help="4 clients for 4 s, 50 steps of history, 2,000 rollouts, 3 repeats")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.clients, args.seconds, args.stored, args.repeats = 4, 3, 2000, 3
+        args.clients, args.seconds, args.history, args.stored, args.repeats = 4, 4, 50, 2000, 3
     live, pages = [], []
+    apps = [("", ROOT)] + ([(" (baseline)", args.baseline.resolve())] if args.baseline else [])
     for kind in args.databases.split(","):
-        with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp, \
-                database(kind, Path(tmp)) as url, web_app(url, Path(tmp)) as (base, headers):
-            live.append({"database": kind, **measure_live(url, base, headers, args.clients,
-                                                          args.seconds)})
-            pages += [{"database": kind, **row} for row in
-                      measure_pages(url, Path(tmp), base, headers, args.stored, args.repeats)]
-    print(f"\n## Live stream: {args.clients} SSE clients, 10 metric rows + 2 rollouts a second "
-          f"for {args.seconds:g} s (half reconnect once)\n")
-    print("| database | rows written | events received | latency p50 ms | p95 ms | p99 ms | "
-          "max ms | lost | duplicates |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        for label, root in apps:
+            with tempfile.TemporaryDirectory(prefix="bench-streams-") as tmp, \
+                    database(kind, Path(tmp)) as url, \
+                    web_app(url, Path(tmp), root) as (base, headers):
+                live.append({"database": kind + label, **measure_live(
+                    url, base, headers, args.clients, args.seconds, args.history)})
+                if not label:
+                    pages += [{"database": kind, **row} for row in measure_pages(
+                        url, Path(tmp), base, headers, args.stored, args.repeats)]
+    print(f"\n## Live stream: {args.clients} SSE clients join a run with {args.history:,} "
+          f"steps of history, 10 metric rows + 2 rollouts a second for {args.seconds:g} s "
+          "(half reconnect once)\n")
+    print("| database | history rows | rows written | events received | latency p50 ms | "
+          "p95 ms | p99 ms | max ms | lost | duplicates |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in live:
-        print(f"| {r['database']} | {r['rows']:,} | {r['events']:,} | {r['p50'] * 1000:.0f} | "
-              f"{r['p95'] * 1000:.0f} | {r['p99'] * 1000:.0f} | {r['max'] * 1000:.0f} | "
-              f"{r['lost']} | {r['duplicates']} |")
+        print(f"| {r['database']} | {r['history']:,} | {r['rows']:,} | {r['events']:,} | "
+              f"{r['p50'] * 1000:.0f} | {r['p95'] * 1000:.0f} | {r['p99'] * 1000:.0f} | "
+              f"{r['max'] * 1000:.0f} | {r['lost']} | {r['duplicates']} |")
+    print(f"\n## Opening the stream: {args.clients} clients at once, from the request\n")
+    print("| database | to | p50 ms | p95 ms | max ms |")
+    print("|---|---|---|---|---|")
+    names = {"headers": "response headers", "first_byte": "first byte (time to first byte)",
+             "first_event": "first event", "caught_up": "caught up (the state after the "
+             "history)"}
+    for r in live:
+        for key, name in names.items():
+            p50, p95, most = r["opening"][key]
+            print(f"| {r['database']} | {name} | {p50 * 1000:.0f} | {p95 * 1000:.0f} | "
+                  f"{most * 1000:.0f} |")
     print(f"\n## Rollout pages: {args.stored:,} stored, 50 per page with the filtered total, "
           f"{args.repeats} requests each\n")
     print("| database | page | HTTP p50 ms | HTTP p95 ms | service p50 ms | service p95 ms |")

@@ -42,21 +42,27 @@ def test_the_export_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
 
 
 def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
-    """4 clients for 3 s (half reconnect), 2,000 stored rollouts, on SQLite and PostgreSQL."""
+    """4 clients join a run with history for 4 s (half reconnect), 2,000 stored rollouts, on
+    SQLite and PostgreSQL."""
     bench = _load("streams")
     assert bench.main(["--smoke"]) == 0
     table = capsys.readouterr().out
+    databases = ("| sqlite | ", "| postgresql | ")
     live = [line for line in table.splitlines()
-            if line.startswith(("| sqlite | ", "| postgresql | ")) and line.count("|") == 10]
+            if line.startswith(databases) and line.count("|") == 11]
     assert len(live) == 2, table
     for line in live:
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert int(cells[1].replace(",", "")) >= 25, "about 10 rows a second were written"
-        assert int(cells[2].replace(",", "")) >= 4 * int(cells[1].replace(",", "")), \
-            "each client received every row"
-        assert cells[7:] == ["0", "0"], "no row lost, none twice"
-    pages = [line for line in table.splitlines() if line.count("|") == 7
-             and line.startswith(("| sqlite | ", "| postgresql | "))]
+        history, rows, events = (int(c.replace(",", "")) for c in cells[1:4])
+        assert history == 50 + 10 + 1, "50 steps: metrics, a rollout every fifth, one stage"
+        assert rows >= 15, "about 10 rows a second were written"
+        assert events >= 4 * (history + rows), "each client received every row"
+        assert cells[8:] == ["0", "0"], "no row lost, none twice"
+    opening = [line for line in table.splitlines()
+               if line.startswith(databases) and line.count("|") == 6]
+    assert len(opening) == 8 and all(float(line.split("|")[4]) > 0 for line in opening)
+    pages = [line for line in table.splitlines()
+             if line.startswith(databases) and line.count("|") == 7]
     assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)
 
 

@@ -13,11 +13,13 @@ therefore moves into `after` only once it has been seen for `settle_seconds`; th
 assumption is that a transaction commits within that time of its insert (the trainer
 commits one step in milliseconds).
 
-One poller per followed run and process (`RunFeed`) reads what is new (one query on the
-run row, one id query per table, rows fetched only when there are new ids) and appends
-it to a log that every client of the run reads, so a hundred clients cost one poller.
-A client that connects or reconnects first catches up from the database from its own
-cursor, then follows the log, skipping what it already has.
+One poller per followed run and process (`RunFeed`) reads the run from its start (the
+history in batches, then what is new: one query on the run row, one id query per table,
+rows fetched only when there are new ids) and appends it to a log that every client of
+the run reads, so a hundred clients cost one poller and no query of their own: a client
+that connects or reconnects replays the log, skipping what it has, and follows it. Only
+a client of a run whose log has dropped its start (a long run) catches up from the
+database from its own cursor first.
 """
 
 from __future__ import annotations
@@ -221,25 +223,6 @@ def _new_row(index: int, table: StreamTable, row) -> NewRow:
     return NewRow(index, row.id, row.created_at, table.event(data), data)
 
 
-def _recent_rows(url: str, run_id: int, seconds: float, look_back: int = 1000):
-    """The run row and, per table, (after, recent ids): ids created in the last `seconds`
-    may still have smaller ids committing behind them; the rest are settled."""
-    cut = utcnow().timestamp() - seconds
-    with session_scope(url) as session:
-        run = session.execute(select(Run.state, Run.current_step, Run.total_steps, Run.error,
-                                     Run.finished_at).where(Run.id == run_id)).first()
-        recent = []
-        for table in TABLES:
-            newest = session.execute(select(table.model.id, table.model.created_at)
-                                     .where(table.model.run_id == run_id)
-                                     .order_by(table.model.id.desc()).limit(look_back)).all()
-            fresh = [r.id for r in newest if r.created_at.timestamp() > cut]
-            older = [r.id for r in newest if r.created_at.timestamp() <= cut]
-            after = max(older) if older else (min(fresh) - 1 if len(newest) == look_back else 0)
-            recent.append((after, [i for i in fresh if i > after]))
-    return _run_view(run), recent
-
-
 class Settler:
     """Moves ids into a cursor's `after` once they were first seen `seconds` ago: nothing
     smaller can still commit then (the module docstring says why)."""
@@ -305,7 +288,6 @@ class RunFeed:
         self.log: list[LogItem] = []
         self.base = 0  # position of log[0] since the feed started
         self.cursor = StreamCursor()
-        self.started = asyncio.Event()
         self.finished = False  # the poller stopped
         self.ended = False  # ... after appending the end item
         self.clients = 0
@@ -342,11 +324,9 @@ class RunFeed:
             log.exception("run %s: the stream's poller stopped", self.run_id)
         finally:
             self.finished = True
-            self.started.set()
             self._notify()
 
     async def _follow(self) -> None:
-        await self._start()
         while not self.finished:
             try:
                 snapshot = await asyncio.to_thread(read_new, self.url, self.run_id,
@@ -356,36 +336,30 @@ class RunFeed:
                 await asyncio.sleep(1.0)
                 continue
             self._take(snapshot, time.monotonic())
-            if not self.finished:
+            if snapshot.drained and not self.finished:
                 await asyncio.sleep(self.options.poll_seconds)
 
-    async def _start(self) -> None:
-        run, recent = await asyncio.to_thread(_recent_rows, self.url, self.run_id,
-                                              2 * self.options.settle_seconds)
-        now = time.monotonic()
-        tables = []
-        for index, (after, fresh) in enumerate(recent):
-            self.settler.first_seen[index] = dict.fromkeys(fresh, now)
-            tables.append(TableCursor(after, frozenset(fresh)))
-        self.cursor = StreamCursor(run["state"] if run else None, tuple(tables))
-        ended: list[LogItem] = []
-        self._check_end(run, now, ended)
-        self._append(ended)
-        self.started.set()
-
     def _take(self, snapshot: Snapshot, now: float) -> None:
+        """Append the rows read (the history comes in batches); the state, the settled ids
+        and the end once the feed has everything visible."""
         items = []
+        old = utcnow().timestamp() - 2 * self.options.settle_seconds
         for row in snapshot.in_time_order():
-            self.settler.seen(row.table, row.id, now)
-            self.cursor = self.cursor.add(row.table, row.id)
+            if row.created_at.timestamp() <= old:  # nothing smaller can still commit
+                self.cursor = self.cursor.settle(row.table, row.id)
+            else:
+                self.settler.seen(row.table, row.id, now)
+                self.cursor = self.cursor.add(row.table, row.id)
             items.append(LogItem("row", row.event, _json(row.data), self.cursor,
                                  table=row.table, row_id=row.id))
-        run = snapshot.run
-        if run is not None and run["state"] != self.cursor.state:
-            self.cursor = replace(self.cursor, state=run["state"])
-            items.append(LogItem("state", "state", _json(run), self.cursor, state=run["state"]))
-        self.cursor = self.settler.settle(self.cursor, now)
-        self._check_end(run, now, items)
+        if snapshot.drained:
+            run = snapshot.run
+            if run is not None and run["state"] != self.cursor.state:
+                self.cursor = replace(self.cursor, state=run["state"])
+                items.append(LogItem("state", "state", _json(run), self.cursor,
+                                     state=run["state"]))
+            self.cursor = self.settler.settle(self.cursor, now)
+            self._check_end(run, now, items)
         self._append(items)
 
     def _check_end(self, run: dict | None, now: float, items: list[LogItem]) -> None:
@@ -450,9 +424,21 @@ def replay(cursor: StreamCursor, items: list[LogItem],
     """Frames for the log items a client lacks; True when the stream ended.
 
     A client in step with the feed (its cursor is the previous item's) takes each item's
-    frame as it is; one that is not merges its cursor with the item's.
+    frame as it is. One that is not (it reconnected, or caught up from the database) first
+    passes over the items up to the first row it lacks, taking only the latest state among
+    them if it differs from its own; from there it gets each row it lacks and each change
+    of state, its cursor merged with the feed's.
     """
-    frames = []
+    frames: list[str] = []
+    if cursor is not previous:
+        known = next((i for i, item in enumerate(items)
+                      if item.kind == "row" and not cursor.has(item.table, item.row_id)),
+                     len(items))
+        if known:
+            frames, cursor = _pass_known(cursor, items[:known])
+            if items[known - 1].kind == "end":
+                return [*frames, items[known - 1].frame], cursor, True
+            previous, items = items[known - 1].cursor, items[known:]
     for item in items:
         if item.kind == "row":
             send = not cursor.has(item.table, item.row_id)
@@ -460,11 +446,8 @@ def replay(cursor: StreamCursor, items: list[LogItem],
             send = item.kind == "end" or item.state != cursor.state
         if cursor is previous:
             cursor = item.cursor
-        else:
-            merged = cursor.merge_rows(item.cursor)
-            if send and item.kind == "state":
-                merged = replace(merged, state=item.state)
-            cursor = item.cursor if merged == item.cursor else merged
+        elif send:
+            cursor = _merged(cursor, item.cursor, item.state if item.kind == "state" else None)
         if send:
             frames.append(item.frame if cursor is item.cursor
                           else _frame(item.event, item.data_json, cursor))
@@ -472,6 +455,26 @@ def replay(cursor: StreamCursor, items: list[LogItem],
             return frames, cursor, True
         previous = item.cursor
     return frames, cursor, False
+
+
+def _pass_known(cursor: StreamCursor, known: list[LogItem]) -> tuple[list[str], StreamCursor]:
+    """A client that has every row of `known`: the latest state among them if it is not the
+    client's, and its cursor merged with the feed's after them."""
+    latest = next((item for item in reversed(known) if item.kind == "state"), None)
+    if latest is None or latest.state == cursor.state:
+        return [], _merged(cursor, known[-1].cursor)
+    cursor = _merged(cursor, known[-1].cursor, latest.state)
+    return [_frame("state", latest.data_json, cursor)], cursor
+
+
+def _merged(cursor: StreamCursor, feed: StreamCursor, state: str | None = None
+            ) -> StreamCursor:
+    """The client's rows with the feed's (and `state` when it was just sent); the feed's
+    own cursor when they agree, so the client is in step again."""
+    merged = cursor.merge_rows(feed)
+    if state is not None:
+        merged = replace(merged, state=state)
+    return feed if merged == feed else merged
 
 
 class RunStreams:
@@ -482,14 +485,20 @@ class RunStreams:
         self.url, self.options = url, options or StreamOptions()
         self.feeds: dict[int, RunFeed] = {}
 
-    def check(self, run_id: int, last_event_id: str | None) -> StreamCursor:
+    async def check(self, run_id: int, last_event_id: str | None) -> StreamCursor:
         """The client's cursor; a 404 for a missing run, a 422 for an id not of this stream.
-        Blocking (one query): call it before the response starts."""
+        Call it before the response starts. A run a feed follows exists (the feed ends
+        the stream when it goes): only the first clients of a run wait for a query."""
         cursor = StreamCursor.decode(last_event_id) if last_event_id else StreamCursor()
-        with session_scope(self.url) as session:
-            if session.get(Run, run_id) is None:
-                raise NotFound(f"run {run_id} does not exist")
+        feed = self.feeds.get(run_id)
+        if feed is None or feed.finished or feed.cursor.state is None:
+            await asyncio.to_thread(self._check_exists, run_id)
         return cursor
+
+    def _check_exists(self, run_id: int) -> None:
+        with session_scope(self.url) as session:
+            if session.execute(select(Run.id).where(Run.id == run_id)).first() is None:
+                raise NotFound(f"run {run_id} does not exist")
 
     def _join(self, run_id: int) -> RunFeed:
         feed = self.feeds.get(run_id)
@@ -512,19 +521,20 @@ class RunStreams:
         feed = self._join(run_id)
         try:
             yield f"retry: {RETRY_MS}\n\n"
-            await feed.started.wait()
+            position = 0
             while True:
-                position, stable = feed.end, feed.cursor
-                snapshot = await asyncio.to_thread(read_new, self.url, run_id, cursor,
-                                                   self.options.batch)
-                frames, cursor = catch_up(cursor, snapshot, stable)
-                if frames:
-                    yield "".join(frames)
-                if snapshot.run is None:
-                    yield _frame("end", _json({"state": None}), cursor)
-                    return
-                if not snapshot.drained:
-                    continue
+                if feed.base > 0:  # the log lost the run's start: this client's rows are read
+                    position, stable = feed.end, feed.cursor
+                    snapshot = await asyncio.to_thread(read_new, self.url, run_id, cursor,
+                                                       self.options.batch)
+                    frames, cursor = catch_up(cursor, snapshot, stable)
+                    if frames:
+                        yield "".join(frames)
+                    if snapshot.run is None:
+                        yield _frame("end", _json({"state": None}), cursor)
+                        return
+                    if not snapshot.drained:
+                        continue
                 previous = None
                 while (items := feed.items_since(position)) is not None:
                     frames, cursor, ended = replay(cursor, items, previous)

@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy import text
 from sqlmodel import delete
 
@@ -257,3 +258,47 @@ def test_a_client_that_falls_out_of_the_log_catches_up_from_the_database(any_db_
         "".join(asyncio.run(scenario())).split("\n"))]
     assert ids_by_table(received) == written(any_db_url, run_id)
     assert [k for k, _ in received[-2:]] == ["state", "end"]
+
+
+def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(any_db_url):
+    """Opening a stream does not wait behind other clients' reads: once a feed follows the
+    run, a new client's check and its whole history come from the feed, with no query of
+    its own (the poller sleeps meanwhile)."""
+    db.upgrade(any_db_url)
+    run_id = new_run(any_db_url)
+    set_state(any_db_url, run_id, RunState.running)
+    for step in range(20):
+        write_step(any_db_url, run_id, step)
+    options = StreamOptions(poll_seconds=60, settle_seconds=0.5, keepalive_seconds=0.2, batch=7)
+
+    async def until_state(stream) -> str:
+        text_ = ""
+        while "event: state" not in text_:
+            text_ += await anext(stream)
+        return text_
+
+    async def scenario() -> tuple[str, list[str]]:
+        streams = RunStreams(any_db_url, options)
+        first = streams.events(run_id, await streams.check(run_id, None))
+        await until_state(first)
+        queries: list[str] = []
+
+        def note(_conn, _cursor, statement, *_args) -> None:
+            queries.append(statement)
+
+        engine = db.engine_for(any_db_url)
+        sqlalchemy_event.listen(engine, "before_cursor_execute", note)
+        try:
+            second = streams.events(run_id, await streams.check(run_id, None))
+            received = await until_state(second)
+        finally:
+            sqlalchemy_event.remove(engine, "before_cursor_execute", note)
+        await second.aclose()
+        await first.aclose()
+        return received, queries
+
+    received, queries = asyncio.run(scenario())
+    assert queries == []
+    events = [(e["event"], json.loads(e["data"])) for e in parse_events(received.split("\n"))]
+    assert ids_by_table(events) == written(any_db_url, run_id)
+    assert [kind for kind, _ in events].count("state") == 1

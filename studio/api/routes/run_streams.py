@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from studio.api.deps import Id, get_settings
 from studio.services import run_history
@@ -25,7 +24,7 @@ async def events(request: Request, run_id: Id,
     and a last `end`. Each event's id resumes the stream (the `Last-Event-ID` header, or
     `?last_event_id=`): a reconnecting client gets exactly what it missed."""
     streams: RunStreams = request.app.state.run_streams
-    cursor = await run_in_threadpool(streams.check, run_id, last_event_id_header or last_event_id)
+    cursor = await streams.check(run_id, last_event_id_header or last_event_id)
     return StreamingResponse(streams.events(run_id, cursor), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
