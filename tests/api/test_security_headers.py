@@ -11,6 +11,8 @@ from fastapi.testclient import TestClient
 
 from frontend.server import create_app
 from studio.api.security_headers import DOCS_ALLOWANCES
+from studio.tables import Role
+from tests.support.actors import PASSWORD, user
 
 
 def directives(policy: str) -> dict[str, list[str]]:
@@ -29,6 +31,8 @@ def assert_headers(response) -> dict[str, list[str]]:
 
 @pytest.fixture
 def client(settings):
+    """A browser-like client of the web app, signed in (as a viewer) on the login page."""
+    user(settings, "reader", Role.viewer)
     app = create_app(settings)
 
     def fail():
@@ -37,14 +41,19 @@ def client(settings):
     app.add_api_route("/api/v1/test-failure", fail)  # a 500 from inside the app, routed
     app.router.routes.insert(0, app.router.routes.pop())  # before the UI's mount at /
     with TestClient(app, raise_server_exceptions=False) as client:
+        signed_in = client.post("/login", data={"username": "reader", "password": PASSWORD},
+                                follow_redirects=False)
+        assert signed_in.status_code == 303 and "studio_session" in client.cookies
         yield client
 
 
 def test_every_kind_of_response_carries_the_three_headers(api, client):
     page = client.get("/", headers={"accept": "text/html"})
     asset = re.search(r'src="\./(assets/index-[\w-]+\.js)"', page.text).group(1)
+    client.cookies.clear()  # signed out from here on
     responses = {
         "UI page": page,
+        "login page": client.get("/login"),
         "API JSON": client.get("/healthz"),
         "API JSON, logged in": api.get("/me"),
         "401": client.get("/api/v1/runs"),
@@ -55,7 +64,7 @@ def test_every_kind_of_response_carries_the_three_headers(api, client):
         "500": client.get("/api/v1/test-failure"),
     }
     codes = {kind: r.status_code for kind, r in responses.items()}
-    assert codes == {"UI page": 200, "API JSON": 200, "API JSON, logged in": 200, "401": 401,
+    assert codes == {"UI page": 200, "login page": 200, "API JSON": 200, "API JSON, logged in": 200, "401": 401,
                      "UI's 401": 401, "404": 404, "static file": 200, "favicon": 200,
                      "500": 500}
     for kind, response in responses.items():
