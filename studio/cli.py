@@ -94,7 +94,8 @@ Port = typer.Option(None, "--port", help="Port to listen on (STUDIO_PORT).")
 @app.command()
 def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
        queues: str = typer.Option(None, help="Worker queues (STUDIO_WORKER_QUEUES).")) -> None:
-    """Migrate, create the admin on a new database, and run the web app and one worker."""
+    """Migrate, create the admin on a new database, and run the web app and one worker
+    (restarted when it dies)."""
     from studio.services.runs import reap_stale_runs
     from studio.services.uploads import remove_stale_staging
 
@@ -103,16 +104,13 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
     _create_admin_once(settings)
     reap_stale_runs(settings)  # runs left `running` by a studio that was killed
     remove_stale_staging(settings)  # uploads half received by a web app that was killed
-    children = {
-        "worker": subprocess.Popen(launcher.worker_command(
-            settings, settings.queues, settings.worker_concurrency)),
-        "web app": subprocess.Popen(launcher.web_command(settings)),
-    }
+    worker = launcher.RestartingWorker(settings, settings.queues, settings.worker_concurrency)
+    web_app = subprocess.Popen(launcher.web_command(settings))
     base = f"http://{settings.host}:{settings.port}"
-    if launcher.wait_until_serving(f"{base}/healthz", children["web app"]):
+    if launcher.wait_until_serving(f"{base}/healthz", web_app):
         typer.echo(f"ICRL Studio is serving {base}/ (API {base}/api/v1, docs "
                    f"{base}/api/v1/docs); data in {settings.resolved_data_dir}. Ctrl-C stops it.")
-    raise typer.Exit(launcher.supervise(children))
+    raise typer.Exit(launcher.supervise(web_app, worker))
 
 
 @app.command()

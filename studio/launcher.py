@@ -1,14 +1,16 @@
 """Start-up: checks that turn a broken setting into one clear line, and the
 supervisor that runs the web app and a worker as child processes.
 
-Ctrl-C (or SIGTERM) stops every child; if one child dies the others are
-stopped too, so `studio up` never leaves half a studio running.
+Ctrl-C (or SIGTERM) stops every child. A worker that dies is restarted with
+backoff while the web app keeps serving; if the web app dies the worker is
+stopped too, so `studio up` never leaves a studio nobody can see.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from studio import db
 from studio.queue import check_broker
+from studio.services.health import forget_worker
 from studio.settings import Settings, redact_url
 
 
@@ -99,11 +102,15 @@ def web_command(settings: Settings) -> list[str]:
             "--host", settings.host, "--port", str(settings.port), "--log-level", "warning"]
 
 
+def worker_node_name(queues: Sequence[str]) -> str:
+    """The worker's Celery hostname, also the key of its heartbeat row."""
+    return f"{'-'.join(queues)}@{socket.gethostname()}-{os.getpid()}"
+
+
 def worker_command(settings: Settings, queues: Sequence[str], concurrency: int) -> list[str]:
-    name = "-".join(queues)
     return [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker",
             "-Q", ",".join(queues), "--pool", "threads", "--concurrency", str(concurrency),
-            "--hostname", f"{name}@%h-{os.getpid()}", "--loglevel", "INFO",
+            "--hostname", worker_node_name(queues), "--loglevel", "INFO",
             "--without-gossip", "--without-mingle"]
 
 
@@ -118,8 +125,95 @@ def wait_until_serving(url: str, process: subprocess.Popen, timeout: float = 120
     return False
 
 
-def supervise(children: dict[str, subprocess.Popen], grace: float = 20.0) -> int:
-    """Wait until a child exits or a stop signal arrives, then stop all children."""
+def describe_exit(returncode: int) -> str:
+    """A child's exit in words: Popen gives a signal as a negative return code."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a signal Python has no name for
+        return f"was killed by signal {-returncode}"
+
+
+class RestartBackoff:
+    """Seconds to wait before restarting a crashed worker, so one that crashes at once
+    does not spin: 1 s, doubling with each crash in a row, at most 60 s; a worker that
+    stayed up for a minute starts again from 1 s."""
+
+    FIRST_DELAY = 1.0
+    LONGEST_DELAY = 60.0
+    STEADY_UPTIME = 60.0
+
+    def __init__(self) -> None:
+        self._next_delay = self.FIRST_DELAY
+
+    def delay_after_crash(self, uptime: float) -> float:
+        if uptime >= self.STEADY_UPTIME:
+            self._next_delay = self.FIRST_DELAY
+        delay = self._next_delay
+        self._next_delay = min(2 * delay, self.LONGEST_DELAY)
+        return delay
+
+
+class RestartingWorker:
+    """The worker child of `studio up`. When it dies its heartbeat row is deleted at once
+    (so /healthz says no worker is alive) and it is started again after its backoff."""
+
+    def __init__(self, settings: Settings, queues: Sequence[str], concurrency: int) -> None:
+        self.settings = settings
+        self.node_name = worker_node_name(queues)
+        self.command = worker_command(settings, queues, concurrency)
+        self.backoff = RestartBackoff()
+        self.restart_at: float | None = None  # set while waiting out a backoff
+        self._start()
+
+    def _start(self) -> None:
+        self.process = subprocess.Popen(self.command)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def tend(self) -> None:
+        """Notice a dead worker, or start it again once its backoff is over."""
+        now = time.monotonic()
+        if self.restart_at is not None:
+            if now >= self.restart_at:
+                self._start()
+            return
+        if self.process.poll() is None:
+            return
+        delay = self.backoff.delay_after_crash(uptime=now - self.started_at)
+        self.restart_at = now + delay
+        print(f"studio: the worker (pid {self.process.pid}) "
+              f"{describe_exit(self.process.returncode)}; restarting it in {delay:g} s",
+              file=sys.stderr)
+        try:
+            forget_worker(self.settings, self.node_name, self.process.pid)
+        except SQLAlchemyError as exc:
+            print(f"studio: the dead worker's heartbeat row stays until it expires: "
+                  f"{_first_line(exc)}", file=sys.stderr)
+
+
+def stop_processes(processes: Sequence[subprocess.Popen], grace: float) -> None:
+    """Terminate, then kill what is still running after `grace` seconds."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def supervise(web_app: subprocess.Popen, worker: RestartingWorker, grace: float = 20.0) -> int:
+    """Run until Ctrl-C or SIGTERM (exit 0, every child stopped) or until the web app dies.
+
+    The web app is what the user sees: when it dies the worker is stopped and `studio up`
+    exits 1. One worker crash is not an outage: the worker is restarted with backoff while
+    the web app keeps serving.
+    """
     stopping = False
 
     def request_stop(_signum, _frame) -> None:
@@ -128,23 +222,15 @@ def supervise(children: dict[str, subprocess.Popen], grace: float = 20.0) -> int
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stopping and all(p.poll() is None for p in children.values()):
+        while not stopping and web_app.poll() is None:
+            worker.tend()
             time.sleep(0.2)
-        failed = [name for name, p in children.items() if p.poll() not in (None, 0)]
-        for name in failed:
-            print(f"studio: the {name} stopped (exit code {children[name].returncode}); "
-                  "stopping the rest", file=sys.stderr)
-        for p in children.values():
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + grace
-        for p in children.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        return 1 if failed and not stopping else 0
+        web_app_died = not stopping
+        if web_app_died:
+            print(f"studio: the web app {describe_exit(web_app.returncode)}; stopping the worker",
+                  file=sys.stderr)
+        stop_processes([web_app, worker.process], grace)
+        return 1 if web_app_died else 0
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -1,15 +1,20 @@
-"""The README's first command: `studio up` serves the UI and the API, and Ctrl-C stops it all."""
+"""The README's first command: `studio up` serves the UI and the API, restarts a worker that
+dies, and Ctrl-C stops it all."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from studio.launcher import RestartBackoff
 from tests.conftest import free_port
 from tests.support.browser import chromium, sign_in
 from tests.support.processes import pid_alive, start_studio, stop, studio_env, wait_for
@@ -27,15 +32,40 @@ def _group_pids(pgid: int) -> set[int]:
     return pids
 
 
-@pytest.mark.slow
-def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
-    port = free_port()
+@contextmanager
+def _studio_up(tmp_path: Path, port: int, heartbeat_seconds: str):
+    """`studio up` on a new data folder and its log, once it serves (or failed to);
+    stopped for sure after, and its log free of tracebacks."""
     log = tmp_path / "up.log"
-    env = studio_env(tmp_path / "data", heartbeat_seconds="1")
+    env = studio_env(tmp_path / "data", heartbeat_seconds=heartbeat_seconds)
     up = start_studio(["up", "--port", str(port)], env, log)
     try:
         wait_for(lambda: "is serving" in log.read_text() or up.poll() is not None, 120,
                  "studio up to serve")
+        yield up, log
+    finally:
+        stop(up)
+    assert "Traceback" not in log.read_text()
+
+
+def _live_worker(base: str) -> dict:
+    return wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["workers"] and h,
+                    60, "the worker's heartbeat")
+
+
+def _ctrl_c_stops_everything(up, log: Path, worker_pid: int) -> None:
+    processes = _group_pids(up.pid)
+    assert len(processes) >= 3, "studio up, the web app and the worker"
+    assert worker_pid in processes
+    os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    assert up.wait(timeout=60) == 0, log.read_text()
+    wait_for(lambda: not any(pid_alive(p) for p in processes), 30, "every child to exit")
+
+
+@pytest.mark.slow
+def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
+    port = free_port()
+    with _studio_up(tmp_path, port, heartbeat_seconds="1") as (up, log):
         out = log.read_text()
         assert up.poll() is None, out
         token = re.search(r"API token: (\S+)", out).group(1)
@@ -45,8 +75,7 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
         assert httpx.get(f"{base}/api/v1/me").status_code == 401
         me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
         assert me.status_code == 200 and me.json()["username"] == "admin"
-        health = wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["workers"] and h,
-                          60, "the worker's heartbeat")
+        health = _live_worker(base)
         assert health["status"] == "ok" and health["database"]["ok"] and health["broker"]["ok"]
 
         with chromium() as browser:
@@ -57,12 +86,55 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
             assert "worker" in status.inner_text()
             page.screenshot(path=str(tmp_path / "home.png"))
 
-        processes = _group_pids(up.pid)
-        assert len(processes) >= 3, "studio up, the web app and the worker"
-        assert health["workers"][0]["pid"] in processes
-        os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        assert up.wait(timeout=60) == 0, log.read_text()
-        wait_for(lambda: not any(pid_alive(p) for p in processes), 30, "every child to exit")
-    finally:
-        stop(up)
-    assert "Traceback" not in log.read_text()
+        _ctrl_c_stops_everything(up, log, worker_pid=health["workers"][0]["pid"])
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_forgotten_at_once_and_restarted_while_the_web_app_serves(tmp_path):
+    port = free_port()
+    # heartbeats 5 s apart: a dead worker's row would look alive for 10 to 15 s more
+    with _studio_up(tmp_path, port, heartbeat_seconds="5") as (up, log):
+        assert up.poll() is None, log.read_text()
+        token = re.search(r"API token: (\S+)", log.read_text()).group(1)
+        base = f"http://127.0.0.1:{port}"
+        killed = _live_worker(base)["workers"][0]["pid"]
+        assert killed in _group_pids(up.pid)
+
+        os.kill(killed, signal.SIGKILL)
+        killed_at = time.monotonic()
+        down = wait_for(lambda: (r := httpx.get(f"{base}/healthz")).json()["workers"] == [] and r,
+                        8, "/healthz to say the worker is down")
+        assert time.monotonic() - killed_at < 10, "before three heartbeat periods"
+        assert down.status_code == 200, "the web app is up"
+        assert down.json()["status"] == "degraded"
+        assert any("no worker is alive" in p for p in down.json()["problems"])
+        me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+        assert me.status_code == 200
+        assert (f"studio: the worker (pid {killed}) was killed by SIGKILL; restarting it in 1 s"
+                in log.read_text())
+
+        health = wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["workers"]
+                          and h["workers"][0]["pid"] != killed and h, 90, "a new worker")
+        assert health["status"] == "ok" and health["problems"] == []
+        _ctrl_c_stops_everything(up, log, worker_pid=health["workers"][0]["pid"])
+
+
+@pytest.mark.slow
+def test_up_exits_1_with_the_web_apps_message_when_it_cannot_serve(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with _studio_up(tmp_path, taken.getsockname()[1], heartbeat_seconds="1") as (up, log):
+            assert up.wait(timeout=60) == 1, log.read_text()
+    out = log.read_text()
+    assert "address already in use" in out.lower(), out
+    assert re.search(r"studio: the web app exited with code \d+; stopping the worker", out), out
+    assert "is serving" not in out
+
+
+def test_worker_restart_backoff_doubles_up_to_a_minute_and_resets_after_a_minute_up():
+    backoff = RestartBackoff()
+    crashing_at_once = [backoff.delay_after_crash(uptime=0.5) for _ in range(9)]
+    assert crashing_at_once == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert backoff.delay_after_crash(uptime=60) == 1, "a minute up: a fresh start"
+    assert backoff.delay_after_crash(uptime=59) == 2

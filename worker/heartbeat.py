@@ -19,6 +19,7 @@ from celery.signals import worker_ready, worker_shutdown
 
 from studio.db import session_scope
 from studio.devices import queue_device
+from studio.services.health import forget_worker
 from studio.services.runs import reap_stale_runs
 from studio.settings import get_settings
 from studio.tables import WorkerHeartbeat, utcnow
@@ -62,9 +63,6 @@ def _start(sender, **_kw) -> None:
 def _stop_beating(sender, **_kw) -> None:
     _stop.set()
     try:
-        with session_scope(get_settings().sqlalchemy_url) as session:
-            row = session.get(WorkerHeartbeat, sender.hostname)
-            if row is not None:
-                session.delete(row)
+        forget_worker(get_settings(), sender.hostname, os.getpid())
     except Exception as exc:
         log.warning("heartbeat row not removed: %s", exc)

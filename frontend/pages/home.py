@@ -5,7 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from studio.escaping import code_span, markdown_text
-from studio.services.health import health
+from studio.services.health import NO_WORKER, health
 from studio.settings import Settings
 
 TITLE = "Home"
@@ -40,7 +40,7 @@ def status_markdown(settings: Settings) -> str:
             lines.append(f"- ✓ worker {code_span(w['hostname'])} serving "
                          f"{markdown_text(', '.join(w['queues']))}")
     else:
-        lines.append("- ✗ no worker is running: start one with `studio worker --queues cpu`")
+        lines.append(f"- ✗ {NO_WORKER}")  # our own sentence: its `code` renders
     return "\n".join(lines)
 
 

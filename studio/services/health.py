@@ -40,14 +40,36 @@ def live_workers(settings: Settings) -> list[dict]:
         ]
 
 
+def forget_worker(settings: Settings, hostname: str, pid: int) -> None:
+    """Delete the heartbeat row of a worker known to be gone, so /healthz says so at once
+    instead of after MISSED_BEATS periods. The pid must match: a newer worker of the same
+    name keeps its row."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = session.get(WorkerHeartbeat, hostname)
+        if row is not None and row.pid == pid:
+            session.delete(row)
+
+
+NO_WORKER = ("no worker is alive: runs, evaluations, index builds and exports wait in the "
+             "queue; `studio up` restarts its worker, or start one with `studio worker`")
+
+
 def health(settings: Settings) -> dict:
+    """`status` is down (database or broker unreachable), degraded (no live worker) or ok;
+    `problems` says in plain words what is wrong."""
     database = _probe(check_connection, settings.sqlalchemy_url)
     broker = _probe(check_broker, settings.celery_broker_url)
     # /healthz answers without credentials: the workers' hardware stays out of it
     workers = [{k: v for k, v in w.items() if k != "devices"}
                for w in live_workers(settings)] if database["ok"] else []
+    problems = [f"{part} {report['url']} cannot be reached: {report['error']}"
+                for part, report in (("database", database), ("broker", broker))
+                if not report["ok"]]
+    if database["ok"] and not workers:
+        problems.append(NO_WORKER)
     if not (database["ok"] and broker["ok"]):
         status = "down"
     else:
         status = "ok" if workers else "degraded"
-    return {"status": status, "database": database, "broker": broker, "workers": workers}
+    return {"status": status, "database": database, "broker": broker, "workers": workers,
+            "problems": problems}

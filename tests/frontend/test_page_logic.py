@@ -1,4 +1,4 @@
-"""What the Data, Exemplars, Curriculum and Launch pages compute, without a browser.
+"""What the Home, Data, Exemplars, Curriculum and Launch pages compute, without a browser.
 
 The browser tests drive the same functions through the pages; these pin the
 edge cases (a refused edit, a round trip through YAML) in milliseconds.
@@ -11,15 +11,22 @@ import json
 import pytest
 
 from frontend.components import error_markdown, problems
-from frontend.pages import curriculum, exemplars, launch
+from frontend.pages import curriculum, exemplars, home, launch
 from studio.demo import EXEMPLARS
 from studio.run_config import parse_run_config
 from studio.services import curricula, exemplar_sets
 from studio.services.errors import InvalidInput
+from studio.services.health import NO_WORKER
 from studio.services.prompt_preview import preview_exemplars
 from tests.support.tiny_model import build_tiny_model
 
 DEMO = [json.loads(line) for line in EXEMPLARS.read_text().splitlines()]
+
+
+def test_home_status_without_a_worker_says_what_waits_and_what_to_start(settings):
+    status = home.status_markdown(settings)
+    assert status.startswith("**Status: degraded**")
+    assert status.endswith(f"- ✗ {NO_WORKER}")
 
 
 def test_problems_split_per_field_but_keep_one_message_whole():

@@ -1,0 +1,41 @@
+"""The studio's health in words: which part is down, and a dead worker forgotten at once."""
+
+from __future__ import annotations
+
+from studio import db
+from studio.services.health import NO_WORKER, forget_worker, health
+from studio.settings import Settings
+from studio.tables import WorkerHeartbeat
+
+
+def _beat(settings: Settings, hostname: str, pid: int) -> None:
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        session.merge(WorkerHeartbeat(hostname=hostname, queues="cpu", pid=pid))
+
+
+def test_no_live_worker_is_degraded_and_says_what_waits(settings):
+    report = health(settings)
+    assert (report["status"], report["workers"]) == ("degraded", [])
+    assert report["problems"] == [NO_WORKER]
+    assert "runs" in NO_WORKER and "studio worker" in NO_WORKER
+
+    _beat(settings, "cpu@here", pid=4242)
+    report = health(settings)
+    assert report["status"] == "ok" and report["problems"] == []
+    assert [w["pid"] for w in report["workers"]] == [4242]
+
+
+def test_forgetting_a_dead_worker_keeps_the_row_of_a_newer_one(settings):
+    _beat(settings, "cpu@here", pid=4242)
+    forget_worker(settings, "cpu@here", pid=1111)  # an older worker of the same name
+    assert [w["pid"] for w in health(settings)["workers"]] == [4242]
+    forget_worker(settings, "cpu@here", pid=4242)
+    assert health(settings)["workers"] == [] and health(settings)["status"] == "degraded"
+
+
+def test_an_unreachable_database_is_down_and_named(tmp_path):
+    settings = Settings(data_dir=tmp_path, database_url="postgresql+psycopg://postgres@127.0.0.1:1/x")
+    report = health(settings)
+    assert report["status"] == "down"
+    assert [p.split(" cannot")[0] for p in report["problems"]] == [
+        "database postgresql+psycopg://postgres@127.0.0.1:1/x"]
