@@ -8,7 +8,7 @@
 * Live: the run has a history (H steps written a minute earlier: a metric row per step,
   a rollout every fifth, a stage change every hundredth); then this process writes like the
   trainer, one transaction per step every 1/10 s (10 metric rows and 2 rollouts a second).
-  Two seconds in, N SSE clients (asyncio + httpx, in a child process) open the stream at
+  Two seconds in, N SSE clients (plain asyncio connections, in a child process) open the stream at
   once and follow the run from its start; half of them disconnect once at a random moment
   and reconnect 0.5 s later with Last-Event-ID. Opening: time to the response headers,
   to the first byte of the body, to the first event and to the `state` event that follows
@@ -190,7 +190,39 @@ def write_live(url: str, run_id: int, first_step: int, seconds: float, written: 
         time.sleep(max(0.0, start + step / 10 - time.monotonic()))
 
 
-async def _client(http, url: str, headers: dict, hop_at: float | None, opening: dict,
+async def _open_stream(base: str, path: str, headers: dict):
+    """GET `path` over a new HTTP/1.1 connection, plain asyncio (a client light enough that
+    the measurement is the server's, as with browsers on other machines): (reader,
+    writer) once the response headers were read; the status must be 200 and the body
+    chunked, as a StreamingResponse's is."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    request = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Accept: text/event-stream",
+               *(f"{name}: {value}" for name, value in headers.items()), "", ""]
+    writer.write("\r\n".join(request).encode())
+    status = (await reader.readline()).decode()
+    head = []
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        head.append(line.decode().lower())
+    if " 200 " not in status or "transfer-encoding: chunked\r\n" not in head:
+        writer.close()
+        raise RuntimeError(f"the stream answered {status.strip()}")
+    return reader, writer
+
+
+async def _body_lines(reader, opening: dict, start: float):
+    """The chunked body's lines, noting when its first byte came."""
+    pending = b""
+    while size := int((await reader.readline()).strip() or b"0", 16):
+        pending += await reader.readexactly(size)
+        await reader.readexactly(2)
+        opening.setdefault("first_byte", time.monotonic() - start)
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode()
+
+
+async def _client(base: str, path: str, headers: dict, hop_at: float | None, opening: dict,
                   receipts: list) -> None:
     """Follow until `end`, noting when the first response's headers, first byte, first
     event and `state` (caught up) came; when `hop_at` (seconds after the start) comes,
@@ -199,10 +231,10 @@ async def _client(http, url: str, headers: dict, hop_at: float | None, opening: 
     while True:
         hop = False
         extra = {"Last-Event-ID": last_id} if last_id else {}
-        async with http.stream("GET", url, headers={**headers, **extra}) as response:
-            opening.setdefault("headers", time.monotonic() - start)
-            lines = _lines(response, opening, start)
-            async for event in _aparse(lines):
+        reader, writer = await _open_stream(base, path, {**headers, **extra})
+        opening.setdefault("headers", time.monotonic() - start)
+        try:
+            async for event in _aparse(_body_lines(reader, opening, start)):
                 last_id = event["id"]
                 opening.setdefault("first_event", time.monotonic() - start)
                 if event["event"] == "state":
@@ -216,18 +248,14 @@ async def _client(http, url: str, headers: dict, hop_at: float | None, opening: 
                 if hop_at is not None and time.monotonic() - start > hop_at:
                     hop, hop_at = True, None
                     break
+        finally:
+            writer.close()
         if hop:
             await asyncio.sleep(0.5)
 
 
-async def _lines(response, opening: dict, start: float):
-    async for line in response.aiter_lines():
-        opening.setdefault("first_byte", time.monotonic() - start)
-        yield line
-
-
 async def _aparse(lines):
-    """parse_events over an async line iterator, one line at a time."""
+    """parse_events over an async line iterator, one event at a time."""
     buffer: list[str] = []
     async for line in lines:
         buffer.append(line)
@@ -238,21 +266,22 @@ async def _aparse(lines):
 
 
 async def _clients(base: str, headers: dict, run_id: int, clients: int, seconds: float):
-    url = f"{base}/api/v1/runs/{run_id}/events"
+    path = f"/api/v1/runs/{run_id}/events"
     rng = random.Random(1)
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=120), limits=limits) as http:
-        openings = [{} for _ in range(clients)]
-        receipts = [[] for _ in range(clients)]
-        await asyncio.gather(*(_client(
-            http, url, headers, rng.uniform(0.2, 0.8) * seconds if i % 2 else None,
-            openings[i], receipts[i]) for i in range(clients)))
+    openings = [{} for _ in range(clients)]
+    receipts = [[] for _ in range(clients)]
+    await asyncio.gather(*(_client(
+        base, path, headers, rng.uniform(0.2, 0.8) * seconds if i % 2 else None,
+        openings[i], receipts[i]) for i in range(clients)))
     return openings, receipts
 
 
 def clients_main(args: list[str]) -> int:
-    """The child process: follow the run with N clients, then print what they got."""
+    """The child process: say `ready`, wait for a line on stdin, then follow the run with N
+    clients and print what they got."""
     base, headers, run_id, clients, seconds = json.loads(args[0])
+    print("ready", flush=True)
+    sys.stdin.readline()
     openings, receipts = asyncio.run(_clients(base, headers, run_id, clients, seconds))
     print(json.dumps({"openings": openings, "receipts": receipts}), flush=True)
     return 0
@@ -262,15 +291,20 @@ def measure_live(url: str, base: str, headers: dict, clients: int, seconds: floa
                  history_steps: int) -> dict:
     run_id = new_run(url, "live", RunState.running)
     history = write_history(url, run_id, history_steps)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "_clients", json.dumps([base, headers, run_id, clients,
+                                                           seconds - 2])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError("the SSE clients' process did not start")
     written: dict = {}
     writer = threading.Thread(target=write_live,
                               args=(url, run_id, history_steps, seconds, written))
     writer.start()
     time.sleep(2)  # the clients join a run that is writing
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "_clients", json.dumps([base, headers, run_id, clients,
-                                                           seconds - 2])],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
     writer.join()
     set_state(url, run_id, RunState.succeeded)
     got = json.loads(proc.stdout.readline())

@@ -24,7 +24,9 @@ Offset = Annotated[int, Query(ge=0, le=MAX_SQL_INT, description="Rows to skip")]
 OptionalId = Annotated[int | None, Query(ge=1, le=MAX_SQL_INT)]
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
+    """Async, so FastAPI does not hand it to a worker thread: under a burst of requests
+    every thread hop waits its turn."""
     return request.app.state.settings
 
 
