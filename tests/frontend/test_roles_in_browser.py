@@ -82,6 +82,7 @@ def test_an_admin_adds_users_and_sees_them(ui, passwords):
     ui.wait_text("#demo-message", "Demo pack loaded")
     ui.wait_text("#corpus-table", "done:", timeout=90)
     passwords.update(vera=_add_user(ui, "vera", "viewer"), mike=_add_user(ui, "mike", "member"))
+    ui.wait_text("#team-users", "mike")  # the table follows the message
     rows = ui.table_rows("#team-users")
     assert [row[1:4] for row in rows] == [["admin", "admin", "active"],
                                           ["vera", "viewer", "active"],
