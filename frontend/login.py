@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from studio.services import auth
 from studio.services.auth import BadLogin, TooManyLogins
@@ -139,16 +140,27 @@ def gradio_user(settings: Settings):
     return user
 
 
-def install(app: FastAPI, settings: Settings) -> None:
-    """The login routes, and a redirect to them for a page load without a live session
-    (Gradio itself would answer such a load with a bare 401)."""
-    app.include_router(login_routes(settings))
+class LoginRedirect:
+    """ASGI middleware: a page load of `/` without a live session goes to the login page
+    (Gradio itself would answer it with a bare 401). Plain ASGI, not `@app.middleware`:
+    every other request, a stream's chunks included, passes through untouched."""
 
-    @app.middleware("http")
-    async def to_login(request: Request, call_next):
-        if request.method == "GET" and request.url.path == "/" and \
-                not await run_in_threadpool(signed_in_user, settings, request):
-            target = quote(request.url.path + (f"?{request.url.query}"
-                                               if request.url.query else ""), safe="")
-            return RedirectResponse(f"/login?next={target}", status_code=303)
-        return await call_next(request)
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/":
+            request = Request(scope)
+            if not await run_in_threadpool(signed_in_user, self.settings, request):
+                target = quote(request.url.path + (f"?{request.url.query}"
+                                                   if request.url.query else ""), safe="")
+                redirect = RedirectResponse(f"/login?next={target}", status_code=303)
+                await redirect(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """The login routes, and the redirect to them."""
+    app.include_router(login_routes(settings))
+    app.add_middleware(LoginRedirect, settings=settings)
