@@ -13,6 +13,7 @@ import pytest
 from frontend.components import error_markdown, problems
 from frontend.pages import curriculum, exemplars, home, launch
 from studio.demo import EXEMPLARS
+from studio.escaping import markdown_text
 from studio.run_config import parse_run_config
 from studio.services import curricula, exemplar_sets
 from studio.services.errors import InvalidInput
@@ -86,6 +87,34 @@ def test_step_chart_follows_the_stages_and_notes_warn_on_steep_drops():
     assert "drops from 3 to 0 exemplars at once" in curriculum.render(steep, 1)[2]
     broken = {"stages": [{"exemplars": -1, "steps": 0}], "adaptive": None}
     assert "cannot be used" in curriculum.render(broken, 1)[2]
+
+
+def test_adaptive_notes_count_the_steps_the_chart_shows():
+    """3-step stages with the default rule (stages of 20 to 200 steps): the notes say the
+    9 steps of the chart and that the run cannot get past stage 1, never "No warning"."""
+    short = curricula.preset_design("3-2-0", 3)
+    adaptive = curriculum.set_adaptive(short, True, "format", "at_least", 0.9, 10, 20, 200)
+    _, figure, notes, *_ = curriculum.render(adaptive, 1)
+    assert list(figure.data[0].x)[-1] == 9 and "9 steps in all" in notes
+    assert "after 20 to 200 of its steps" in notes
+    for said in ("In 9 steps the run never reaches stage 3 (0 exemplars)",
+                 "no further than stage 1 (3 exemplars). Plan at least 41 steps"):
+        assert markdown_text(said) in notes
+    assert "No warning" not in notes
+    window = curriculum.set_adaptive(short, True, "format", "at_least", 0.9, 30, 20, 200)
+    assert "after 30 to 200 of its steps" in curriculum.render(window, 1)[2]  # a full window
+
+
+def test_each_preset_says_what_it_is():
+    notes = {name: curriculum.render(curricula.preset_design(name, 100), 1)[2]
+             for name in curricula.PRESETS}
+    assert markdown_text("The exemplar-free baseline") in notes["0"]
+    assert "worked" not in notes["0"] and "best" not in notes["0"]
+    assert "best schedule" in notes["3-2-0"]
+    assert markdown_text("did worse than 3 -> 2 -> 0") in notes["3-0"]
+    assert "clearly worse" in notes["3-2-1-0"]
+    assert all("No warning from the paper" in notes[n] for n in ("3-2-0", "0"))
+    assert "baseline" in curriculum.PRESET_LABELS["0"]
 
 
 def test_draft_exemplar_replaces_its_stored_one_or_is_added():

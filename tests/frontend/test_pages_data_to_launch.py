@@ -129,6 +129,9 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     ui.wait_text(notes, "3 → 2 → 0, 300 steps in all")
     ui.page.click("#preset-3-0")
     assert "drops from 3 to 0 exemplars at once" in ui.wait_text(notes, "3 → 0, 200 steps")
+    ui.page.click("#preset-0")
+    told = ui.wait_text(notes, "0, 100 steps in all")
+    assert "The exemplar-free baseline" in told and "worked" not in told
 
     steps = ui.page.locator("#preset-steps input[type=number]")
     steps.fill("2")
@@ -140,8 +143,11 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     chart.wait_for(timeout=30_000)
     ui.wait_text("#curriculum-chart", "stage 3: 0")
 
-    ui.page.click("#adaptive input")
-    assert "averaged over its last 10 steps" in ui.wait_text(notes, "Adaptive: a stage ends")
+    ui.page.click("#adaptive input")  # stages of 20 to 200 steps cannot fit in 6 steps
+    told = ui.wait_text(notes, "Adaptive: each stage but the last ends")
+    assert "averaged over its last 10 steps" in told and "after 20 to 200 of its steps" in told
+    assert "In 6 steps the run never reaches stage 3 (0 exemplars)" in told
+    assert "No warning" not in told
     ui.screenshot("curriculum-adaptive")
     ui.page.click("#adaptive input")
     ui.page.wait_for_function(
