@@ -12,13 +12,16 @@ import pytest
 
 from frontend.components import error_markdown, problems
 from frontend.pages import curriculum, exemplars, home, launch
+from studio.db import session_scope
 from studio.demo import EXEMPLARS
 from studio.escaping import markdown_text
 from studio.run_config import parse_run_config
-from studio.services import curricula, exemplar_sets
+from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
 from studio.services.prompt_preview import preview_exemplars
+from studio.tables import Run
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 
 DEMO = [json.loads(line) for line in EXEMPLARS.read_text().splitlines()]
@@ -154,6 +157,47 @@ def test_empty_settings_fall_back_to_the_base_config():
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
     assert config["model"] == launch.DEFAULT_MODEL
+
+
+def launch_form(model, name: str, design: dict) -> list:
+    """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
+    return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],
+            "demo", "native", "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
+
+
+def test_launch_suggests_a_fresh_name_says_what_is_missing_and_renames_a_duplicate(studio):
+    settings, model = studio
+    design = curricula.preset_design("3-2-0", 1)
+    name, suggested, note = launch.suggest_name(settings, "", "", "demo", design)
+    assert name == suggested == "demo-3-2-0" and note == ""
+
+    refused, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, " ",
+                                                                                  design))
+    assert refused is None and "Give the run a name" in told
+    assert "character" not in told  # not the schema's words
+    assert launch.name_note(settings, "", "demo", design) == \
+        "**Give the run a name**, e.g. `demo-3-2-0`."
+
+    first, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, name,
+                                                                                design))
+    assert first and "exists" not in told
+    assert launch.suggest_name(settings, name, suggested, "demo", design)[:2] == (
+        "demo-3-2-0-2", "demo-3-2-0-2"), "the launched name is not kept"
+    assert launch.suggest_name(settings, "mine", suggested, "demo", design)[0] == "mine"
+    assert launch.name_note(settings, name, "demo", design) == (
+        f"A run named `demo-3-2-0` exists (#{first}); this one will be `demo-3-2-0-2`.")
+
+    second, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, name,
+                                                                                 design))
+    assert runs.get_run(settings, second)["name"] == "demo-3-2-0-2"
+    assert markdown_text(f"Run #{second} 'demo-3-2-0-2' is queued") in told
+    assert markdown_text("(a run named 'demo-3-2-0' exists)") in told
+    assert runs.runs_named(settings, "demo-3-2-0") == [first]
+    assert runs.free_run_name(settings, "demo-3-2-0") == "demo-3-2-0-3"
+    long = "x" * 128  # the longest name a run may have: cut to fit its suffix
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.add(Run(name=long))
+    assert runs.free_run_name(settings, long) == "x" * 126 + "-2"
 
 
 def test_draft_previews_count_tokens(settings, tmp_path):
