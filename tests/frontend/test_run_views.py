@@ -1,6 +1,6 @@
 """What the run pages draw, checked on their data: the live panels and the compare overlay
-(valid plotly, stage boundaries, warnings), the rollout viewer's spans and token table, and the
-compare page's config table."""
+(valid plotly, stage boundaries, warnings), the rollout viewer's spans and token table, the
+compare page's config table, and the Evaluate page's question limit and notes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import re
 from html import unescape
 
 import plotly.graph_objects as go
+import pytest
 from markdown_it import MarkdownIt
 
 from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
+from frontend.pages import evaluate
 from frontend.pages.compare import DIFFERS, config_table
 from frontend.rollout_view import (
     NOT_TRAINED,
@@ -21,6 +23,7 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
+from studio.services.errors import InvalidInput
 from studio.services.run_history import config_differences
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
@@ -159,3 +162,40 @@ def test_token_table_shows_tags_and_pipes_as_text():
              for row in re.findall(r"<tr>(.*?)</tr>", html, re.S)[1:]]
     assert cells == [[str(v) for v in row] for row in token_rows(rollout)]
     assert cells[1][5] == "hm</think> <search>Ondrell</search>" and cells[-1][5] == "a | b"
+
+
+def test_questions_per_set_is_empty_for_all_or_a_whole_number():
+    assert evaluate.question_limit(None) is None and evaluate.question_limit("  ") is None
+    assert evaluate.question_limit(" 25 ") == 25
+    for typed in ("0", "-3", "two", "1.5"):
+        with pytest.raises(InvalidInput, match=f"Questions per set: '{typed}' is not a whole"):
+            evaluate.question_limit(typed)
+
+
+def _evaluation(state: str = "succeeded", **metrics) -> dict:
+    scores = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.2,
+              "search_calls": 0.0, "valid_search_rate": 0.0, "answer_rate": 0.0}
+    return {"state": state, "metrics": {**scores, **metrics}, "params": {"total": 60},
+            "error": None}
+
+
+def test_an_evaluation_that_scored_zero_says_why():
+    pairs = [{"qa_set": "demo-heldout", "base": _evaluation(),
+              "trained": _evaluation(search_calls=1.4, valid_search_rate=0.62)},
+             {"qa_set": "demo", "base": _evaluation(answer_rate=0.5),
+              "trained": _evaluation(answer_rate=0.8, search_calls=1.0, valid_search_rate=0.5)},
+             {"qa_set": "scored", "base": _evaluation(em=0.1, answer_rate=0.5),
+              "trained": _evaluation("running")}]
+    html = MarkdownIt("commonmark").render(evaluate.zero_notes(pairs))
+    lines = [unescape(re.sub(r"<[^>]+>", "", item)) for item in re.findall(r"<li>(.*?)</li>", html)]
+    assert lines == [
+        "demo-heldout, base model: EM, SubEM and F1 are 0 because the model never wrote "
+        "an answer between <answer> tags and never searched: it does not follow the tag "
+        "protocol zero-shot.",
+        "demo-heldout, trained model: EM, SubEM and F1 are 0 because the model searched "
+        "(1.4 searches per question) but never wrote an answer between <answer> tags.",
+        "demo, base model: EM, SubEM and F1 are 0 because the model answered 50% of the "
+        "questions without searching, and no answer matched a gold answer.",
+        "demo, trained model: EM, SubEM and F1 are 0 because the model answered 80% of "
+        "the questions and searched on 50% of them, but no answer matched a gold answer."]
+    assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"
