@@ -7,6 +7,8 @@ Screenshots go to artifacts/screenshots/.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlmodel import select
 
@@ -84,3 +86,32 @@ def test_evaluate_says_why_a_result_is_zero_and_keeps_it_after_a_reload(ui):
     ui.open("Evaluate")
     ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
     ui.wait_text("#evaluate-notes", "never searched")
+
+
+def test_compare_shows_every_run_s_column_and_no_overridden_default(ui):
+    ui.open("Compare")
+    for name in ("first-try-3-2-0", "second-try-3-2-0-lower-lr"):
+        field = ui.page.locator("#compare-runs input").first
+        field.click()
+        field.fill(name)  # the list shows this run alone, however busy the page is
+        ui.page.get_by_role("option", name=re.compile(f" {name} · ")).click()
+    ui.page.keyboard.press("Escape")
+    ui.wait_text("#compare-config", "grpo.lr")
+    rows = {cells[1]: cells[2:] for cells in ui.table_rows("#compare-config")}
+    assert rows["grpo.lr"] == ["0.0001", "1e-05"]
+    assert rows["curriculum.stages"] == ["3 → 2 → 0 (3 + 3 + 3 steps)",
+                                         "3 → 2 → 0 (4 + 4 + 4 steps)"]
+    for overridden in ("curriculum.preset", "curriculum.steps_per_stage", "verl.nnodes"):
+        assert overridden not in rows, f"{overridden} does not matter beside explicit stages"
+    # each run's column lies whole inside the table's box (wrapped, not cut off)
+    edges = ui.page.evaluate("""() => {
+        const box = document.querySelector('#compare-config').getBoundingClientRect();
+        const heads = [...document.querySelectorAll('#compare-config thead th')];
+        return {right: box.right, heads: heads.map(h => [h.innerText.trim(),
+                                                         h.getBoundingClientRect().right])}; }""")
+    shown = {text: right for text, right in edges["heads"] if text}
+    for name in ("first-try-3-2-0", "second-try-3-2-0-lower-lr"):
+        (right,) = [r for text, r in shown.items() if name in text]
+        assert right <= edges["right"] + 1, (name, edges)
+    ui.page.wait_for_selector("#compare-plot .js-plotly-plot .main-svg", timeout=60_000)
+    ui.screenshot("compare-configs")

@@ -14,7 +14,7 @@ from markdown_it import MarkdownIt
 
 from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
 from frontend.pages import evaluate
-from frontend.pages.compare import DIFFERS, config_table
+from frontend.pages.compare import DIFFERS, NOT_USED, config_table
 from frontend.rollout_view import (
     NOT_TRAINED,
     PREFIX,
@@ -24,7 +24,7 @@ from frontend.rollout_view import (
     token_table,
 )
 from studio.services.errors import InvalidInput
-from studio.services.run_history import config_differences
+from studio.services.run_history import config_differences, unused_keys
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
          "acc": s / 20, "format": 0.5, "kl": 0.001 * s, "response_length": 100 + s,
@@ -104,9 +104,43 @@ def test_config_table_marks_the_settings_that_differ():
     assert list(frame["setting"])[:2] == ["grpo.lr", "queue"], "the differences come first"
     rows = frame.set_index("setting")
     assert rows.loc["queue"].tolist()[1:] == ["–", "gpu"]
-    assert rows.loc["curriculum.stages"].tolist()[1] == '[{"exemplars": 3, "steps": 2}]'
+    assert rows.loc["curriculum.stages"].tolist()[1] == "3 (2 steps)"
     only = config_table(labels, configs, differences, only_differences=True).data
     assert list(only["setting"]) == ["grpo.lr", "queue"]
+
+
+def _curriculum(stages: list[tuple[int, int]] | None, preset: str | None = None) -> dict:
+    """A stored config's curriculum and backend, every key filled as the schema fills it."""
+    return {"backend": "native", "verl": {"nnodes": 1, "overrides": []},
+            "curriculum": {"preset": preset, "steps_per_stage": 100, "adaptive": None,
+                           "stages": stages and [{"exemplars": e, "steps": n}
+                                                 for e, n in stages]}}
+
+
+def test_config_table_leaves_out_what_a_run_s_own_settings_override():
+    labels = ["#1 a · succeeded", "#2 b · succeeded"]
+    explicit = [_curriculum([(3, 3), (2, 3), (0, 3)]), _curriculum([(3, 4), (2, 4), (0, 4)])]
+    unused = [sorted(unused_keys(c)) for c in explicit]
+    assert unused[0] == ["curriculum.preset", "curriculum.steps_per_stage", "verl.nnodes",
+                         "verl.overrides"]
+    frame = config_table(labels, explicit, config_differences(explicit), False, unused).data
+    rows = frame.set_index("setting")
+    assert list(rows.index) == ["curriculum.stages", "backend", "curriculum.adaptive"]
+    assert rows.loc["curriculum.stages"].tolist() == [
+        DIFFERS, "3 → 2 → 0 (3 + 3 + 3 steps)", "3 → 2 → 0 (4 + 4 + 4 steps)"]
+
+    mixed = [explicit[0], _curriculum(None, "3-2-0")]  # stages beside a preset
+    differences = config_differences(mixed)
+    assert differences == ["curriculum.preset", "curriculum.stages",
+                           "curriculum.steps_per_stage"]
+    unused = [sorted(unused_keys(c)) for c in mixed]
+    rows = config_table(labels, mixed, differences, True, unused).data.set_index("setting")
+    assert rows.loc["curriculum.preset"].tolist()[1:] == [NOT_USED, "3-2-0"]
+    assert rows.loc["curriculum.steps_per_stage"].tolist()[1:] == [NOT_USED, "100"]
+    assert rows.loc["curriculum.stages"].tolist()[1:] == ["3 → 2 → 0 (3 + 3 + 3 steps)",
+                                                          NOT_USED]
+    verl = {**mixed[1], "backend": "verl"}
+    assert "verl.nnodes" not in unused_keys(verl) and "curriculum.stages" in unused_keys(verl)
 
 
 ROLLOUT = {
