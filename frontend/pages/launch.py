@@ -499,9 +499,9 @@ def build(settings: Settings) -> None:
         """Launch; once launched, the name box gets a fresh name for the next run."""
         run_id, message = launch(settings, signed_in(settings, request), follow_on, *f)
         design_now, train_now = f[form.index(shared.curriculum)], f[form.index(train)]
-        renamed = suggest_name(settings, "", "", train_now, design_now) if run_id else \
+        next_name = suggest_name(settings, "", "", train_now, design_now) if run_id else \
             (gr.skip(),) * 3
-        return *shown(run_id, message), *renamed
+        return *shown(run_id, message), *next_name
 
     def start_quick(request: gr.Request):
         return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on))
