@@ -31,6 +31,7 @@ MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime
 MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
 MAX_BATCH = 4096  # questions per step, sequences per micro- and mini-batch
 MAX_STAGES = 100
+MAX_RUN_NAME = 128
 MAX_SEED = 2**63 - 1
 MAX_THREADS = 1024
 
@@ -282,7 +283,7 @@ class VerlSpec(_Strict):
 
 
 class RunConfig(_Strict):
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=MAX_RUN_NAME)
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
     backend: Literal["native", "verl"] = "native"

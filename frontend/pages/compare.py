@@ -1,5 +1,6 @@
 """Compare: the curves of several runs overlaid on one step axis, and their configs side by
-side with the settings that differ marked (and listed first)."""
+side with the settings that differ marked (and listed first); a setting a run's own config
+overrides (the preset beside explicit stages) says "not used", and one no run uses is left out."""
 
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ METRICS = {  # key -> panel title
 DEFAULT_METRICS = ["reward_mean", "acc", "format", "search_calls"]
 EMPTY = "Choose two or more runs above to overlay their curves and compare their configs."
 DIFFERS = "≠"
+NOT_USED = "not used"
+SETTING_WIDTH = 22  # % of the table; the runs share what the marks and settings leave
+
+
+def stages_words(stages: list[dict]) -> str:
+    """Explicit stages on one short line: `3 → 2 → 0 (100 + 100 + 100 steps)`."""
+    return (" → ".join(str(s["exemplars"]) for s in stages)
+            + f" ({' + '.join(str(s['steps']) for s in stages)} steps)")
+
+
+VALUE_WORDS = {"curriculum.stages": stages_words}
+"""Settings whose value reads better in words than as JSON."""
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, str]:
@@ -38,17 +51,21 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
             flat.update(flatten(value, f"{path}."))
         elif value is None:
             flat[path] = "–"
+        elif path in VALUE_WORDS:
+            flat[path] = VALUE_WORDS[path](value)
         else:
             flat[path] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
     return flat
 
 
 def config_table(labels: list[str], configs: list[dict], differences: list[str],
-                 only_differences: bool):
+                 only_differences: bool, unused: list[list[str]] | None = None):
     """One row per setting, one column per run; the settings that differ marked, tinted and
-    listed first."""
+    listed first; a run's `unused` settings say so, and a setting no run uses is left out."""
     flat = [flatten(c or {}) for c in configs]
-    keys = sorted(set().union(*flat))
+    for values, keys_unused in zip(flat, unused or [[]] * len(flat), strict=True):
+        values.update(dict.fromkeys(keys_unused, NOT_USED))
+    keys = sorted(k for k in set().union(*flat) if any(f.get(k) != NOT_USED for f in flat))
     differ = set(differences)
     rows = [[DIFFERS if key in differ else "", key, *(f.get(key, "–") for f in flat)]
             for key in keys if key in differ or not only_differences]
@@ -92,9 +109,11 @@ def build(settings: Settings) -> None:
         figure = compare_figure(labels, found["steps"], found["series"],
                                 [(k, METRICS[k]) for k in keys])
         table_value = config_table(labels, found["configs"], found["differences"],
-                                   differences_only)
+                                   differences_only, found["unused"])
+        run_width = f"{(94 - SETTING_WIDTH) / len(labels):.0f}%"  # cells add padding
         return note, gr.Plot(plot_value(figure), visible=bool(keys)), \
-            gr.Dataframe(table_value, visible=True)
+            gr.Dataframe(table_value, visible=True,
+                         column_widths=["3%", f"{SETTING_WIDTH}%", *[run_width] * len(labels)])
 
     gr.on([chosen.change, metrics.change, only_differences.change], compare,
           inputs=[chosen, metrics, only_differences], outputs=[message, plot, table])

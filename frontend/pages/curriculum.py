@@ -31,7 +31,7 @@ PRESET_LABELS = {
     curricula.BEST_PRESET: "3 → 2 → 0  ★ the paper's best",
     "3-0": "3 → 0",
     "3-2-1-0": "3 → 2 → 1 → 0",
-    "0": "0 (no exemplars)",
+    "0": "0 (exemplar-free baseline)",
 }
 METRIC_WORDS = {
     "format": "format reward (answers in the right tags)",
@@ -155,17 +155,21 @@ def summary(design: dict, described: dict) -> str:
             f"- {markdown_text(e)}" for e in described["errors"])
     spec = " → ".join(str(s["exemplars"]) for s in design["stages"])
     lines = [f"**{spec}**, {described['total_steps']} steps in all."]
+    about = described["about"]
+    if about:
+        lines.append(f"\n{markdown_text(about[0].upper() + about[1:])}.\n")
     rule = design.get("adaptive")
     if rule:
         words = METRIC_WORDS.get(rule["metric"]) or markdown_text(rule["metric"])
         compare = "at least" if rule["direction"] == "at_least" else "at most"
-        lines.append(f"Adaptive: a stage ends when the {words}, averaged over its last "
-                     f"{rule['window']} steps, is {compare} {rule['threshold']}; never before "
-                     f"{rule['min_steps']} nor after {rule['max_steps']} steps.")
+        lines.append(f"Adaptive: each stage but the last ends once the {words}, averaged over "
+                     f"its last {rule['window']} steps, is {compare} {rule['threshold']}, after "
+                     f"{described['shortest_stage']} to {rule['max_steps']} of its steps; the "
+                     "chart shows the planned stages.")
     lines += [f"- ✗ {markdown_text(e)}" for e in described["errors"]]
     lines += [f"- ⚠ {markdown_text(w)}" for w in described["warnings"]]
     if not described["warnings"] and not described["errors"]:
-        lines.append("- ✓ No warning: this follows what worked in the paper.")
+        lines.append("- ✓ No warning from the paper's findings.")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import gradio as gr
 from frontend import shared
 from frontend.components import plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update, tick_while_shown
+from studio.escaping import markdown_text
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -42,6 +43,27 @@ def _status(evaluation: dict | None) -> str:
     return plain(evaluation["state"])
 
 
+def question_limit(text: str | None) -> int | None:
+    """The "Questions per set" box: empty is every question, else a whole number from 1."""
+    typed = (text or "").strip()
+    if not typed:
+        return None
+    if not typed.isdigit() or int(typed) < 1:
+        raise InvalidInput(f"Questions per set: '{typed}' is not a whole number of 1 or more; "
+                           "leave it empty to ask every question")
+    return int(typed)
+
+
+def zero_notes(pairs: list[dict]) -> str:
+    """Why a finished evaluation scored 0 on every measure, one line each (empty if none)."""
+    lines = [f"- **{markdown_text(pair['qa_set'])}, {side} model**: EM, SubEM and F1 are 0 "
+             f"because {markdown_text(reason)}."
+             for pair in pairs for side in ("base", "trained")
+             if pair[side] and pair[side]["state"] == "succeeded"
+             and (reason := evaluations.zero_score_reason(pair[side]["metrics"]))]
+    return "\n".join(lines)
+
+
 def table_rows(pairs: list[dict]) -> list[list]:
     rows = []
     for pair in pairs:
@@ -73,8 +95,8 @@ def build(settings: Settings) -> None:
                            elem_id="evaluate-sets")
         corpus = gr.Dropdown(label="Corpus the model searches", choices=[],
                              elem_id="evaluate-corpus")
-        limit = gr.Number(label="Questions per set (empty: all)", precision=0, minimum=1,
-                          value=None, elem_id="evaluate-limit")
+        limit = gr.Textbox(label="Questions per set", placeholder="all",
+                           info="Empty: every question of each set", elem_id="evaluate-limit")
         queue = gr.Radio(["cpu", "gpu"], value="cpu", label="Queue")
     with gr.Accordion("Protocol", open=False):
         gr.Markdown(PROTOCOL)
@@ -89,6 +111,7 @@ def build(settings: Settings) -> None:
         stop = gr.Button("Cancel running evaluations", variant="stop", elem_id="evaluate-stop")
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
+    notes = gr.Markdown(elem_id="evaluate-notes")
     shown = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
     timer = gr.Timer(REFRESH_SECONDS, active=False)
     tick_while_shown(timer)
@@ -96,26 +119,38 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def refresh_choices(current):
+    def refresh_choices(current, focus):
+        """Fresh choices; with none chosen (a new tab, a reload) the run in focus, else the
+        one evaluated last, else the newest, so its results show without a pick."""
         update = run_dropdown_update(settings, current, only=has_checkpoint)
+        ids = [run_id for _, run_id in update["choices"]]
+        if current is None and ids:
+            update["value"] = next((r for r in (focus, evaluations.latest_evaluated_run(settings))
+                                    if r in ids), ids[0])
         return update, gr.update(visible=not update["choices"]), \
             gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
             gr.update(choices=[c["name"] for c in corpora.list_corpora(settings)
                                if c["status"] == "ready"])
 
-    shared.on_show(refresh_choices, inputs=run, outputs=[run, empty, sets, corpus],
-                   show_progress="hidden")
+    shared.on_show(refresh_choices, inputs=[run, shared.current().focus_run],
+                   outputs=[run, empty, sets, corpus], show_progress="hidden")
+
+    def results(run_id, model=None) -> tuple[list, list, str]:
+        """The table (twice: shown, and kept to compare) and the notes on zero scores."""
+        pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
+        rows = table_rows(pairs)
+        return rows, rows, zero_notes(pairs)
 
     @toast_user_errors
     def pick_run(run_id):
         if run_id is None:
-            return gr.skip(), gr.skip(), gr.skip(), [], []
+            return gr.skip(), gr.skip(), gr.skip(), [], [], ""
         config = runs.get_run(settings, int(run_id))["config"]
         data = config["data"]
-        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id)))
-        return config["model"], data["eval"] or [data["train"]], data["corpus"], rows, rows
+        return config["model"], data["eval"] or [data["train"]], data["corpus"], \
+            *results(run_id)
 
-    run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown])
+    run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown, notes])
 
     @toast_user_errors
     def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns,
@@ -125,14 +160,13 @@ def build(settings: Settings) -> None:
         created = evaluations.evaluate_base_and_trained(
             settings, signed_in(settings, request), int(run_id), set_names or [],
             base_model=(model or "").strip() or None,
-            corpus=corpus_name, limit=int(questions) if questions else None,
+            corpus=corpus_name, limit=question_limit(questions),
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
-        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
         return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
-                "fills in as they finish.", rows, rows)
+                "fills in as they finish.", *results(run_id, model))
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
-                                max_turns], outputs=[message, table, shown])
+                                max_turns], outputs=[message, table, shown, notes])
 
     @toast_user_errors
     def cancel(run_id, model, request: gr.Request):
@@ -140,17 +174,16 @@ def build(settings: Settings) -> None:
             raise InvalidInput("Choose a run first.")
         count = evaluations.cancel_base_vs_trained(settings, signed_in(settings, request),
                                                    int(run_id), model or None)
-        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
-                else "No evaluation of this run is queued or running."), rows, rows
+                else "No evaluation of this run is queued or running."), *results(run_id, model)
 
-    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, shown])
+    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, shown, notes])
 
     def refresh_table(run_id, model, previous):
         if run_id is None:
-            return gr.skip(), previous
-        rows = table_rows(evaluations.base_vs_trained(settings, int(run_id), model or None))
-        return (gr.skip(), previous) if rows == previous else (rows, rows)
+            return gr.skip(), previous, gr.skip()
+        fresh = results(run_id, model)
+        return (gr.skip(), previous, gr.skip()) if fresh[0] == previous else fresh
 
-    timer.tick(refresh_table, inputs=[run, base_model, shown], outputs=[table, shown],
+    timer.tick(refresh_table, inputs=[run, base_model, shown], outputs=[table, shown, notes],
                show_progress="hidden")

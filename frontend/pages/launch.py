@@ -39,7 +39,7 @@ from studio.run_config import (
 )
 from studio.services import corpora, exemplar_sets, presets, qa_sets, run_validation, runs
 from studio.services.access import Actor, require_member
-from studio.services.errors import UserError
+from studio.services.errors import InvalidInput, UserError
 from studio.settings import Settings
 
 TITLE = "Launch"
@@ -65,6 +65,7 @@ MODEL_SOURCES = {
     "folder": "A model folder on the studio's machine",
 }
 NO_EXEMPLARS = ""
+NAME_MISSING = "Give the run a name: type one in the Run name box"
 LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights instead of every "
               "weight: cheaper updates and a small checkpoint, for bigger models or smaller "
               "GPUs; it needs a higher learning rate (1e-4). Rank: the adapters' size "
@@ -125,6 +126,46 @@ def model_fields(ref: str) -> tuple[str, str]:
     return ("folder" if ref.startswith(("/", ".", "~")) else "hub"), ref
 
 
+def run_name(name: str | None) -> str:
+    """The typed run name; InvalidInput saying what to do when the box is empty."""
+    typed = (name or "").strip()
+    if not typed:
+        raise InvalidInput(NAME_MISSING)
+    return typed
+
+
+def name_base(train: str | None, design: dict | None) -> str:
+    """A run name from what it trains on and its curriculum: `demo-3-2-0`."""
+    stages = (design or default_design())["stages"]
+    return "-".join([train or "run", *(str(s["exemplars"]) for s in stages)])
+
+
+def name_note(settings: Settings, name: str | None, train: str | None,
+              design: dict | None) -> str:
+    """What the name box says under it: that a name is missing, or the name a duplicate
+    gets (the API accepts a name twice; this page launches under a free one)."""
+    typed = (name or "").strip()
+    if not typed:
+        suggestion = runs.free_run_name(settings, name_base(train, design))
+        return f"**Give the run a name**, e.g. {code_span(suggestion)}."
+    taken = runs.runs_named(settings, typed)
+    if not taken:
+        return ""
+    return (f"A run named {code_span(typed)} exists ({', '.join(f'#{i}' for i in taken)}); "
+            f"this one will be {code_span(runs.free_run_name(settings, typed))}.")
+
+
+def suggest_name(settings: Settings, name: str | None, suggested: str, train: str | None,
+                 design: dict | None) -> tuple[str, str, str]:
+    """The name box, the suggestion it would hold, and its note: a fresh name (data set,
+    curriculum and a number no run has yet) replaces an empty box or the previous
+    suggestion; a name the user typed stays."""
+    typed = (name or "").strip()
+    fresh = runs.free_run_name(settings, name_base(train, design))
+    shown = typed if typed and typed != suggested else fresh
+    return shown, fresh, name_note(settings, shown, train, design)
+
+
 def curriculum_section(design: dict | None) -> dict:
     design = design or default_design()
     return {"preset": None, "stages": design["stages"], "adaptive": design.get("adaptive")}
@@ -160,7 +201,7 @@ def assemble(base: dict, design: dict | None, name: str, source: str, typed_mode
              lora_rank, lora_alpha, *values) -> dict:
     """The run config the form shows, over `base` (which keeps what the form does not show)."""
     config = copy.deepcopy(base)
-    config.update(name=(name or "").strip(), model=model_ref(source, typed_model),
+    config.update(name=run_name(name), model=model_ref(source, typed_model),
                   backend=backend, queue=queue,
                   lora=lora_section(base.get("lora"), use_lora, lora_rank, lora_alpha))
     config["curriculum"].update(curriculum_section(design))
@@ -246,6 +287,7 @@ def launch_quick_start(settings: Settings, actor: Actor, follow_on: str
     try:
         require_member(actor, "launch runs")
         config = presets.prepare_preset(settings, actor, presets.QUICK_START)
+        config["name"] = runs.free_run_name(settings, config["name"])
         run = runs.create_run(settings, actor, config)
     except UserError as exc:
         return None, error_markdown(str(exc), "The quick start was not launched")
@@ -258,7 +300,7 @@ def launch_quick_start(settings: Settings, actor: Actor, follow_on: str
 def save_yaml(*form) -> tuple[str | None, str]:
     try:
         config = parse_run_config(assemble(*form))
-    except RunConfigError as exc:
+    except (RunConfigError, UserError) as exc:
         return None, error_markdown(str(exc), "Not saved")
     folder = Path(tempfile.mkdtemp(prefix="studio-run-yaml-"))
     path = folder / f"{config.name}.yaml"
@@ -280,15 +322,20 @@ def load_yaml(path: str | None, outputs: int):
                                              f"{Path(path).name}; check it and launch")
 
 
-def launch(settings: Settings, actor: Actor, follow_on: str, *form) -> tuple[int | None, str]:
-    """Create and queue the run (its id, or None when refused), and say where to follow it."""
+def launch(settings: Settings, actor: Actor, follow_on: str, base: dict, design: dict | None,
+           name: str | None, *rest) -> tuple[int | None, str]:
+    """Create and queue the run (its id, or None when refused), and say where to follow it.
+    A name another run has gets the first free `-2`, `-3`, ... (`name_note` said so)."""
     try:
-        run = runs.create_run(settings, actor, assemble(*form))
+        typed = run_name(name)
+        free = runs.free_run_name(settings, typed)
+        run = runs.create_run(settings, actor, assemble(base, design, free, *rest))
     except UserError as exc:
         return None, error_markdown(str(exc), "The run was not launched")
+    renamed = "" if free == typed else f" (a run named '{typed}' exists)"
     return run["id"], ok_markdown(
         f"Run #{run['id']} '{run['name']}' is {plain(run['state'])} on the {run['queue']} "
-        f"queue ({run['total_steps']} steps)") + (
+        f"queue ({run['total_steps']} steps){renamed}") + (
         f"\n\nTime: {markdown_text(run['time_estimate']['message'])}.\n\nFollow it on "
         f"{follow_on}.")
 
@@ -352,6 +399,8 @@ def build(settings: Settings) -> None:
         with gr.Column():
             name = gr.Textbox(label="Run name", placeholder="e.g. demo-3-2-0",
                               elem_id="run-name")
+            name_hint = gr.Markdown(elem_id="run-name-note")
+            suggested = gr.State("")  # the name last suggested: replaced while untouched
             default_source, default_ref = model_fields(settings.default_model)
             source = gr.Radio([(words, key) for key, words in MODEL_SOURCES.items()],
                               value=default_source, label="Model", elem_id="model-source")
@@ -421,6 +470,15 @@ def build(settings: Settings) -> None:
 
     on_show(refresh, [corpus, train, evals, exemplars],
             [corpus, train, evals, exemplars, data_empty])
+
+    def suggest(*now):
+        return suggest_name(settings, *now)
+
+    named = [name, train, shared.curriculum]
+    gr.on([shared.blocks.load, shared.tab.select, train.change, shared.curriculum.change],
+          suggest, [name, suggested, train, shared.curriculum], [name, suggested, name_hint],
+          show_progress="hidden")
+    name.change(lambda *now: name_note(settings, *now), named, name_hint, show_progress="hidden")
     gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
           curriculum)
     source.change(lambda s: gr.Textbox(visible=s != "bundled"), source, typed_model)
@@ -438,12 +496,18 @@ def build(settings: Settings) -> None:
         return run_id, message, gr.Button(visible=live_page is not None)
 
     def start(request: gr.Request, *f):
-        return shown(*launch(settings, signed_in(settings, request), follow_on, *f))
+        """Launch; once launched, the name box gets a fresh name for the next run."""
+        run_id, message = launch(settings, signed_in(settings, request), follow_on, *f)
+        design_now, train_now = f[form.index(shared.curriculum)], f[form.index(train)]
+        next_name = suggest_name(settings, "", "", train_now, design_now) if run_id else \
+            (gr.skip(),) * 3
+        return *shown(run_id, message), *next_name
 
     def start_quick(request: gr.Request):
         return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on))
 
-    launch_button.click(start, form, [shared.focus_run, launch_message, follow])
+    launch_button.click(start, form, [shared.focus_run, launch_message, follow, name, suggested,
+                                      name_hint])
     quick_button.click(start_quick, None, [shared.focus_run, quick_message, quick_follow])
     on_show(acting(settings, quick_start_estimate), None, quick_estimate)
     for button in (follow, quick_follow):

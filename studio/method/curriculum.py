@@ -26,6 +26,15 @@ PRESETS: dict[str, tuple[int, ...]] = {
 }
 """method.md, "The curriculum": 3 -> 2 -> 0 worked best; "0" is exemplar-free (Search-R1-like)."""
 
+PRESET_NOTES: dict[str, str] = {
+    "3-2-0": "the paper's best schedule: one exemplar removed, then the rest",
+    "3-0": "every exemplar removed at once, which did worse than 3 -> 2 -> 0 in the paper",
+    "3-2-1-0": "one exemplar removed at a time, \"clearly worse\" than 3 -> 2 -> 0 in the paper",
+    "0": "the exemplar-free baseline (as Search-R1), to compare ICRL against: with no exemplar "
+         "a small model may never write a search, so its reward can stay at 0 (the cold start)",
+}
+"""What each preset is, in the paper's terms (method.md, "The curriculum" and "Baseline")."""
+
 ADAPTIVE_METRICS: tuple[str, ...] = ("format", "valid_search_rate", "search_calls", "acc",
                                      "reward_mean")
 """Per-step metrics (batch means) an adaptive rule may watch, named as the engine logs them."""
@@ -75,6 +84,11 @@ class AdaptiveRule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "metric", RENAMED_METRICS.get(self.metric, self.metric))
 
+    @property
+    def shortest_stage(self) -> int:
+        """The fewest steps a stage can last: ``min_steps``, and a full ``window`` to average."""
+        return max(self.min_steps, self.window)
+
     def errors(self, path: str = "adaptive") -> list[str]:
         errs: list[str] = []
         if self.metric not in ADAPTIVE_METRICS:
@@ -110,7 +124,7 @@ def should_advance(rule: AdaptiveRule, values_in_stage: Sequence[float]) -> bool
     n = len(values_in_stage)
     if n >= rule.max_steps:
         return True
-    if n < max(rule.min_steps, rule.window):
+    if n < rule.shortest_stage:
         return False
     mean = math.fsum(values_in_stage[-rule.window :]) / rule.window
     return mean >= rule.threshold if rule.direction == "at_least" else mean <= rule.threshold
@@ -197,6 +211,11 @@ class Curriculum:
         """How many exemplars the set must hold."""
         return max(s.exemplars for s in self.stages)
 
+    def about(self) -> str | None:
+        """What this schedule is when it is a preset's (any schedule without exemplars is the
+        exemplar-free baseline); None for other schedules."""
+        return PRESET_NOTES["0"] if self.max_exemplars == 0 else PRESET_NOTES.get(self.spec)
+
     def boundaries(self) -> list[int]:
         """The step at which each stage starts (the first is 0)."""
         return list(self._starts)
@@ -237,16 +256,19 @@ class Curriculum:
         if errs:
             raise CurriculumError(errs)
 
-    def warnings(self, min_stage_steps: int = 50, max_drop: int = 2) -> list[str]:
+    def warnings(self, min_stage_steps: int = 50, max_drop: int = 2,
+                 run_steps: int | None = None) -> list[str]:
         """Plain-words risks from the paper's findings (method.md, "The curriculum"); not errors.
 
         Flags a drop of more than ``max_drop`` exemplars at once (3 -> 2 -> 0,
         with drops of 1 and 2, worked best; 3 -> 0 was worse), a stage with
         exemplars shorter than ``min_stage_steps`` (fixed mode), more than two
         removals (3 -> 2 -> 1 -> 0 was "clearly worse"), and a last stage that
-        still shows exemplars although evaluation is zero-shot.
+        still shows exemplars although evaluation is zero-shot. In adaptive mode,
+        instead of short stages: planned stages the rule cannot follow, and stages a
+        run of ``run_steps`` (default: the plan's length) can never reach.
         """
-        out: list[str] = []
+        out: list[str] = self._adaptive_warnings(run_steps or self.total_steps)
         for i in range(len(self.stages) - 1):
             a, b = self.stages[i].exemplars, self.stages[i + 1].exemplars
             if a - b > max_drop:
@@ -279,6 +301,33 @@ class Curriculum:
                 f"The last stage still shows {self.stages[-1].exemplars} exemplars, but "
                 "evaluation is zero-shot; "
                 "end with a 0-exemplar stage so the model learns to search without them."
+            )
+        return out
+
+    def _adaptive_warnings(self, run_steps: int) -> list[str]:
+        """Where the adaptive rule and the planned stages disagree (every stage but the last
+        ends after ``shortest_stage`` to ``max_steps`` of its steps)."""
+        rule = self.adaptive
+        if rule is None:
+            return []
+        shortest, longest = rule.shortest_stage, rule.max_steps
+        out = []
+        unfit = [f"stage {i + 1}: {s.steps} step{'s' * (s.steps != 1)}"
+                 for i, s in enumerate(self.stages[:-1])
+                 if not shortest <= s.steps <= longest]
+        if unfit:
+            out.append(f"The adaptive rule ends a stage after {shortest} to {longest} steps, so "
+                       f"the run cannot follow the plan ({'; '.join(unfit)}).")
+        last = len(self.stages) - 1
+        reached = min(last, (run_steps - 1) // shortest)
+        if reached < last:
+            out.append(
+                f"In {run_steps} steps the run never reaches stage {last + 1} "
+                f"({self.stages[last].exemplars} exemplars): each adaptive stage lasts at least "
+                f"{shortest} steps, so it gets no further than stage {reached + 1} "
+                f"({self.stages[reached].exemplars} exemplars). Plan at least "
+                f"{last * shortest + 1} steps, or lower the rule's minimum (\"not before\" and "
+                "\"averaged over\")."
             )
         return out
 

@@ -2,7 +2,8 @@
 
 A design is the `curriculum` part of a run config (`stages`, `adaptive`); the
 answer holds what a page draws (stage starts, total steps) and what it says
-(errors that block a launch, the paper's warnings that do not).
+(errors that block a launch, the paper's warnings that do not, what a preset's
+schedule is), all from the same curriculum, so the words never contradict the chart.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ def describe(design: dict, available_exemplars: int | None = None) -> dict:
         curriculum = Curriculum.from_dict(design)
     except CurriculumError as exc:
         return {"ok": False, "errors": exc.errors, "warnings": [], "starts": [],
-                "total_steps": 0, "spec": ""}
+                "total_steps": 0, "spec": "", "about": None, "shortest_stage": None}
     errors = curriculum.validate(available_exemplars)
+    rule = curriculum.adaptive
     return {"ok": not errors, "errors": errors, "warnings": curriculum.warnings(),
             "starts": curriculum.boundaries(), "total_steps": curriculum.total_steps,
-            "spec": curriculum.spec}
+            "spec": curriculum.spec, "about": curriculum.about(),
+            "shortest_stage": rule.shortest_stage if rule else None}

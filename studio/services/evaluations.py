@@ -327,6 +327,34 @@ def base_vs_trained(settings: Settings, run_id: int,
             for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]
 
 
+def latest_evaluated_run(settings: Settings) -> int | None:
+    """The run whose checkpoint was evaluated last (what the Evaluate page shows first)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        return session.exec(select(Evaluation.run_id).where(Evaluation.run_id.is_not(None))
+                            .order_by(Evaluation.id.desc()).limit(1)).first()
+
+
+def zero_score_reason(metrics: dict | None) -> str | None:
+    """Why EM, SubEM and F1 are all 0, from how the model answered and searched (the
+    metrics' answer_rate, search_calls, valid_search_rate); None unless they are all 0."""
+    metrics = metrics or {}
+    if any(metrics.get(key, 1) for key in ("em", "subem", "f1")) or "answer_rate" not in metrics:
+        return None
+    answered, searches = metrics["answer_rate"], metrics.get("search_calls", 0)
+    searched = metrics.get("valid_search_rate", 0)
+    if not answered and not searches:
+        return ("the model never wrote an answer between <answer> tags and never searched: "
+                "it does not follow the tag protocol zero-shot")
+    if not answered:
+        return (f"the model searched ({searches:.1f} searches per question) but never wrote an "
+                "answer between <answer> tags")
+    if not searches:
+        return (f"the model answered {answered:.0%} of the questions without searching, and "
+                "no answer matched a gold answer")
+    return (f"the model answered {answered:.0%} of the questions and searched on {searched:.0%} "
+            "of them, but no answer matched a gold answer")
+
+
 def cancel_base_vs_trained(settings: Settings, actor: Actor, run_id: int,
                            base_model: str | None = None) -> int:
     """Cancel the queued or running evaluations `base_vs_trained` shows; how many. Each must

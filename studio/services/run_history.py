@@ -260,9 +260,28 @@ def _flatten(config: dict | None, prefix: str = "") -> dict:
     return flat
 
 
+def unused_keys(config: dict | None) -> set[str]:
+    """Dotted keys of a config that its own settings override, so their values did nothing:
+    the curriculum's preset and steps per stage beside explicit stages (its stages without
+    them), and every `verl.` setting on another backend."""
+    flat = _flatten(config)
+    curriculum = (config or {}).get("curriculum") or {}
+    unused = ({"curriculum.preset", "curriculum.steps_per_stage"} if curriculum.get("stages")
+              else {"curriculum.stages"})
+    if (config or {}).get("backend") != "verl":
+        unused |= {key for key in flat if key.startswith("verl.")}
+    return unused & set(flat)
+
+
+def _used(config: dict | None) -> dict:
+    unused = unused_keys(config)
+    return {k: v for k, v in _flatten(config).items() if k not in unused}
+
+
 def config_differences(configs: list[dict | None]) -> list[str]:
-    """Dotted keys (`grpo.lr`) whose value differs between the configs, or is missing in some."""
-    flat = [_flatten(c) for c in configs]
+    """Dotted keys (`grpo.lr`) whose value differs between the configs, or is missing (or
+    unused: `unused_keys`) in some."""
+    flat = [_used(c) for c in configs]
     keys = sorted(set().union(*flat)) if flat else []
     missing = object()
     return [k for k in keys if len({repr(f.get(k, missing)) for f in flat}) > 1]
@@ -281,7 +300,8 @@ def with_defaults(config: dict | None) -> dict | None:
 def compare_runs(settings: Settings, run_ids: list[int],
                  metrics: list[str] | None = None) -> dict:
     """Metric series of several runs aligned on one step axis (None where a run has no value),
-    with their configs and the keys in which the configs differ."""
+    with their configs, the keys each config's own settings make unused, and the keys in
+    which the configs differ (among those used)."""
     if not 1 <= len(run_ids) <= MAX_COMPARED_RUNS:
         raise InvalidInput(f"ids: give 1 to {MAX_COMPARED_RUNS} run ids (got {len(run_ids)})")
     with session_scope(settings.sqlalchemy_url) as session:
@@ -306,6 +326,7 @@ def compare_runs(settings: Settings, run_ids: list[int],
                   "total_steps": r.total_steps} for r in runs],
         "steps": steps, "metrics": names, "series": series,
         "configs": configs,
+        "unused": [sorted(unused_keys(c)) for c in configs],
         "differences": config_differences(configs),
     }
 

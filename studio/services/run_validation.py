@@ -128,7 +128,8 @@ def _warnings(config: RunConfig, stages: list[dict]) -> list[str]:
                 f"of up to {stage['prompt_tokens']} tokens, more than {stage['max_prompt_tokens']}"
                 "; they will be cut from the left (the instruction and the first exemplars go "
                 "first): raise grpo.max_prompt_tokens or show fewer exemplars")
-    warnings += [f"curriculum: {w}" for w in config.curriculum.build().warnings()]
+    warnings += [f"curriculum: {w}" for w in
+                 config.curriculum.build().warnings(run_steps=config.total_steps)]
     return warnings
 
 

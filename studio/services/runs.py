@@ -23,6 +23,7 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 
 from studio.db import session_scope
 from studio.queue import enqueue
+from studio.run_config import MAX_RUN_NAME
 from studio.services import corpora, qa_sets
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict
@@ -156,6 +157,27 @@ def list_runs(settings: Settings) -> list[RunView]:
         positions, owners = _queue_positions(session), usernames(session)
         return [_view(r, positions, owners)
                 for r in session.exec(select(Run).order_by(Run.id.desc()))]
+
+
+def runs_named(settings: Settings, name: str) -> list[int]:
+    """The ids of the runs called `name`, oldest first: the API accepts a name twice, the
+    pages say so before they launch."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        return list(session.exec(select(Run.id).where(Run.name == name).order_by(Run.id)))
+
+
+def free_run_name(settings: Settings, name: str) -> str:
+    """`name` when no run has it, else the first of `name-2`, `name-3`, ... that none has
+    (`name` cut so that it fits the length a run name may have)."""
+    with session_scope(settings.sqlalchemy_url) as session:  # a suffix of up to 11 characters
+        taken = set(session.exec(select(Run.name).where(
+            Run.name.startswith(name[:MAX_RUN_NAME - 12], autoescape=True))))
+    number, candidate = 1, name
+    while candidate in taken:
+        number += 1
+        suffix = f"-{number}"
+        candidate = name[:MAX_RUN_NAME - len(suffix)] + suffix
+    return candidate
 
 
 def cancel_run(settings: Settings, actor: Actor, run_id: int) -> RunView:

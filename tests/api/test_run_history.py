@@ -153,6 +153,7 @@ def test_compare_aligns_steps_and_lists_config_differences(api):
     assert body["series"]["acc"] == [[None] * 5, [0.0, None, 0.1, None, 0.2]]
     assert body["differences"] == ["grpo.lr", "name"]
     assert body["configs"][1]["grpo"]["lr"] == 2e-6
+    assert {"curriculum.stages", "verl.nnodes"} <= set(body["unused"][0])  # preset, native
     everything = client.get("/runs/compare", params={"ids": f"{b},{a},{b}"}).json()
     assert [r["id"] for r in everything["runs"]] == [b, a]
     assert {"acc", "reward_mean", "stage", "exemplars"} <= set(everything["metrics"])

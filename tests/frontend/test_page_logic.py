@@ -12,12 +12,16 @@ import pytest
 
 from frontend.components import error_markdown, problems
 from frontend.pages import curriculum, exemplars, home, launch
+from studio.db import session_scope
 from studio.demo import EXEMPLARS
+from studio.escaping import markdown_text
 from studio.run_config import parse_run_config
-from studio.services import curricula, exemplar_sets
+from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
 from studio.services.prompt_preview import preview_exemplars
+from studio.tables import Run
+from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 
 DEMO = [json.loads(line) for line in EXEMPLARS.read_text().splitlines()]
@@ -88,6 +92,34 @@ def test_step_chart_follows_the_stages_and_notes_warn_on_steep_drops():
     assert "cannot be used" in curriculum.render(broken, 1)[2]
 
 
+def test_adaptive_notes_count_the_steps_the_chart_shows():
+    """3-step stages with the default rule (stages of 20 to 200 steps): the notes say the
+    9 steps of the chart and that the run cannot get past stage 1, never "No warning"."""
+    short = curricula.preset_design("3-2-0", 3)
+    adaptive = curriculum.set_adaptive(short, True, "format", "at_least", 0.9, 10, 20, 200)
+    _, figure, notes, *_ = curriculum.render(adaptive, 1)
+    assert list(figure.data[0].x)[-1] == 9 and "9 steps in all" in notes
+    assert "after 20 to 200 of its steps" in notes
+    for said in ("In 9 steps the run never reaches stage 3 (0 exemplars)",
+                 "no further than stage 1 (3 exemplars). Plan at least 41 steps"):
+        assert markdown_text(said) in notes
+    assert "No warning" not in notes
+    window = curriculum.set_adaptive(short, True, "format", "at_least", 0.9, 30, 20, 200)
+    assert "after 30 to 200 of its steps" in curriculum.render(window, 1)[2]  # a full window
+
+
+def test_each_preset_says_what_it_is():
+    notes = {name: curriculum.render(curricula.preset_design(name, 100), 1)[2]
+             for name in curricula.PRESETS}
+    assert markdown_text("The exemplar-free baseline") in notes["0"]
+    assert "worked" not in notes["0"] and "best" not in notes["0"]
+    assert "best schedule" in notes["3-2-0"]
+    assert markdown_text("did worse than 3 -> 2 -> 0") in notes["3-0"]
+    assert "clearly worse" in notes["3-2-1-0"]
+    assert all("No warning from the paper" in notes[n] for n in ("3-2-0", "0"))
+    assert "baseline" in curriculum.PRESET_LABELS["0"]
+
+
 def test_draft_exemplar_replaces_its_stored_one_or_is_added():
     stored = [{"question": "a"}, {"question": "b"}]
     draft = {"question": "new"}
@@ -125,6 +157,47 @@ def test_empty_settings_fall_back_to_the_base_config():
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
     assert config["model"] == launch.DEFAULT_MODEL
+
+
+def launch_form(model, name: str, design: dict) -> list:
+    """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
+    return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],
+            "demo", "native", "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
+
+
+def test_launch_suggests_a_fresh_name_says_what_is_missing_and_renames_a_duplicate(studio):
+    settings, model = studio
+    design = curricula.preset_design("3-2-0", 1)
+    name, suggested, note = launch.suggest_name(settings, "", "", "demo", design)
+    assert name == suggested == "demo-3-2-0" and note == ""
+
+    refused, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, " ",
+                                                                                  design))
+    assert refused is None and "Give the run a name" in told
+    assert "character" not in told  # not the schema's words
+    assert launch.name_note(settings, "", "demo", design) == \
+        "**Give the run a name**, e.g. `demo-3-2-0`."
+
+    first, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, name,
+                                                                                design))
+    assert first and "exists" not in told
+    assert launch.suggest_name(settings, name, suggested, "demo", design)[:2] == (
+        "demo-3-2-0-2", "demo-3-2-0-2"), "the launched name is not kept"
+    assert launch.suggest_name(settings, "mine", suggested, "demo", design)[0] == "mine"
+    assert launch.name_note(settings, name, "demo", design) == (
+        f"A run named `demo-3-2-0` exists (#{first}); this one will be `demo-3-2-0-2`.")
+
+    second, told = launch.launch(settings, admin(settings), "Runs", *launch_form(model, name,
+                                                                                 design))
+    assert runs.get_run(settings, second)["name"] == "demo-3-2-0-2"
+    assert markdown_text(f"Run #{second} 'demo-3-2-0-2' is queued") in told
+    assert markdown_text("(a run named 'demo-3-2-0' exists)") in told
+    assert runs.runs_named(settings, "demo-3-2-0") == [first]
+    assert runs.free_run_name(settings, "demo-3-2-0") == "demo-3-2-0-3"
+    long = "x" * 128  # the longest name a run may have: cut to fit its suffix
+    with session_scope(settings.sqlalchemy_url) as session:
+        session.add(Run(name=long))
+    assert runs.free_run_name(settings, long) == "x" * 126 + "-2"
 
 
 def test_draft_previews_count_tokens(settings, tmp_path):

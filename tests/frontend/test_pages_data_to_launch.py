@@ -129,6 +129,9 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     ui.wait_text(notes, "3 → 2 → 0, 300 steps in all")
     ui.page.click("#preset-3-0")
     assert "drops from 3 to 0 exemplars at once" in ui.wait_text(notes, "3 → 0, 200 steps")
+    ui.page.click("#preset-0")
+    told = ui.wait_text(notes, "0, 100 steps in all")
+    assert "The exemplar-free baseline" in told and "worked" not in told
 
     steps = ui.page.locator("#preset-steps input[type=number]")
     steps.fill("2")
@@ -140,8 +143,11 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
     chart.wait_for(timeout=30_000)
     ui.wait_text("#curriculum-chart", "stage 3: 0")
 
-    ui.page.click("#adaptive input")
-    assert "averaged over its last 10 steps" in ui.wait_text(notes, "Adaptive: a stage ends")
+    ui.page.click("#adaptive input")  # stages of 20 to 200 steps cannot fit in 6 steps
+    told = ui.wait_text(notes, "Adaptive: each stage but the last ends")
+    assert "averaged over its last 10 steps" in told and "after 20 to 200 of its steps" in told
+    assert "In 6 steps the run never reaches stage 3 (0 exemplars)" in told
+    assert "No warning" not in told
     ui.screenshot("curriculum-adaptive")
     ui.page.click("#adaptive input")
     ui.page.wait_for_function(
@@ -157,9 +163,12 @@ def test_curriculum_designer_draws_presets_and_warns_on_steep_drops(ui):
 def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model, tmp_path):
     ui.open("Launch")
     ui.wait_text("#launch-curriculum", "3 → 2 → 0 exemplars over 6 steps")
+    ui.wait_value("#run-name textarea", "demo-3-2-0")  # a fresh name is suggested
+    ui.page.fill("#run-name textarea", "")
+    assert "Give the run a name, e.g. demo-3-2-0" in ui.wait_text("#run-name-note", "Give")
     ui.page.click("#launch")
     told = ui.wait_text("#launch-message", "was not launched")
-    assert "name:" in told
+    assert "Give the run a name" in told and "character" not in told
 
     ui.page.fill("#run-name textarea", "tiny-demo")
     assert ui.page.locator("#model-source input[value=folder]").is_checked()
@@ -192,9 +201,13 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     assert config["model"] == tiny_model and config["data"]["exemplars"] == "demo"
     assert [s["exemplars"] for s in config["curriculum"]["stages"]] == [3, 2, 0]
     assert config["grpo"]["batch_size"] == 1 and config["grpo"]["max_turns"] == 1
-    ui.screenshot("launch")
     if run["state"] in ("queued", "running"):
         runs.cancel_run(settings, admin(settings), run["id"])
+    ui.wait_value("#run-name textarea", "demo-3-2-0")  # the launched name is not kept
+    ui.page.fill("#run-name textarea", "tiny-demo")
+    ui.wait_text("#run-name-note", f"A run named tiny-demo exists (#{run['id']}); this one "
+                                   "will be tiny-demo-2.")
+    ui.screenshot("launch")
     assert config["lora"] is None  # full fine-tuning unless ticked
 
     assert float(ui.page.locator("#setting-grpo-lr input").input_value()) == 1e-6

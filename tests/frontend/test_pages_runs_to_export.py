@@ -209,7 +209,7 @@ def test_evaluate_the_trained_run_against_its_base_model(studio, page):
     ui.open("Evaluate")
     _choose(page, "#evaluate-run", "ui-trained")
     ui.wait_value("#evaluate-base textarea", "tiny")
-    page.fill("#evaluate-limit input", "2")
+    page.fill("#evaluate-limit textarea", "2")
     page.get_by_text("Protocol").click()
     page.fill("#evaluate-turn-tokens input", "16")
     page.fill("#evaluate-max-turns input", "2")

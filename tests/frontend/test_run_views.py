@@ -1,6 +1,6 @@
 """What the run pages draw, checked on their data: the live panels and the compare overlay
-(valid plotly, stage boundaries, warnings), the rollout viewer's spans and token table, and the
-compare page's config table."""
+(valid plotly, stage boundaries, warnings), the rollout viewer's spans and token table, the
+compare page's config table, and the Evaluate page's question limit and notes."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import re
 from html import unescape
 
 import plotly.graph_objects as go
+import pytest
 from markdown_it import MarkdownIt
 
 from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
-from frontend.pages.compare import DIFFERS, config_table
+from frontend.pages import evaluate
+from frontend.pages.compare import DIFFERS, NOT_USED, config_table
 from frontend.rollout_view import (
     NOT_TRAINED,
     PREFIX,
@@ -21,7 +23,8 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
-from studio.services.run_history import config_differences
+from studio.services.errors import InvalidInput
+from studio.services.run_history import config_differences, unused_keys
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
          "acc": s / 20, "format": 0.5, "kl": 0.001 * s, "response_length": 100 + s,
@@ -101,9 +104,43 @@ def test_config_table_marks_the_settings_that_differ():
     assert list(frame["setting"])[:2] == ["grpo.lr", "queue"], "the differences come first"
     rows = frame.set_index("setting")
     assert rows.loc["queue"].tolist()[1:] == ["–", "gpu"]
-    assert rows.loc["curriculum.stages"].tolist()[1] == '[{"exemplars": 3, "steps": 2}]'
+    assert rows.loc["curriculum.stages"].tolist()[1] == "3 (2 steps)"
     only = config_table(labels, configs, differences, only_differences=True).data
     assert list(only["setting"]) == ["grpo.lr", "queue"]
+
+
+def _curriculum(stages: list[tuple[int, int]] | None, preset: str | None = None) -> dict:
+    """A stored config's curriculum and backend, every key filled as the schema fills it."""
+    return {"backend": "native", "verl": {"nnodes": 1, "overrides": []},
+            "curriculum": {"preset": preset, "steps_per_stage": 100, "adaptive": None,
+                           "stages": stages and [{"exemplars": e, "steps": n}
+                                                 for e, n in stages]}}
+
+
+def test_config_table_leaves_out_what_a_run_s_own_settings_override():
+    labels = ["#1 a · succeeded", "#2 b · succeeded"]
+    explicit = [_curriculum([(3, 3), (2, 3), (0, 3)]), _curriculum([(3, 4), (2, 4), (0, 4)])]
+    unused = [sorted(unused_keys(c)) for c in explicit]
+    assert unused[0] == ["curriculum.preset", "curriculum.steps_per_stage", "verl.nnodes",
+                         "verl.overrides"]
+    frame = config_table(labels, explicit, config_differences(explicit), False, unused).data
+    rows = frame.set_index("setting")
+    assert list(rows.index) == ["curriculum.stages", "backend", "curriculum.adaptive"]
+    assert rows.loc["curriculum.stages"].tolist() == [
+        DIFFERS, "3 → 2 → 0 (3 + 3 + 3 steps)", "3 → 2 → 0 (4 + 4 + 4 steps)"]
+
+    mixed = [explicit[0], _curriculum(None, "3-2-0")]  # stages beside a preset
+    differences = config_differences(mixed)
+    assert differences == ["curriculum.preset", "curriculum.stages",
+                           "curriculum.steps_per_stage"]
+    unused = [sorted(unused_keys(c)) for c in mixed]
+    rows = config_table(labels, mixed, differences, True, unused).data.set_index("setting")
+    assert rows.loc["curriculum.preset"].tolist()[1:] == [NOT_USED, "3-2-0"]
+    assert rows.loc["curriculum.steps_per_stage"].tolist()[1:] == [NOT_USED, "100"]
+    assert rows.loc["curriculum.stages"].tolist()[1:] == ["3 → 2 → 0 (3 + 3 + 3 steps)",
+                                                          NOT_USED]
+    verl = {**mixed[1], "backend": "verl"}
+    assert "verl.nnodes" not in unused_keys(verl) and "curriculum.stages" in unused_keys(verl)
 
 
 ROLLOUT = {
@@ -159,3 +196,40 @@ def test_token_table_shows_tags_and_pipes_as_text():
              for row in re.findall(r"<tr>(.*?)</tr>", html, re.S)[1:]]
     assert cells == [[str(v) for v in row] for row in token_rows(rollout)]
     assert cells[1][5] == "hm</think> <search>Ondrell</search>" and cells[-1][5] == "a | b"
+
+
+def test_questions_per_set_is_empty_for_all_or_a_whole_number():
+    assert evaluate.question_limit(None) is None and evaluate.question_limit("  ") is None
+    assert evaluate.question_limit(" 25 ") == 25
+    for typed in ("0", "-3", "two", "1.5"):
+        with pytest.raises(InvalidInput, match=f"Questions per set: '{typed}' is not a whole"):
+            evaluate.question_limit(typed)
+
+
+def _evaluation(state: str = "succeeded", **metrics) -> dict:
+    scores = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.2,
+              "search_calls": 0.0, "valid_search_rate": 0.0, "answer_rate": 0.0}
+    return {"state": state, "metrics": {**scores, **metrics}, "params": {"total": 60},
+            "error": None}
+
+
+def test_an_evaluation_that_scored_zero_says_why():
+    pairs = [{"qa_set": "demo-heldout", "base": _evaluation(),
+              "trained": _evaluation(search_calls=1.4, valid_search_rate=0.62)},
+             {"qa_set": "demo", "base": _evaluation(answer_rate=0.5),
+              "trained": _evaluation(answer_rate=0.8, search_calls=1.0, valid_search_rate=0.5)},
+             {"qa_set": "scored", "base": _evaluation(em=0.1, answer_rate=0.5),
+              "trained": _evaluation("running")}]
+    html = MarkdownIt("commonmark").render(evaluate.zero_notes(pairs))
+    lines = [unescape(re.sub(r"<[^>]+>", "", item)) for item in re.findall(r"<li>(.*?)</li>", html)]
+    assert lines == [
+        "demo-heldout, base model: EM, SubEM and F1 are 0 because the model never wrote "
+        "an answer between <answer> tags and never searched: it does not follow the tag "
+        "protocol zero-shot.",
+        "demo-heldout, trained model: EM, SubEM and F1 are 0 because the model searched "
+        "(1.4 searches per question) but never wrote an answer between <answer> tags.",
+        "demo, base model: EM, SubEM and F1 are 0 because the model answered 50% of the "
+        "questions without searching, and no answer matched a gold answer.",
+        "demo, trained model: EM, SubEM and F1 are 0 because the model answered 80% of "
+        "the questions and searched on 50% of them, but no answer matched a gold answer."]
+    assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"

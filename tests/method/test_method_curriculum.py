@@ -207,6 +207,31 @@ def test_warnings(c, fragments):
         assert any(fragment in w for w in warnings), warnings
 
 
+def test_adaptive_warnings_follow_the_rule_and_the_run_length():
+    rule = AdaptiveRule(window=10, min_steps=20, max_steps=200)
+    assert Curriculum.preset("3-2-0", 100, rule).warnings() == []
+    short = Curriculum.preset("3-2-0", 3, rule)
+    plan, reach = short.warnings()
+    assert plan.endswith("cannot follow the plan (stage 1: 3 steps; stage 2: 3 steps).")
+    assert reach.startswith("In 9 steps the run never reaches stage 3 (0 exemplars)")
+    assert "no further than stage 1 (3 exemplars). Plan at least 41 steps" in reach
+    assert short.warnings(run_steps=41) == [plan]  # stage 3 can start at step 40
+    assert "no further than stage 2" in short.warnings(run_steps=40)[1]
+    long = Curriculum.preset("3-2-0", 300, rule)
+    assert long.warnings() == ["The adaptive rule ends a stage after 20 to 200 steps, so the "
+                               "run cannot follow the plan (stage 1: 300 steps; stage 2: 300 "
+                               "steps)."]
+
+
+@pytest.mark.parametrize("counts, fragment", [
+    ((3, 2, 0), "paper's best"), ((3, 0), "did worse"), ((3, 2, 1, 0), "clearly worse"),
+    ((0,), "exemplar-free baseline"), ((0, 0), "exemplar-free baseline"), ((4, 2, 0), None),
+])
+def test_about_says_what_a_schedule_is(counts, fragment):
+    about = Curriculum.from_counts(counts).about()
+    assert about is None if fragment is None else fragment in about
+
+
 # ---------------------------------------------------------------- adaptive
 
 RULE = AdaptiveRule(metric="format", threshold=0.8, window=3, min_steps=5, max_steps=10)

@@ -258,6 +258,22 @@ def test_prompts_over_the_limit_warn_at_launch_and_are_cut_in_training(studio):
     assert step["prompts_cut"] == 1.0 and step["prompt_tokens"] == 300
 
 
+def test_an_adaptive_curriculum_is_checked_against_the_run_s_own_length(studio):
+    """Adaptive stages last 20 steps at least: a 3-step run never reaches its 0-exemplar
+    stage, a 21-step one (grpo.steps over the 3-step plan) does."""
+    settings, model = studio
+    config = tiny_config(model)
+    config["curriculum"]["adaptive"] = {"min_steps": 20, "window": 10, "max_steps": 200}
+    short = run_validation.validate_run(settings, admin(settings), config)["warnings"]
+    assert "curriculum: In 3 steps the run never reaches stage 2 (0 exemplars)" in short[-1]
+    config["grpo"]["steps"] = 21
+    longer = run_validation.validate_run(settings, admin(settings), config)["warnings"]
+    assert not any("never reaches" in w for w in longer), longer
+    assert longer == short[:-1] == ["curriculum: The adaptive rule ends a stage after 20 to 200 "
+                                    "steps, so the run cannot follow the plan (stage 1: 1 "
+                                    "step)."]
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"data": {"corpus": "nope", "train": "demo", "exemplars": "missing"}},
      "data.corpus: 'nope' does not exist; upload it first; "

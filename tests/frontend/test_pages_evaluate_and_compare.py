@@ -1,0 +1,117 @@
+"""The Evaluate and Compare pages in Chromium on stored runs (nothing trains), as a new user
+meets them (issue 15): an evaluation that scored 0 says why, its results are there again
+after a reload without picking the run, the question limit starts empty; the configs of two
+runs show both columns whole, without the settings a run's own config overrides.
+Screenshots go to artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sqlmodel import select
+
+from studio.db import session_scope
+from studio.services.demo import load_demo_pack
+from studio.settings import Settings
+from studio.tables import Evaluation, QASet, Run, RunState, utcnow
+from tests.support.actors import admin
+from tests.support.studio_ui import StudioUI, studio_in_browser
+from tests.support.synthetic_runs import finished_run
+from tests.support.tiny_model import build_tiny_model
+
+pytestmark = pytest.mark.slow
+
+SILENT = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.1, "search_calls": 0.0,
+          "valid_search_rate": 0.0, "answer_rate": 0.0, "questions": 60}
+
+
+def stored_run(settings: Settings, model, name: str, steps: int, lr: float) -> int:
+    """A finished 3 -> 2 -> 0 run with a checkpoint, as the Launch page writes its config."""
+    per_stage = -(-steps // 3)
+    config = {"name": name, "model": str(model),
+              "data": {"corpus": "demo", "train": "demo", "exemplars": "demo",
+                       "eval": ["demo-heldout"]},
+              "curriculum": {"preset": None, "stages": [{"exemplars": k, "steps": per_stage}
+                                                        for k in (3, 2, 0)]},
+              "grpo": {"lr": lr, "batch_size": 2, "group_size": 2}}
+    run_id = finished_run(settings, config, steps)
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = session.get(Run, run_id)
+        run.checkpoint_dir = f"runs/{run_id}/checkpoints/step-{steps}"
+        session.add(run)
+    return run_id
+
+
+def stored_evaluations(settings: Settings, run_id: int, model) -> None:
+    """Base and trained on demo-heldout, both finished with every score 0."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = session.get(Run, run_id)
+        heldout = session.exec(select(QASet).where(QASet.name == "demo-heldout")).one()
+        for ref, of_run in ((str(model), None), (run.checkpoint_dir, run_id)):
+            session.add(Evaluation(run_id=of_run, model_ref=ref, qa_set_id=heldout.id,
+                                   state=RunState.succeeded, metrics=SILENT,
+                                   params={"total": 60, "done": 60}, finished_at=utcnow()))
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory) -> StudioUI:
+    root = tmp_path_factory.mktemp("ui-evaluate-compare")
+    model = build_tiny_model(root / "tiny")
+    with studio_in_browser(root, default_model=str(model)) as studio:
+        settings = Settings(data_dir=studio.data_dir)
+        load_demo_pack(settings, admin(settings), index_now=True)
+        first = stored_run(settings, model, "first-try-3-2-0", 9, 1e-4)
+        stored_run(settings, model, "second-try-3-2-0-lower-lr", 12, 1e-5)
+        stored_evaluations(settings, first, model)
+        yield studio
+    assert "Traceback" not in studio.log.read_text(), studio.log.read_text()[-5000:]
+
+
+def test_evaluate_says_why_a_result_is_zero_and_keeps_it_after_a_reload(ui):
+    ui.open("Evaluate")
+    # the evaluated run is chosen for the user: its results show without a pick
+    ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
+    assert "first-try-3-2-0" in ui.page.locator("#evaluate-run input").input_value()
+    notes = ui.wait_text("#evaluate-notes", "trained model")
+    assert ("demo-heldout, base model: EM, SubEM and F1 are 0 because the model never wrote an "
+            "answer between <answer> tags and never searched") in notes
+    limit = ui.page.locator("#evaluate-limit textarea")
+    assert limit.input_value() == "" and limit.get_attribute("placeholder") == "all"
+    ui.screenshot("evaluate-zero")
+
+    ui.page.reload()
+    ui.page.wait_for_selector("button[role=tab]", timeout=30_000)
+    ui.open("Evaluate")
+    ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
+    ui.wait_text("#evaluate-notes", "never searched")
+
+
+def test_compare_shows_every_run_s_column_and_no_overridden_default(ui):
+    ui.open("Compare")
+    for name in ("first-try-3-2-0", "second-try-3-2-0-lower-lr"):
+        field = ui.page.locator("#compare-runs input").first
+        field.click()
+        field.fill(name)  # the list shows this run alone, however busy the page is
+        ui.page.get_by_role("option", name=re.compile(f" {name} · ")).click()
+    ui.page.keyboard.press("Escape")
+    ui.wait_text("#compare-config", "grpo.lr")
+    rows = {cells[1]: cells[2:] for cells in ui.table_rows("#compare-config")}
+    assert rows["grpo.lr"] == ["0.0001", "1e-05"]
+    assert rows["curriculum.stages"] == ["3 → 2 → 0 (3 + 3 + 3 steps)",
+                                         "3 → 2 → 0 (4 + 4 + 4 steps)"]
+    for overridden in ("curriculum.preset", "curriculum.steps_per_stage", "verl.nnodes"):
+        assert overridden not in rows, f"{overridden} does not matter beside explicit stages"
+    # each run's column lies whole inside the table's box (wrapped, not cut off)
+    edges = ui.page.evaluate("""() => {
+        const box = document.querySelector('#compare-config').getBoundingClientRect();
+        const heads = [...document.querySelectorAll('#compare-config thead th')];
+        return {right: box.right, heads: heads.map(h => [h.innerText.trim(),
+                                                         h.getBoundingClientRect().right])}; }""")
+    shown = {text: right for text, right in edges["heads"] if text}
+    for name in ("first-try-3-2-0", "second-try-3-2-0-lower-lr"):
+        (right,) = [r for text, r in shown.items() if name in text]
+        assert right <= edges["right"] + 1, (name, edges)
+    ui.page.wait_for_selector("#compare-plot .js-plotly-plot .main-svg", timeout=60_000)
+    ui.screenshot("compare-configs")
