@@ -18,9 +18,9 @@ from frontend.components import (
     table,
 )
 from frontend.shared import on_show
+from studio.escaping import markdown_text
 from studio.services import auth
 from studio.services.access import Actor
-from studio.escaping import markdown_text
 from studio.services.errors import UserError
 from studio.settings import Settings
 from studio.tables import Role
