@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from studio import db, launcher
+from studio import db, launcher, locate
 from studio.settings import Settings, get_settings
 
 app = typer.Typer(help="ICRL Studio: teach an LLM to use a tool with in-context RL.",
@@ -73,8 +73,9 @@ def _preflight(settings: Settings, *, migrate: bool) -> None:
         raise _fail(exc) from None
 
 
-def _create_admin_once(settings: Settings) -> None:
-    """On a database with no user yet, create the admin and print its one-time credentials."""
+def _create_admin_once(settings: Settings) -> bool:
+    """On a database with no user yet, create the admin and print its one-time credentials;
+    whether it did."""
     from studio.services.auth import bootstrap_admin
 
     with db.session_scope(settings.sqlalchemy_url) as session:
@@ -84,6 +85,7 @@ def _create_admin_once(settings: Settings) -> None:
         typer.echo(f"  username:  {creds.username}")
         typer.echo(f"  password:  {creds.password}")
         typer.echo(f"  API token: {creds.token}")
+    return creds is not None
 
 
 DataDir = typer.Option(None, "--data-dir", help="Data directory (STUDIO_DATA_DIR).")
@@ -94,23 +96,38 @@ Port = typer.Option(None, "--port", help="Port to listen on (STUDIO_PORT).")
 @app.command()
 def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
        queues: str = typer.Option(None, help="Worker queues (STUDIO_WORKER_QUEUES).")) -> None:
-    """Migrate, create the admin on a new database, and run the web app and one worker
-    (restarted when it dies)."""
+    """Migrate, create the admin on a new database, and run the web app, a training worker
+    and a worker for index builds and exports (each restarted when it dies)."""
     from studio.services.runs import reap_stale_runs
     from studio.services.uploads import remove_stale_staging
 
     settings = _settings(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
-    _create_admin_once(settings)
+    created = _create_admin_once(settings)
     reap_stale_runs(settings)  # runs left `running` by a studio that was killed
     remove_stale_staging(settings)  # uploads half received by a web app that was killed
-    worker = launcher.RestartingWorker(settings, settings.queues, settings.worker_concurrency)
+    workers = [launcher.RestartingWorker(settings, spec)
+               for spec in launcher.studio_workers(settings)]
     web_app = subprocess.Popen(launcher.web_command(settings))
     base = f"http://{settings.host}:{settings.port}"
     if launcher.wait_until_serving(f"{base}/healthz", web_app):
+        _record(settings, f"{base}/")
         typer.echo(f"ICRL Studio is serving {base}/ (API {base}/api/v1, docs "
                    f"{base}/api/v1/docs); data in {settings.resolved_data_dir}. Ctrl-C stops it.")
-    raise typer.Exit(launcher.supervise(web_app, worker))
+        if not created:
+            typer.echo("Sign in with your user's password; a forgotten one: `studio user "
+                       "reset-password NAME`.")
+    raise typer.Exit(launcher.supervise(web_app, workers))
+
+
+def _record(settings: Settings, url: str) -> None:
+    """Where this studio runs, for the CLI run from another folder (studio.locate)."""
+    try:
+        locate.write_record(settings, url)
+    except OSError as exc:
+        typer.echo(f"studio: warning: {locate.record_path()} could not be written "
+                   f"({exc.strerror or exc}); commands run elsewhere need --data-dir "
+                   f"{settings.resolved_data_dir}", err=True)
 
 
 @app.command()
@@ -125,13 +142,14 @@ def web(host: str = Host, port: int = Port, data_dir: Path = DataDir) -> None:
 
 
 @app.command()
-def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, gpu."),
+def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, gpu (training, "
+                                      "evaluations), short (index builds, exports)."),
            concurrency: int = typer.Option(None, help="Jobs at once (one per GPU)."),
            data_dir: Path = DataDir) -> None:
     """Run one worker alone, for production nodes."""
     settings = _settings(data_dir=data_dir)
     names = [q.strip() for q in queues.split(",") if q.strip()]
-    from studio.queue import QUEUES
+    from studio.queue import QUEUES, SHORT_QUEUE
 
     unknown = sorted(set(names) - set(QUEUES))
     if unknown or not names:
@@ -139,6 +157,8 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
                                f"use one or more of {', '.join(QUEUES)}"))
     if "gpu" in names:
         concurrency = _gpu_concurrency(concurrency)
+    if names == [SHORT_QUEUE]:
+        os.environ.update(launcher.SHORT_LANE_ENV)
     _preflight(settings, migrate=False)
     os.execv(sys.executable, launcher.worker_command(
         settings, names, concurrency or settings.worker_concurrency))
@@ -324,15 +344,18 @@ POLL_SECONDS = 1.0
 
 
 def _studio_ready(data_dir: Path | None, *, queue: bool = False) -> Settings:
-    """Settings of an existing, migrated studio (and its broker when a job is sent)."""
-    settings = _settings(data_dir=data_dir)
+    """Settings of an existing, migrated studio (and its broker when a job is sent): the one
+    named, else the one `studio up` runs, else ./studio-data; never a new one (studio.locate)."""
+    _settings(data_dir=data_dir)
+    settings = _settings(**locate.studio_overrides())
     try:
+        locate.check_found(settings)
         launcher.check_data_dir(settings)
         launcher.check_database(settings)
         launcher.check_migrated(settings)
         if queue:
             launcher.check_queue(settings)
-    except launcher.StartupError as exc:
+    except (locate.StudioNotFound, launcher.StartupError) as exc:
         raise _fail(exc) from None
     return settings
 
@@ -626,7 +649,8 @@ def evaluate(qa_set: list[str] = typer.Option(..., "--qa-set", help="QA set to e
                for name in qa_set]
     for evaluation, name in zip(created, qa_set, strict=True):
         typer.echo(f"evaluation {evaluation['id']} of {evaluation['model']} on '{name}': "
-                   f"{evaluation['state']}")
+                   f"{evaluation['state']}"
+                   + (f", {evaluation['waiting']}" if evaluation["waiting"] else ""))
     if not wait:
         return
     final = _wait_for_evaluations(settings, [e["id"] for e in created])
@@ -676,13 +700,10 @@ def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to e
            wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow it to the end."),
            data_dir: Path = DataDir) -> None:
     """Export a run's checkpoint as a Hugging Face folder, a zip, or a push to the Hub
-    (a worker serving the cpu queue does the work)."""
-    import time
-
+    (the worker of queue short does the work)."""
     from studio.services import exports
-    from studio.services.errors import UserError
 
-    settings = _settings(data_dir=data_dir)
+    settings = _studio_ready(data_dir, queue=True)
     token = None
     if to == "hub":
         token = os.environ.get(token_env) or (
@@ -690,13 +711,8 @@ def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to e
         if not token:
             raise _fail(ValueError(f"--token-env: set {token_env} to a Hub access token with "
                                    "write access (it is never stored)"))
-    try:
-        launcher.check_database(settings)
-        launcher.check_migrated(settings)
-        found = exports.create_export(settings, _actor(settings), run_id, target=to,
-                                      step=step, repo_id=repo_id, private=private, token=token)
-    except (launcher.StartupError, UserError) as exc:
-        raise _fail(exc) from None
+    found = _call(exports.create_export, settings, _actor(settings), run_id, target=to,
+                  step=step, repo_id=repo_id, private=private, token=token)
     typer.echo(f"export {found['id']}: {to} of run {run_id} after {found['step']} steps")
     shown = None
     while wait and found["state"] in ("queued", "running"):

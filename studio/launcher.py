@@ -1,9 +1,12 @@
 """Start-up: checks that turn a broken setting into one clear line, and the
-supervisor that runs the web app and a worker as child processes.
+supervisor that runs the web app and the workers as child processes.
 
-Ctrl-C (or SIGTERM) stops every child. A worker that dies is restarted with
-backoff while the web app keeps serving; if the web app dies the worker is
-stopped too, so `studio up` never leaves a studio nobody can see.
+`studio up` runs two workers: one for training (its queues, `STUDIO_WORKER_QUEUES`) and a
+light one for the short jobs' lane (index builds and exports: `studio.queue.SHORT_QUEUE`),
+so that those never wait behind a run. Ctrl-C (or SIGTERM) stops every child. A worker that
+dies is restarted with backoff, each on its own, while the web app keeps serving; if the
+web app dies the workers are stopped too, so `studio up` never leaves a studio nobody can
+see.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from studio import db
-from studio.queue import check_broker
+from studio.queue import SHORT_QUEUE, check_broker
 from studio.services.health import forget_worker
 from studio.settings import Settings, redact_url
 
@@ -107,11 +111,40 @@ def worker_node_name(queues: Sequence[str]) -> str:
     return f"{'-'.join(queues)}@{socket.gethostname()}-{os.getpid()}"
 
 
-def worker_command(settings: Settings, queues: Sequence[str], concurrency: int) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker",
+def worker_command(settings: Settings, queues: Sequence[str], concurrency: int, *,
+                   quiet: bool = False) -> list[str]:
+    """The Celery worker's command line; `quiet`: no banner and warnings only (the workers of
+    `studio up`, whose terminal shows what the user needs: the address and credentials)."""
+    return [sys.executable, "-m", "celery", "-A", "worker.celery_app",
+            *(["--quiet"] if quiet else []), "worker",
             "-Q", ",".join(queues), "--pool", "threads", "--concurrency", str(concurrency),
-            "--hostname", worker_node_name(queues), "--loglevel", "INFO",
+            "--hostname", worker_node_name(queues), "--loglevel", "WARNING" if quiet else "INFO",
             "--without-gossip", "--without-mingle"]
+
+
+SHORT_LANE_CONCURRENCY = 2
+"""An export runs beside a long index build; both are light next to training."""
+SHORT_LANE_ENV = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""The short jobs' worker sees no GPU and takes one thread per job from the training."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker of `studio up`: what it serves, how many jobs at once, its environment."""
+
+    queues: tuple[str, ...]
+    concurrency: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"the {'/'.join(self.queues)} worker"
+
+
+def studio_workers(settings: Settings) -> list[WorkerSpec]:
+    """The training worker and the short jobs' worker that `studio up` runs."""
+    return [WorkerSpec(tuple(settings.queues), settings.worker_concurrency),
+            WorkerSpec((SHORT_QUEUE,), SHORT_LANE_CONCURRENCY, SHORT_LANE_ENV)]
 
 
 def wait_until_serving(url: str, process: subprocess.Popen, timeout: float = 120.0) -> bool:
@@ -156,19 +189,20 @@ class RestartBackoff:
 
 
 class RestartingWorker:
-    """The worker child of `studio up`. When it dies its heartbeat row is deleted at once
-    (so /healthz says no worker is alive) and it is started again after its backoff."""
+    """A worker child of `studio up`. When it dies its heartbeat row is deleted at once
+    (so /healthz says its queues have no worker) and it is started again after its backoff."""
 
-    def __init__(self, settings: Settings, queues: Sequence[str], concurrency: int) -> None:
-        self.settings = settings
-        self.node_name = worker_node_name(queues)
-        self.command = worker_command(settings, queues, concurrency)
+    def __init__(self, settings: Settings, spec: WorkerSpec) -> None:
+        self.settings, self.name = settings, spec.name
+        self.node_name = worker_node_name(spec.queues)
+        self.command = worker_command(settings, spec.queues, spec.concurrency, quiet=True)
+        self.env = {**os.environ, **spec.env}
         self.backoff = RestartBackoff()
         self.restart_at: float | None = None  # set while waiting out a backoff
         self._start()
 
     def _start(self) -> None:
-        self.process = subprocess.Popen(self.command)
+        self.process = subprocess.Popen(self.command, env=self.env)
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -183,7 +217,7 @@ class RestartingWorker:
             return
         delay = self.backoff.delay_after_crash(uptime=now - self.started_at)
         self.restart_at = now + delay
-        print(f"studio: the worker (pid {self.process.pid}) "
+        print(f"studio: {self.name} (pid {self.process.pid}) "
               f"{describe_exit(self.process.returncode)}; restarting it in {delay:g} s",
               file=sys.stderr)
         try:
@@ -207,12 +241,13 @@ def stop_processes(processes: Sequence[subprocess.Popen], grace: float) -> None:
             process.wait()
 
 
-def supervise(web_app: subprocess.Popen, worker: RestartingWorker, grace: float = 20.0) -> int:
+def supervise(web_app: subprocess.Popen, workers: Sequence[RestartingWorker],
+              grace: float = 20.0) -> int:
     """Run until Ctrl-C or SIGTERM (exit 0, every child stopped) or until the web app dies.
 
-    The web app is what the user sees: when it dies the worker is stopped and `studio up`
-    exits 1. One worker crash is not an outage: the worker is restarted with backoff while
-    the web app keeps serving.
+    The web app is what the user sees: when it dies the workers are stopped and `studio up`
+    exits 1. A worker crash is not an outage: that worker is restarted with backoff while
+    the web app and the other worker keep serving.
     """
     stopping = False
 
@@ -223,13 +258,14 @@ def supervise(web_app: subprocess.Popen, worker: RestartingWorker, grace: float 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not stopping and web_app.poll() is None:
-            worker.tend()
+            for worker in workers:
+                worker.tend()
             time.sleep(0.2)
         web_app_died = not stopping
         if web_app_died:
-            print(f"studio: the web app {describe_exit(web_app.returncode)}; stopping the worker",
-                  file=sys.stderr)
-        stop_processes([web_app, worker.process], grace)
+            print(f"studio: the web app {describe_exit(web_app.returncode)}; stopping the "
+                  "workers", file=sys.stderr)
+        stop_processes([web_app, *(worker.process for worker in workers)], grace)
         return 1 if web_app_died else 0
     finally:
         for s, handler in previous.items():

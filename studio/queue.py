@@ -13,7 +13,18 @@ from kombu import Connection, Queue
 
 from studio.settings import Settings
 
-QUEUES = ("cpu", "gpu")
+TRAINING_QUEUES = ("cpu", "gpu")
+"""Runs, evaluations and speed measurements: each holds its worker's slot for a long time."""
+SHORT_QUEUE = "short"
+"""Index builds and exports: their own lane, served by a light worker of their own, so that a
+zip export never waits behind hours of training."""
+QUEUES = (*TRAINING_QUEUES, SHORT_QUEUE)
+QUEUE_JOBS = {"cpu": "runs, evaluations and speed measurements on the CPU",
+              "gpu": "runs and evaluations on GPUs",
+              SHORT_QUEUE: "index builds and exports"}
+"""What waits in each queue, in words for messages."""
+REQUIRED_QUEUES = ("cpu", SHORT_QUEUE)
+"""Queues a studio needs a worker on: the default queue of runs, and the short jobs' lane."""
 
 
 def make_celery(settings: Settings, *, include: tuple[str, ...] = ()) -> Celery:

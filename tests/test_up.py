@@ -1,5 +1,7 @@
-"""The README's first command: `studio up` serves the UI and the API, restarts a worker that
-dies, and Ctrl-C stops it all."""
+"""The README's first command: `studio up` says where it serves and the admin's credentials
+and little else, serves the UI and the API with a worker for training and one for the short
+jobs, restarts a worker that dies, records where it runs for the CLI, and Ctrl-C stops it
+all."""
 
 from __future__ import annotations
 
@@ -17,7 +19,14 @@ import pytest
 from studio.launcher import RestartBackoff
 from tests.conftest import free_port
 from tests.support.browser import chromium, sign_in
-from tests.support.processes import pid_alive, start_studio, stop, studio_env, wait_for
+from tests.support.processes import (
+    pid_alive,
+    run_studio,
+    start_studio,
+    stop,
+    studio_env,
+    wait_for,
+)
 
 
 def _group_pids(pgid: int) -> set[int]:
@@ -48,15 +57,17 @@ def _studio_up(tmp_path: Path, port: int, heartbeat_seconds: str):
     assert "Traceback" not in log.read_text()
 
 
-def _live_worker(base: str) -> dict:
-    return wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["workers"] and h,
-                    60, "the worker's heartbeat")
+def _live_workers(base: str) -> dict:
+    """/healthz once both workers beat: {queue: pid}."""
+    health = wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["status"] == "ok" and h,
+                      60, "both workers' heartbeats")
+    return {w["queues"][0]: w["pid"] for w in health["workers"]}
 
 
-def _ctrl_c_stops_everything(up, log: Path, worker_pid: int) -> None:
+def _ctrl_c_stops_everything(up, log: Path, worker_pids: list[int]) -> None:
     processes = _group_pids(up.pid)
-    assert len(processes) >= 3, "studio up, the web app and the worker"
-    assert worker_pid in processes
+    assert len(processes) >= 4, "studio up, the web app and the two workers"
+    assert set(worker_pids) <= processes
     os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     assert up.wait(timeout=60) == 0, log.read_text()
     wait_for(lambda: not any(pid_alive(p) for p in processes), 30, "every child to exit")
@@ -66,27 +77,44 @@ def _ctrl_c_stops_everything(up, log: Path, worker_pid: int) -> None:
 def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
     with _studio_up(tmp_path, port, heartbeat_seconds="1") as (up, log):
+        base = f"http://127.0.0.1:{port}"
+        workers = _live_workers(base)
         out = log.read_text()
         assert up.poll() is None, out
         token = re.search(r"API token: (\S+)", out).group(1)
         password = re.search(r"password:\s+(\S+)", out).group(1)
-        base = f"http://127.0.0.1:{port}"
+        assert f"ICRL Studio is serving {base}/" in out
+        assert "superuser" not in out and "[tasks]" not in out, "no Celery warning nor banner"
+        assert len(out.splitlines()) == 5, out  # the admin's credentials, then the address
 
         assert httpx.get(f"{base}/api/v1/me").status_code == 401
         me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
         assert me.status_code == 200 and me.json()["username"] == "admin"
-        health = _live_worker(base)
-        assert health["status"] == "ok" and health["database"]["ok"] and health["broker"]["ok"]
+        health = httpx.get(f"{base}/healthz").json()
+        assert health["database"]["ok"] and health["broker"]["ok"]
+        assert {queue: len(names) for queue, names in health["queues"].items()} == {
+            "cpu": 1, "short": 1}
 
         with chromium() as browser:
             page = browser.new_page()
             sign_in(page, base, "admin", password)
             status = page.locator("#studio-status")
             status.get_by_text("Status: ok").wait_for(timeout=30_000)
-            assert "worker" in status.inner_text()
+            text = status.inner_text()
+            for queue, names in health["queues"].items():
+                assert f"queue {queue} (" in text and names[0] in text, text
             page.screenshot(path=str(tmp_path / "home.png"))
 
-        _ctrl_c_stops_everything(up, log, worker_pid=health["workers"][0]["pid"])
+        # the CLI, run from another folder without --data-dir, finds this studio
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        env = studio_env(tmp_path / "data")
+        del env["STUDIO_DATA_DIR"]
+        listed = run_studio(["user", "list"], env, cwd=elsewhere)
+        assert listed.returncode == 0, listed.stderr
+        assert "admin" in listed.stdout and list(elsewhere.iterdir()) == []
+
+        _ctrl_c_stops_everything(up, log, worker_pids=list(workers.values()))
 
 
 @pytest.mark.slow
@@ -97,26 +125,28 @@ def test_a_killed_worker_is_forgotten_at_once_and_restarted_while_the_web_app_se
         assert up.poll() is None, log.read_text()
         token = re.search(r"API token: (\S+)", log.read_text()).group(1)
         base = f"http://127.0.0.1:{port}"
-        killed = _live_worker(base)["workers"][0]["pid"]
+        workers = _live_workers(base)
+        killed = workers["cpu"]
         assert killed in _group_pids(up.pid)
 
         os.kill(killed, signal.SIGKILL)
         killed_at = time.monotonic()
-        down = wait_for(lambda: (r := httpx.get(f"{base}/healthz")).json()["workers"] == [] and r,
-                        8, "/healthz to say the worker is down")
+        down = wait_for(lambda: (r := httpx.get(f"{base}/healthz")).json()["queues"]["cpu"] == []
+                        and r, 8, "/healthz to say the cpu worker is down")
         assert time.monotonic() - killed_at < 10, "before three heartbeat periods"
         assert down.status_code == 200, "the web app is up"
         assert down.json()["status"] == "degraded"
-        assert any("no worker is alive" in p for p in down.json()["problems"])
+        assert [w["pid"] for w in down.json()["workers"]] == [workers["short"]], "it works on"
+        assert any("no worker serves queue cpu" in p for p in down.json()["problems"])
         me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
         assert me.status_code == 200
-        assert (f"studio: the worker (pid {killed}) was killed by SIGKILL; restarting it in 1 s"
-                in log.read_text())
+        assert (f"studio: the cpu worker (pid {killed}) was killed by SIGKILL; restarting it in "
+                "1 s" in log.read_text())
 
-        health = wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["workers"]
-                          and h["workers"][0]["pid"] != killed and h, 90, "a new worker")
-        assert health["status"] == "ok" and health["problems"] == []
-        _ctrl_c_stops_everything(up, log, worker_pid=health["workers"][0]["pid"])
+        restarted = wait_for(lambda: (w := _live_workers(base))["cpu"] != killed and w, 90,
+                             "a new cpu worker")
+        assert restarted["short"] == workers["short"]
+        _ctrl_c_stops_everything(up, log, worker_pids=list(restarted.values()))
 
 
 @pytest.mark.slow
@@ -128,7 +158,7 @@ def test_up_exits_1_with_the_web_apps_message_when_it_cannot_serve(tmp_path):
             assert up.wait(timeout=60) == 1, log.read_text()
     out = log.read_text()
     assert "address already in use" in out.lower(), out
-    assert re.search(r"studio: the web app exited with code \d+; stopping the worker", out), out
+    assert re.search(r"studio: the web app exited with code \d+; stopping the workers", out), out
     assert "is serving" not in out
 
 

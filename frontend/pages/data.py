@@ -70,7 +70,7 @@ def index_progress(corpus: dict) -> str:
     if status == "failed":
         return f"failed: {corpus['error']}"
     if status == "pending":
-        return "waiting for a worker (start one with `studio worker --queues cpu`)"
+        return corpus["waiting"] or "waiting for a worker"
     return (f"{progress['rows_read']} / {corpus['num_documents']} rows done "
             f"({progress['fraction']:.0%}), {progress['passages_indexed']} passages indexed")
 

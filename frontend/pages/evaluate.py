@@ -40,6 +40,8 @@ def _status(evaluation: dict | None) -> str:
         return f"running {params.get('done', 0)}/{params.get('total', '?')}"
     if evaluation["state"] == "failed":
         return f"failed: {(evaluation['error'] or '').strip().splitlines()[-1:]}"
+    if evaluation["waiting"]:
+        return f"queued, {evaluation['waiting']}"
     return plain(evaluation["state"])
 
 

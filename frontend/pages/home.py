@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 
 from studio.escaping import code_span, markdown_text
-from studio.services.health import NO_WORKER, health
+from studio.queue import QUEUE_JOBS
+from studio.services.health import NO_WORKER, health, start_a_worker
 from studio.settings import Settings
 
 TITLE = "Home"
@@ -35,12 +36,16 @@ def status_markdown(settings: Settings) -> str:
         f"- {mark[report['database']['ok']]} database {code_span(report['database']['url'])}",
         f"- {mark[report['broker']['ok']]} job queue {code_span(report['broker']['url'])}",
     ]
-    if report["workers"]:
-        for w in report["workers"]:
-            lines.append(f"- ✓ worker {code_span(w['hostname'])} serving "
-                         f"{markdown_text(', '.join(w['queues']))}")
-    else:
+    if not report["workers"]:
         lines.append(f"- ✗ {NO_WORKER}")  # our own sentence: its `code` renders
+        return "\n".join(lines)
+    for queue, hostnames in report["queues"].items():
+        jobs = QUEUE_JOBS.get(queue, "")
+        if hostnames:
+            lines.append(f"- ✓ queue {markdown_text(queue)} ({jobs}): worker "
+                         + ", ".join(code_span(name) for name in hostnames))
+        else:  # our own sentence: its `code` renders
+            lines.append(f"- ✗ queue {queue} ({jobs}): no worker; {start_a_worker(queue)}")
     return "\n".join(lines)
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from studio.db import session_scope
-from studio.queue import QUEUES, enqueue
+from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
@@ -76,8 +76,8 @@ def request_calibration(settings: Settings, actor: Actor, *, model: str, queue: 
 
 def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: int, dtype: str,
                        start: bool = True) -> dict:
-    if queue not in QUEUES:
-        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
+    if queue not in TRAINING_QUEUES:
+        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(TRAINING_QUEUES)}")
     if threads < 1:
         raise InvalidInput("threads: must be at least 1 (engine.threads of the runs)")
     if dtype not in DTYPES:

@@ -17,7 +17,7 @@ from sqlmodel import select
 from studio.db import session_scope
 from studio.ingest import IngestError, read_documents
 from studio.method.tags import format_information
-from studio.queue import enqueue
+from studio.queue import SHORT_QUEUE, enqueue
 from studio.retrieval import (
     BACKENDS,
     Bm25Params,
@@ -32,6 +32,7 @@ from studio.retrieval import (
 from studio.services import uploads
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput
+from studio.services.lanes import add_waits
 from studio.services.records import (
     by_name_or_404,
     check_new_name,
@@ -84,7 +85,7 @@ def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
             session.flush()
             corpus_id = corpus.id
     if start_indexing:
-        enqueue(settings, INDEX_TASK, corpus_id, queue="cpu")
+        enqueue(settings, INDEX_TASK, corpus_id, queue=SHORT_QUEUE)
     return get_corpus(settings, corpus_id)
 
 
@@ -100,7 +101,12 @@ def _view(corpus: Corpus, owners: dict[int, str]) -> dict:
                      "fraction": 1.0 if corpus.status == CorpusStatus.ready
                      else round(min(corpus.rows_read / total, 1.0), 4)},
         "created_at": corpus.created_at.isoformat(), "updated_at": corpus.updated_at.isoformat(),
+        "waiting": None,  # pending: the queue its index build waits in, and behind what
     }
+
+
+def _with_waits(settings: Settings, views: list[dict]) -> list[dict]:
+    return add_waits(settings, views, "corpus", "waiting", lambda _view: SHORT_QUEUE)
 
 
 def _load(session, corpus_id: int) -> Corpus:
@@ -109,19 +115,22 @@ def _load(session, corpus_id: int) -> Corpus:
 
 def get_corpus(settings: Settings, corpus_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(_load(session, corpus_id), usernames(session))
+        view = _view(_load(session, corpus_id), usernames(session))
+    return _with_waits(settings, [view])[0]
 
 
 def find_corpus(settings: Settings, name: str) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(by_name_or_404(session, Corpus, name, "corpus"), usernames(session))
+        view = _view(by_name_or_404(session, Corpus, name, "corpus"), usernames(session))
+    return _with_waits(settings, [view])[0]
 
 
 def list_corpora(settings: Settings) -> list[dict]:
     with session_scope(settings.sqlalchemy_url) as session:
         owners = usernames(session)
-        return [_view(c, owners) for c in session.exec(
+        views = [_view(c, owners) for c in session.exec(
             select(Corpus).where(Corpus.retired_at.is_(None)).order_by(Corpus.id))]
+    return _with_waits(settings, views)
 
 
 def delete_corpus(settings: Settings, actor: Actor, corpus_id: int) -> None:

@@ -16,10 +16,11 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.db import session_scope
 from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
-from studio.queue import QUEUES, enqueue
+from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.services.lanes import add_waits
 from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
 from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
 from studio.services.tokenizers import checked_tokenizer
@@ -76,6 +77,7 @@ class EvaluationView(TypedDict):
     error: str | None
     created_at: str
     finished_at: str | None
+    waiting: str | None  # queued: the queue it waits in and what it waits behind
 
 
 class BaseVsTrained(TypedDict):
@@ -91,7 +93,12 @@ def _view(evaluation: Evaluation, owners: dict[int, str]) -> EvaluationView:
             "params": evaluation.params, "metrics": evaluation.metrics,
             "error": evaluation.error, "created_at": evaluation.created_at.isoformat(),
             "finished_at": evaluation.finished_at.isoformat() if evaluation.finished_at
-            else None}
+            else None, "waiting": None}
+
+
+def _with_waits(settings: Settings, views: list[EvaluationView]) -> list[EvaluationView]:
+    return add_waits(settings, views, "evaluation", "waiting",
+                     lambda view: (view["params"] or {}).get("queue", "cpu"))
 
 
 def _data_row(session, table, wanted: str | DataRef, kind: str, field: str):
@@ -131,8 +138,8 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
                       start: bool) -> EvaluationView:
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
-    if queue not in QUEUES:
-        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(QUEUES)}")
+    if queue not in TRAINING_QUEUES:
+        raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(TRAINING_QUEUES)}")
     if limit is not None and limit < 1:
         raise InvalidInput("limit: must be at least 1 question")
     unknown = sorted(set(protocol or {}) - set(PROTOCOL_KEYS))
@@ -176,8 +183,9 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
 
 def get_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"),
+        view = _view(get_or_404(session, Evaluation, evaluation_id, "evaluation"),
                      usernames(session))
+    return _with_waits(settings, [view])[0]
 
 
 def list_evaluations(settings: Settings, run_id: int | None = None) -> list[EvaluationView]:
@@ -186,7 +194,8 @@ def list_evaluations(settings: Settings, run_id: int | None = None) -> list[Eval
         if run_id is not None:
             query = query.where(Evaluation.run_id == run_id)
         owners = usernames(session)
-        return [_view(e, owners) for e in session.exec(query)]
+        views = [_view(e, owners) for e in session.exec(query)]
+    return _with_waits(settings, views)
 
 
 def claim_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView | None:
@@ -321,6 +330,7 @@ def base_vs_trained(settings: Settings, run_id: int,
         base = [_view(e, owners) for e in session.exec(newest_first.where(
             Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
         names = {q.id: q.name for q in session.exec(select(QASet))}
+    _with_waits(settings, trained + base)
     return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
              "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
              "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}

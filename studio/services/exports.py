@@ -20,16 +20,16 @@ from pathlib import Path
 from sqlmodel import select
 
 from studio.db import session_scope
-from studio.queue import enqueue
+from studio.queue import SHORT_QUEUE, enqueue
 from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.services.lanes import add_waits
 from studio.services.records import get_or_404, get_owned, usernames
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Export, Run, RunState, utcnow
 
 EXPORT_TASK = "worker.export"
-EXPORT_QUEUE = "cpu"  # an export needs no GPU; it must not hold a GPU worker's slot
 TARGETS = ("folder", "zip", "hub")
 RETRYABLE = (RunState.failed, RunState.interrupted)
 # A Hub repo id: "name" (the token's own namespace) or "namespace/name".
@@ -162,7 +162,7 @@ def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str 
     with session_scope(settings.sqlalchemy_url) as session:
         export = Export(run_id=run_id, target=target, step=step, repo_id=repo_id,
                         owner_id=actor.id,
-                        private=private, message="queued: waiting for a worker")
+                        private=private)
         session.add(export)
         session.flush()
         export_id = export.id
@@ -180,7 +180,7 @@ def retry_export(settings: Settings, actor: Actor, export_id: int, *,
                            "can be retried")
         _check_hub_request(export.target, export.repo_id, token)
         export.state, export.error, export.finished_at = RunState.queued, None, None
-        export.message = "queued again: waiting for a worker"
+        export.message = None  # while queued, the view says where it waits
         session.add(export)
     _start(settings, export_id, token.strip() if token else None, start)
     return get_export(settings, export_id)
@@ -191,12 +191,18 @@ def _start(settings: Settings, export_id: int, token: str | None, start: bool) -
     if token:
         store_token(settings, export_id, token)
     if start:
-        enqueue(settings, EXPORT_TASK, export_id, queue=EXPORT_QUEUE)
+        enqueue(settings, EXPORT_TASK, export_id, queue=SHORT_QUEUE)
+
+
+def _with_waits(settings: Settings, views: list[dict]) -> list[dict]:
+    """A queued export's message says where it waits and behind what."""
+    return add_waits(settings, views, "export", "message", lambda _view: SHORT_QUEUE)
 
 
 def get_export(settings: Settings, export_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, Export, export_id, "export"), usernames(session))
+        view = _view(get_or_404(session, Export, export_id, "export"), usernames(session))
+    return _with_waits(settings, [view])[0]
 
 
 def list_exports(settings: Settings, run_id: int | None = None) -> list[dict]:
@@ -205,7 +211,8 @@ def list_exports(settings: Settings, run_id: int | None = None) -> list[dict]:
         if run_id is not None:
             query = query.where(Export.run_id == run_id)
         owners = usernames(session)
-        return [_view(e, owners) for e in session.exec(query)]
+        views = [_view(e, owners) for e in session.exec(query)]
+    return _with_waits(settings, views)
 
 
 def download(settings: Settings, export_id: int) -> tuple[Path, str]:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from sqlmodel import select
 
 from studio.db import check_connection, session_scope
-from studio.queue import check_broker
+from studio.queue import QUEUE_JOBS, REQUIRED_QUEUES, check_broker
 from studio.settings import Settings, redact_url
 from studio.tables import WorkerHeartbeat, utcnow
 
@@ -50,26 +50,46 @@ def forget_worker(settings: Settings, hostname: str, pid: int) -> None:
             session.delete(row)
 
 
-NO_WORKER = ("no worker is alive: runs, evaluations, index builds and exports wait in the "
-             "queue; `studio up` restarts its worker, or start one with `studio worker`")
+NO_WORKER = ("no worker is alive: runs, evaluations, index builds and exports wait in their "
+             "queues; `studio up` restarts its workers, or start them with `studio worker "
+             "--queues cpu` and `studio worker --queues short`")
+
+
+def start_a_worker(queue: str) -> str:
+    """What to do when no live worker listens on `queue`."""
+    return f"`studio up` restarts its worker, or start one with `studio worker --queues {queue}`"
+
+
+def queue_workers(workers: list[dict]) -> dict[str, list[str]]:
+    """The queues a studio needs (and any other one served) with the live workers of each."""
+    served: dict[str, list[str]] = {queue: [] for queue in REQUIRED_QUEUES}
+    for worker in workers:
+        for queue in worker["queues"]:
+            served.setdefault(queue, []).append(worker["hostname"])
+    return served
 
 
 def health(settings: Settings) -> dict:
-    """`status` is down (database or broker unreachable), degraded (no live worker) or ok;
-    `problems` says in plain words what is wrong."""
+    """`status` is down (database or broker unreachable), degraded (no live worker on a queue
+    the studio needs: cpu, or short for index builds and exports) or ok; `queues` lists each
+    queue's live workers; `problems` says in plain words what is wrong."""
     database = _probe(check_connection, settings.sqlalchemy_url)
     broker = _probe(check_broker, settings.celery_broker_url)
     # /healthz answers without credentials: the workers' hardware stays out of it
     workers = [{k: v for k, v in w.items() if k != "devices"}
                for w in live_workers(settings)] if database["ok"] else []
+    queues = queue_workers(workers)
     problems = [f"{part} {report['url']} cannot be reached: {report['error']}"
                 for part, report in (("database", database), ("broker", broker))
                 if not report["ok"]]
     if database["ok"] and not workers:
         problems.append(NO_WORKER)
+    elif database["ok"]:
+        problems += [f"no worker serves queue {queue}, where {QUEUE_JOBS[queue]} wait; "
+                     f"{start_a_worker(queue)}" for queue in REQUIRED_QUEUES if not queues[queue]]
     if not (database["ok"] and broker["ok"]):
         status = "down"
     else:
-        status = "ok" if workers else "degraded"
+        status = "degraded" if problems else "ok"
     return {"status": status, "database": database, "broker": broker, "workers": workers,
-            "problems": problems}
+            "queues": queues, "problems": problems}

@@ -8,9 +8,9 @@ from studio.settings import Settings
 from studio.tables import WorkerHeartbeat
 
 
-def _beat(settings: Settings, hostname: str, pid: int) -> None:
+def _beat(settings: Settings, hostname: str, pid: int, queues: str = "cpu") -> None:
     with db.session_scope(settings.sqlalchemy_url) as session:
-        session.merge(WorkerHeartbeat(hostname=hostname, queues="cpu", pid=pid))
+        session.merge(WorkerHeartbeat(hostname=hostname, queues=queues, pid=pid))
 
 
 def test_no_live_worker_is_degraded_and_says_what_waits(settings):
@@ -19,10 +19,21 @@ def test_no_live_worker_is_degraded_and_says_what_waits(settings):
     assert report["problems"] == [NO_WORKER]
     assert "runs" in NO_WORKER and "studio worker" in NO_WORKER
 
+
+def test_each_queue_the_studio_needs_has_its_worker_listed_or_its_problem(settings):
     _beat(settings, "cpu@here", pid=4242)
     report = health(settings)
+    assert report["status"] == "degraded"
+    assert report["queues"] == {"cpu": ["cpu@here"], "short": []}
+    assert report["problems"] == [
+        "no worker serves queue short, where index builds and exports wait; `studio up` "
+        "restarts its worker, or start one with `studio worker --queues short`"]
+
+    _beat(settings, "short@here", pid=4243, queues="short")
+    report = health(settings)
     assert report["status"] == "ok" and report["problems"] == []
-    assert [w["pid"] for w in report["workers"]] == [4242]
+    assert report["queues"] == {"cpu": ["cpu@here"], "short": ["short@here"]}
+    assert sorted(w["pid"] for w in report["workers"]) == [4242, 4243]
 
 
 def test_forgetting_a_dead_worker_keeps_the_row_of_a_newer_one(settings):

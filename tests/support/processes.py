@@ -15,19 +15,26 @@ from studio.settings import Settings
 from tests.support.tiny_model import build_tiny_model
 
 STUDIO = [sys.executable, "-m", "studio.cli"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def studio_env(data_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment of a studio process on `data_dir`: this checkout's code from any
+    folder, and `studio up`'s record (studio.locate) beside the data, not in the user's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
     env["STUDIO_DATA_DIR"] = str(data_dir)
     env["GRADIO_ANALYTICS_ENABLED"] = "False"
     env["PYTHONUNBUFFERED"] = "1"
-    env.update({f"STUDIO_{k.upper()}": v for k, v in settings.items()})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["XDG_STATE_HOME"] = f"{data_dir}-user-state"
+    env.update({f"STUDIO_{k.upper()}": v for k, v in settings.items() if v is not None})
     return env
 
 
-def run_studio(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(STUDIO + args, env=env, capture_output=True, text=True, timeout=timeout)
+def run_studio(args: list[str], env: dict[str, str], timeout: float = 120,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(STUDIO + args, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
 
 
 def start_studio(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -68,9 +75,11 @@ def pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def running_worker(data_dir: Path, log: Path, **settings: str) -> Iterator[subprocess.Popen]:
-    """A `studio worker --queues cpu` on the studio in `data_dir`, stopped (and checked) after."""
-    worker = start_studio(["worker", "--queues", "cpu"], studio_env(data_dir, **settings), log)
+def running_worker(data_dir: Path, log: Path, queues: str = "cpu,short",
+                   **settings: str) -> Iterator[subprocess.Popen]:
+    """A `studio worker --queues QUEUES` on the studio in `data_dir` (by default one worker
+    for training and the short jobs alike), stopped (and checked) after."""
+    worker = start_studio(["worker", "--queues", queues], studio_env(data_dir, **settings), log)
     try:
         yield worker
     finally:

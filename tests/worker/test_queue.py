@@ -29,7 +29,7 @@ def test_ping_round_trip_and_heartbeat(broker, tmp_path):
         reply = result.get(timeout=90)
         assert reply["pong"] == f"hello-{broker}"
         beats = wait_for(lambda: live_workers(settings), 30, "a worker heartbeat")
-        assert beats[0]["queues"] == ["cpu"]
+        assert beats[0]["queues"] == ["cpu", "short"]
     with db.session_scope(settings.sqlalchemy_url) as session:
         assert session.exec(select(WorkerHeartbeat)).all() == [], "clean shutdown removes the row"
 
@@ -40,4 +40,4 @@ def test_worker_refuses_an_unknown_queue(tmp_path):
     done = run_studio(["worker", "--queues", "tpu"], studio_env(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "studio: error: --queues: unknown queue ['tpu']; use one or more of cpu, gpu"]
+        "studio: error: --queues: unknown queue ['tpu']; use one or more of cpu, gpu, short"]

@@ -90,7 +90,8 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
         assert checkpoint.step >= 2 and checkpoint.step % 2 == 0
         assert _steps(settings, run_id) == kept, "nothing is written after the interruption"
 
-        with running_worker(settings.resolved_data_dir, tmp_path / "second.log", **env):
+        with running_worker(settings.resolved_data_dir, tmp_path / "second.log", queues="cpu",
+                            **env):
             # the broker may deliver attempt 1's message again: it takes nothing over
             redelivered = make_celery(settings).send_task(
                 runs.TRAIN_TASK, args=[run_id, 1, job_key(settings, run_id)], queue="cpu")
