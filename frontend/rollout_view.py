@@ -2,14 +2,19 @@
 not trained on (the spans the loss mask zeros), its reward and token counts.
 
 Rollout rows come from the runs services: `segments` are
-`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Questions, answers and
-model output are shown as text (`studio.escaping`): the highlighted text is a component's text;
-what goes into Markdown is escaped.
+`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Each segment's parts
+were parsed alone, so the model's first words after an assistant prefix that opens `<think>`
+were stored as plain text; the viewer reads them on from the prefix (`segment_parts`), as
+the model wrote them: inside the think span. Steps are shown from 1 (`studio.steps`).
+Questions, answers and model output are shown as text (`studio.escaping`): the highlighted
+text is a component's text; what goes into Markdown is escaped.
 """
 
 from __future__ import annotations
 
 from studio.escaping import markdown_text
+from studio.method.tags import parse
+from studio.steps import shown_step
 
 NOT_TRAINED = "information (not trained on)"
 PREFIX = "prompt prefix"
@@ -33,14 +38,31 @@ def _label(source: str, kind: str) -> str | None:
     return kind if kind in COLOR_MAP else None
 
 
+def _read_on(prefix: str, text: str) -> list[dict]:
+    """The parts of `text` as written after `prefix`: a tag the prefix left open spans on."""
+    whole = prefix + text
+    return [{"kind": part.kind, "text": whole[max(part.start, len(prefix)):part.end]}
+            for part in parse(whole) if part.end > len(prefix)]
+
+
+def segment_parts(rollout: dict) -> list[tuple[dict, list[dict]]]:
+    """Each segment with its tag parts; the model segment right after the prompt prefix is
+    read on from the prefix."""
+    found, previous = [], None
+    for segment in rollout["segments"]:
+        if segment["source"] == "model" and previous and previous["source"] == "prompt":
+            parts = _read_on(previous["text"], segment["text"])
+        else:
+            parts = segment.get("parts") or [{"kind": "text", "text": segment["text"]}]
+        found.append((segment, parts))
+        previous = segment
+    return found
+
+
 def highlighted(rollout: dict) -> list[tuple[str, str | None]]:
     """The value of a `gr.HighlightedText`: (text, label) per tag part; plain text unlabelled."""
-    spans: list[tuple[str, str | None]] = []
-    for segment in rollout["segments"]:
-        parts = segment.get("parts") or [{"kind": "text", "text": segment["text"]}]
-        for part in parts:
-            spans.append((part["text"], _label(segment["source"], part["kind"])))
-    return spans
+    return [(part["text"], _label(segment["source"], part["kind"]))
+            for segment, parts in segment_parts(rollout) for part in parts]
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -57,7 +79,7 @@ def header_markdown(rollout: dict) -> str:
                              for name, value in penalties.items()) or "none"
     gold = " / ".join(markdown_text(a) for a in rollout.get("golden_answers") or []) or "–"
     return (
-        f"**Step {rollout['step']}** · stage {rollout['stage'] + 1} · "
+        f"**Step {shown_step(rollout['step'])}** · stage {rollout['stage'] + 1} · "
         f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} in the prompt"
         f" · group {rollout['group']}, sample {rollout['sample']}  \n"
         f"**Reward {_fmt(rollout['reward'])}** (accuracy {_fmt(b.get('acc'))}, "
@@ -71,8 +93,8 @@ def header_markdown(rollout: dict) -> str:
 def token_rows(rollout: dict) -> list[list]:
     """Per segment: its number, who wrote it, the tag kinds in it, tokens, trained on or not."""
     rows = []
-    for n, segment in enumerate(rollout["segments"], start=1):
-        kinds = list(dict.fromkeys(part["kind"] for part in segment.get("parts") or []))
+    for n, (segment, parts) in enumerate(segment_parts(rollout), start=1):
+        kinds = list(dict.fromkeys(part["kind"] for part in parts))
         trained = {"model": "yes", "env": "no (masked)", "prompt": "no (prompt)"}[segment["source"]]
         preview = " ".join(segment["text"].split())
         rows.append([n, SOURCE_NAMES[segment["source"]], ", ".join(kinds), segment["tokens"],

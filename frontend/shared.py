@@ -24,7 +24,8 @@ class Shared:
     curriculum: gr.State = field(default_factory=lambda: gr.State(None))
     """The curriculum designed on the Curriculum page (`RunConfig.curriculum` as a dict)."""
     focus_run: gr.State = field(default_factory=lambda: gr.State(None))
-    """The id of the run the user last launched or opened (None before)."""
+    """The id of the run the user last chose to follow (*Watch it* after a launch, *Open live
+    view* on Runs): the Live run page opens it (None before)."""
     tab: gr.Tab | None = None
     """The tab of the page being built."""
 

@@ -240,6 +240,12 @@ class Run(SQLModel, table=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
+    # what the training process is doing in the step under way (`RunRecorder.phase`):
+    # {"step": stored step, "name": "rolling out" | ..., "since": ISO time}; None when idle
+    phase: dict | None = _json()
+    # the launch's estimate of a first-stage step, in seconds (None: the device was not
+    # measured): the Live run page says when the first point comes
+    first_step_seconds: float | None = None
 
 
 class RunMetric(SQLModel, table=True):

@@ -489,8 +489,10 @@ def build(settings: Settings) -> None:
     loaded = [base, shared.curriculum, *fields, yaml_message]
     upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
 
+    launched = gr.State(None)  # the run launched last on this page: *Watch it* follows it
+
     def shown(run_id: int | None, message: str):
-        """The run in focus (kept when refused), the message, the follow button."""
+        """The run launched (kept when refused), the message, the follow button."""
         if run_id is None:
             return gr.skip(), message, gr.Button(visible=False)
         return run_id, message, gr.Button(visible=live_page is not None)
@@ -506,9 +508,10 @@ def build(settings: Settings) -> None:
     def start_quick(request: gr.Request):
         return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on))
 
-    launch_button.click(start, form, [shared.focus_run, launch_message, follow, name, suggested,
+    launch_button.click(start, form, [launched, launch_message, follow, name, suggested,
                                       name_hint])
-    quick_button.click(start_quick, None, [shared.focus_run, quick_message, quick_follow])
+    quick_button.click(start_quick, None, [launched, quick_message, quick_follow])
     on_show(acting(settings, quick_start_estimate), None, quick_estimate)
-    for button in (follow, quick_follow):
-        button.click(lambda: gr.Tabs(selected=live_page), outputs=shared.tabs)
+    for button in (follow, quick_follow):  # the Live run page keeps its run until asked
+        button.click(lambda run_id: (run_id, gr.Tabs(selected=live_page)), launched,
+                     [shared.focus_run, shared.tabs])

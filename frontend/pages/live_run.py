@@ -2,12 +2,16 @@
 
 Each browser session keeps its own state (the rows it already has): a timer
 asks the services only for metric rows after the last step it holds, and
-redraws nothing when nothing is new.
+redraws nothing when nothing is new; while the run trains, the line under the
+run says what its step under way is doing (the run's `phase`). Steps are shown
+from 1 (`studio.steps`). The page keeps the run it shows until the user picks
+another or follows one from another page.
 """
 
 from __future__ import annotations
 
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import gradio as gr
@@ -26,8 +30,12 @@ from frontend.run_picker import run_choices, run_label, tick_while_shown
 from studio.escaping import html_text, markdown_text
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
+from studio.services.estimates import duration_words
 from studio.services.run_progress import RunFollower
+from studio.services.run_recorder import STEP_PHASES
 from studio.settings import Settings
+from studio.steps import shown_step, stored_step
+from studio.tables import utcnow
 
 TITLE = "Live run"
 PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
@@ -66,10 +74,12 @@ def legend_html() -> str:
 
 
 def default_run(settings: Settings) -> int | None:
-    """The newest running run, else the newest run."""
+    """The newest running run, else the newest that is not waiting (it has curves to show),
+    else the newest."""
     all_runs = runs.list_runs(settings)
     running = [r for r in all_runs if r["state"] == "running"]
-    chosen = (running or all_runs or [None])[0]
+    started = [r for r in all_runs if r["state"] != "queued"]
+    chosen = (running or started or all_runs or [None])[0]
     return chosen["id"] if chosen else None
 
 
@@ -79,10 +89,55 @@ STATE_HELP = {
     "failed": "*Resume* on **Runs** continues from its last checkpoint",
     "cancelled": "*Resume* on **Runs** continues from its last checkpoint",
 }
+# a step's phase -> the metric that timed it at the last step
+PHASE_TIMES = dict(zip(STEP_PHASES, ("time_rollout", "time_reference", "time_update"),
+                       strict=True))
 
 
-def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
-    """State, step, stage and reward in one line; then what to do, errors and warnings."""
+def doing_now(run: dict, last: dict | None, now: datetime) -> str:
+    """What a running run does now: the step under way, its phases with the current one in
+    bold, and how long it has been at it against the last step's time (or, before the
+    first step, the launch's estimate). Empty for an engine that says nothing (veRL) once
+    its steps come."""
+    phase = run.get("phase")
+    if not phase:
+        return "" if last else "Now: starting the training process."
+    seconds = max(0, round((now - datetime.fromisoformat(phase["since"])).total_seconds()))
+    name = phase["name"]
+    if name not in PHASE_TIMES:
+        return f"Now: {markdown_text(name)} ({seconds} s so far)."
+    phases = " → ".join(f"**{p}**" if p == name else p for p in STEP_PHASES)
+    took = (last or {}).get(PHASE_TIMES[name])
+    if took is not None:
+        pace = f"; it took {duration_words(took)} at the last step"
+    elif run.get("first_step_seconds"):
+        pace = (f"; a whole step takes at most about {duration_words(run['first_step_seconds'])}"
+                " (the launch's estimate)")
+    else:
+        pace = ""
+    return (f"Now: step {shown_step(phase['step'])} of {run['total_steps']}: {phases} "
+            f"({seconds} s so far{pace}).")
+
+
+def first_point_note(run: dict) -> str:
+    """What the empty curves say: when their first point comes."""
+    state = run["state"]
+    if state == "queued":
+        return ("Waiting for a worker: the curves start with step 1,\n"
+                "a point per step, once a worker takes this run.")
+    if state != "running":
+        return "This run stopped before its first step: it has no point to draw."
+    estimate = run.get("first_step_seconds")
+    when = (f", in at most about {duration_words(estimate)} (the launch's estimate)"
+            if estimate else "")
+    return (f"The first point comes after step 1{when}.\n"
+            "The line above says what the run is doing now.")
+
+
+def status_markdown(run: dict, rows: list[dict], events: list[dict],
+                    now: datetime | None = None) -> str:
+    """State, step, stage and reward in one line; what a running run does now; then what
+    to do, errors and warnings."""
     last = rows[-1] if rows else None
     parts = [f"**{markdown_text(run_label(run))}**",
              f"step {run['current_step']} / {run['total_steps']}"]
@@ -91,14 +146,16 @@ def status_markdown(run: dict, rows: list[dict], events: list[dict]) -> str:
         parts.append(f"reward {last.get('reward_mean') or 0:.2f}")
     lines = [" · ".join(parts)]
     state = plain(run["state"])
+    if state == "running" and (now_line := doing_now(run, last, now or utcnow())):
+        lines.append(now_line)
     if state in STATE_HELP:
         position = run.get("queue_position")
         where = f" (#{position} in the {markdown_text(run['queue'])} queue)" if position else ""
         lines.append(f"{state}{where}: {STATE_HELP[state]}.")
     if run["error"]:
         lines.append(f"**Error:** {markdown_text(run['error'].strip().splitlines()[-1])}")
-    lines += [f"⚠️ step {e['step']}: {markdown_text(e['message'])}" for e in events
-              if e["kind"] == "warning"]
+    lines += [f"⚠️ step {shown_step(e['step'])}: {markdown_text(e['message'])}"
+              for e in events if e["kind"] == "warning"]
     return "  \n".join(lines)
 
 
@@ -116,10 +173,10 @@ def parse_step(text: str | None) -> int | None:
     text = (text or "").strip()
     if not text:
         return None
-    if not text.isdigit():
-        raise InvalidInput(f"Step: '{text}' is not a step number; type a whole number such as "
-                           "12, or leave it empty for all steps.")
-    return int(text)
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidInput(f"Step: '{text}' is not a step number; steps count from 1: type a "
+                           "whole number such as 12, or leave it empty for all steps.")
+    return stored_step(int(text))
 
 
 def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: float,
@@ -161,7 +218,8 @@ def stage_choices(rows: list[dict]) -> list[str]:
 
 def build(settings: Settings) -> None:
     common = shared.current()
-    state = gr.State(None)  # {"run_id", "rows", "events", "final", "follower"} of this session
+    # {"run_id", "rows", "events", "status", "note" (of the empty curves), "follower"}
+    state = gr.State(None)
     with gr.Row(equal_height=True):
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="live-run", scale=4)
         refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
@@ -207,16 +265,17 @@ def build(settings: Settings) -> None:
         progress = follower.poll()
         run, final = progress.run, progress.final
         rows, events = by_step(progress.metrics), in_step_order(progress.events)
-        return ({"run_id": run["id"], "rows": rows, "events": events, "final": final,
-                 "follower": follower},
-                status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
+        status, note = status_markdown(run, rows, events), first_point_note(run)
+        return ({"run_id": run["id"], "rows": rows, "events": events, "status": status,
+                 "note": note, "follower": follower},
+                status, plot_value(live_figure(rows, events, note)),
                 filter_rollouts(settings, run["id"], *filter_values),
                 gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
                 gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
     @toast_user_errors
     def choose(run_id, *filter_values):
-        """Fresh run choices with `run_id` (default: the newest running run) opened."""
+        """Fresh run choices with `run_id` (default: `default_run`) opened."""
         run_id = run_id if run_id is not None else default_run(settings)
         return gr.update(choices=run_choices(settings), value=run_id), \
             *open_run(run_id, *filter_values)
@@ -232,7 +291,8 @@ def build(settings: Settings) -> None:
     # the page's load only: gr.on(triggers=None) would also run it on every filter change
     common.blocks.load(on_load, inputs=filters,
                        outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
-    # the run launched or opened on another page
+    # a run followed from another page (Launch's *Watch it*, Runs' *Open live view*); a run
+    # merely launched does not take the page from the run it shows
     common.focus_run.change(choose, inputs=[common.focus_run, *filters],
                             outputs=[chosen, *opened, config_file], show_progress="hidden")
     chosen.input(toast_user_errors(open_run), inputs=[chosen, *filters],
@@ -242,27 +302,31 @@ def build(settings: Settings) -> None:
     tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
 
     def tick(current, *filter_values):
-        """Only rows written since the last tick are fetched; nothing new redraws nothing."""
+        """Only rows written since the last tick are fetched; the status line is sent when
+        it changed (a running run's phase and seconds), the curves when rows came (or the
+        empty curves' note changed); nothing new sends nothing."""
         if not current:
             return [gr.skip()] * 5 + [gr.Timer(active=False)]
         progress = current["follower"].poll()
-        run, final = progress.run, progress.final
-        keep_going = gr.Timer(active=not final)
-        if not progress.metrics and not progress.events:
-            if final == current["final"]:
-                return [gr.skip()] * 5 + [keep_going]
-            current = {**current, "final": final}
-            return (current, status_markdown(run, current["rows"], current["events"]), gr.skip(),
-                    gr.skip(), gr.skip(), keep_going)
+        run = progress.run
+        keep_going = gr.Timer(active=not progress.final)
+        new = bool(progress.metrics or progress.events)
         rows = by_step(current["rows"] + progress.metrics)
         events = in_step_order(current["events"] + progress.events)
-        current = {**current, "rows": rows, "events": events, "final": final}
+        status, note = status_markdown(run, rows, events), first_point_note(run)
+        redraw = new or (not rows and note != current["note"])
+        if not redraw and status == current["status"]:
+            return [gr.skip()] * 5 + [keep_going]
+        current = {**current, "rows": rows, "events": events, "status": status, "note": note}
+        figure = plot_value(live_figure(rows, events, note)) if redraw else gr.skip()
+        if not new:
+            return current, status, figure, gr.skip(), gr.skip(), keep_going
         try:
             rollouts = filter_rollouts(settings, run["id"], *filter_values)
         except InvalidInput:  # a bad filter was already reported when it was typed
             rollouts = gr.skip()
-        return (current, status_markdown(run, rows, events), plot_value(live_figure(rows, events)),
-                rollouts, gr.update(choices=stage_choices(rows)), keep_going)
+        return (current, status, figure, rollouts, gr.update(choices=stage_choices(rows)),
+                keep_going)
 
     timer.tick(tick, inputs=[state, *filters], outputs=opened, show_progress="hidden")
 

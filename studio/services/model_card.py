@@ -27,6 +27,7 @@ from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
 from studio.services.run_plans import DataRef, RunPlan, pinned_row, stored_plan
 from studio.settings import Settings
+from studio.steps import MARK_POINTS_BELOW, shown_step, stage_line_x
 from studio.tables import Corpus, QASet, RunState
 
 REWARD_CURVES = "reward_curves.png"
@@ -245,8 +246,10 @@ def _measured_behaviour(latest: dict[tuple[str, str], dict]) -> str:
                                    "evaluation of this run was made before this export.")
 
 
-def reward_curves_png(metrics: list[dict]) -> bytes | None:
-    """Training reward, accuracy, format and search calls per step, stage changes marked."""
+def reward_curves_figure(metrics: list[dict]):
+    """Training reward, accuracy, format and search calls per step (shown from 1, whole
+    steps on the axis), a dotted line before each stage as the Live run page draws it; None
+    without metric rows."""
     if not metrics:
         return None
     import matplotlib
@@ -255,22 +258,25 @@ def reward_curves_png(metrics: list[dict]) -> bytes | None:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    steps = [m["step"] for m in metrics]
+    steps = [shown_step(m["step"]) for m in metrics]
+    marker = "." if len(steps) < MARK_POINTS_BELOW else None
     figure = Figure(figsize=(10, 4), dpi=100, layout="constrained")
     left, right = figure.subplots(1, 2)
     for key, label in (("reward_mean", "reward (mean)"), ("acc", "accuracy"),
                        ("format", "format score")):
         left.plot(steps, [m.get(key, float("nan")) for m in metrics], label=label,
-                  marker="." if len(steps) < 30 else None)
+                  marker=marker)
     calls = [m.get("search_calls", float("nan")) for m in metrics]
-    right.plot(steps, calls, color="tab:purple", marker="." if len(steps) < 30 else None)
+    right.plot(steps, calls, color="tab:purple", marker=marker)
     right.set_ylim(0, max([1.0] + [c * 1.1 for c in calls if c == c]))
-    changes = [(m["step"], m["exemplars"]) for n, m in enumerate(metrics)
-               if n == 0 or metrics[n - 1]["exemplars"] != m["exemplars"]]
+    starts = [(n, m["step"], m["exemplars"]) for n, m in enumerate(metrics)
+              if n == 0 or metrics[n - 1]["stage"] != m["stage"]]
     for axes in (left, right):
-        for step, exemplars in changes:
-            axes.axvline(step, color="grey", linestyle=":", linewidth=1)
-            axes.annotate(f"{exemplars} ex.", (step, 1.0), xycoords=("data", "axes fraction"),
+        for n, first_step, exemplars in starts:
+            x = stage_line_x(first_step) if n else shown_step(first_step)
+            if n:
+                axes.axvline(x, color="grey", linestyle=":", linewidth=1)
+            axes.annotate(f"{exemplars} ex.", (x, 1.0), xycoords=("data", "axes fraction"),
                           xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
         axes.set_xlabel("training step")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -279,6 +285,14 @@ def reward_curves_png(metrics: list[dict]) -> bytes | None:
     left.set_ylim(-0.02, 1.02)
     left.legend(loc="lower right", fontsize=8)
     right.set_title("search calls per rollout")
+    return figure
+
+
+def reward_curves_png(metrics: list[dict]) -> bytes | None:
+    """`reward_curves_figure` as PNG bytes."""
+    figure = reward_curves_figure(metrics)
+    if figure is None:
+        return None
     out = io.BytesIO()
     figure.savefig(out, format="png")
     return out.getvalue()

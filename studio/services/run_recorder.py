@@ -2,7 +2,8 @@
 
 A process trains a run as one attempt; each write first checks that the run is still
 its to write (not cancelled, deleted, or resumed by a newer attempt), so a superseded
-process stops instead of mixing its steps into another attempt's.
+process stops instead of mixing its steps into another attempt's. Between steps' rows, an
+engine may say what it is doing (`phase`), so a step under way shows on the Live run page.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from sqlmodel import delete
 from studio.db import session_scope
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+
+LOADING = "loading the model and data"
+STEP_PHASES = ("rolling out", "scoring", "updating")  # a step's phases, in order
+CHECKPOINTING = "saving a checkpoint"
 
 
 class RunStopped(Exception):
@@ -42,11 +47,6 @@ class RunRecorder:
                              f"{run.attempt}, not running as attempt {self.attempt}")
         return run
 
-    def check(self) -> None:
-        """RunStopped unless this attempt may still write (before work worth skipping)."""
-        with session_scope(self.settings.sqlalchemy_url) as session:
-            self.owned(session)
-
     def write_step(self, step: int, metrics: dict, rollouts: list[Rollout],
                    events: list[RunEvent] = ()) -> None:
         """One transaction per step: its metrics row (non-finite values stored as null),
@@ -59,6 +59,16 @@ class RunRecorder:
             session.add_all([*events, *rollouts])
             run.current_step = step + 1
             run.heartbeat_at = utcnow()
+            session.add(run)
+
+    def phase(self, name: str, step: int | None = None) -> None:
+        """What the process is doing now (`LOADING`, one of `STEP_PHASES` of stored step
+        `step`, `CHECKPOINTING`), since now: one row updated, a few times a step. Like every
+        write, it raises RunStopped once the run is not this attempt's (before work worth
+        skipping)."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = self.owned(session)
+            run.phase = {"name": name, "step": step, "since": utcnow().isoformat()}
             session.add(run)
 
     def event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:

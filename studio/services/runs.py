@@ -66,7 +66,8 @@ def create_run(settings: Settings, actor: Actor, config: dict | str, *,
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),
                   plan=plan.model_dump(mode="json"), backend=parsed.backend, queue=parsed.queue,
-                  total_steps=parsed.total_steps, owner_id=actor.id)
+                  total_steps=parsed.total_steps, owner_id=actor.id,
+                  first_step_seconds=report["stages"][0]["seconds_per_step"])
         session.add(run)
         session.flush()
         run_id, job_key = run.id, run.job_key
@@ -110,6 +111,10 @@ class RunView(TypedDict):
     attempt: int
     current_step: int  # steps done
     total_steps: int
+    # while running, what the step under way does: {name, step (stored, from 0) or None,
+    # since}; see `run_recorder.phase`
+    phase: dict | None
+    first_step_seconds: float | None  # the launch's estimate of a first step (worst case)
     error: str | None
     checkpoint_dir: str | None  # the latest complete checkpoint, relative to the data folder
     config: dict  # the run config as validated, every default filled in
@@ -136,7 +141,8 @@ def _view(run: Run, positions: dict[int, int], owners: dict[int, str]) -> RunVie
         "backend": run.backend,
         "queue": run.queue, "queue_position": positions.get(run.id),
         "attempt": run.attempt, "current_step": run.current_step,
-        "total_steps": run.total_steps, "error": run.error,
+        "total_steps": run.total_steps, "phase": run.phase,
+        "first_step_seconds": run.first_step_seconds, "error": run.error,
         "checkpoint_dir": run.checkpoint_dir, "config": run.config,
         "worker": run.worker_hostname, "created_at": run.created_at.isoformat(),
         "queued_at": _iso(run.queued_at), "started_at": _iso(run.started_at),
@@ -295,7 +301,7 @@ def claim_run(settings: Settings, run_id: int, attempt: int, job_key: str,
             Run.id == run_id, Run.attempt == attempt, Run.job_key == job_key,
             Run.state == RunState.queued,
         ).values(state=RunState.running, worker_hostname=hostname, error=None, pid=None,
-                 started_at=func.coalesce(Run.started_at, now), heartbeat_at=now))
+                 phase=None, started_at=func.coalesce(Run.started_at, now), heartbeat_at=now))
         return done.rowcount == 1
 
 

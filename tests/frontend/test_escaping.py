@@ -115,6 +115,7 @@ def test_run_names_and_warnings_reach_plotly_escaped():
     go.Figure(figure)
     assert [t["name"] for t in figure["data"]] == [html_text(HOSTILE), "#2 b"]
     assert all(HOSTILE not in t["hovertemplate"] for t in figure["data"])  # read by reference
-    live = live_figure([], [{"step": 1, "kind": "warning", "message": HOSTILE, "data": {}}])
+    live = live_figure([{"step": 1, "stage": 0, "exemplars": 0, "reward_mean": 0.5}],
+                       [{"step": 1, "kind": "warning", "message": HOSTILE, "data": {}}])
     (warning,) = [t for t in live["data"] if t["name"] == "warning"]
     assert warning["hovertext"] == [html_text(HOSTILE)]

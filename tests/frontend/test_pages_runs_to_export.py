@@ -1,6 +1,9 @@
 """The Runs, Live run, Compare, Evaluate and Export pages in Chromium against a live
-`studio up`: cancel, resume and delete a queued run; the reward chart grows without a reload
-and the rollouts show the environment's masked spans; two runs compared; the trained run
+`studio up`: a queued run's empty curves say when the first point comes; cancel, resume and
+delete a queued run; the reward chart grows without a reload, the run's step says what it is
+doing, its legends and toolbar cover nothing, and the rollouts show the environment's masked
+spans and the first thought as think; a run launched meanwhile does not take the page from
+the run it follows; steps are counted from 1 everywhere; two runs compared; the trained run
 evaluated against its base model; a zip exported and downloaded. The load times of a
 1,000-step run and of a 2,000-token rollout are printed (docs/ui.md records them; they are
 not asserted). Screenshots go to artifacts/screenshots/.
@@ -33,6 +36,24 @@ PLOT_POINTS = """([selector, n]) => {
     return plot && plot.data && plot.data[0].x.length >= n
         && plot.querySelector('.scatterlayer .trace path.js-line') !== null; }"""
 REWARD_POINTS = "() => document.querySelector('#live-plot .js-plotly-plot').data[0].x.length"
+# Boxes of the live plot's parts, as the page lays them out: each panel's plotting area, the
+# legends, the panel titles written over panels, the toolbar, and every tick label.
+PLOT_PARTS = """() => {
+    const plot = document.querySelector('#live-plot .js-plotly-plot');
+    const box = e => { const r = e.getBoundingClientRect();
+                       return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+    const all = s => [...plot.querySelectorAll(s)];
+    return {areas: all('.draglayer .nsewdrag').map(box),
+            legends: all('.infolayer > g[class^="legend"]').map(box),
+            titles: all('.annotation').filter(a => !a.textContent.endsWith(' ex.')).map(box),
+            modebar: box(plot.querySelector('.modebar')),
+            xticks: all('.xtick text').map(t => t.textContent),
+            yticks: all('.ytick text').map(t => t.textContent)}; }"""
+# (text, label) of each part of each rollout card's text, in order; None: no label
+CARD_LABELS = """() => [...document.querySelectorAll('#live-rollouts .rollout-text .textfield')]
+    .map(field => [...field.querySelectorAll('span.token')].map(token => {
+        const label = token.querySelector('span.label');
+        return label ? label.textContent.trim() : null; }))"""
 
 
 def tiny_run(model: Path, name: str, steps: int) -> dict:
@@ -93,6 +114,28 @@ def page(studio):
     return studio.ui.page
 
 
+def overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] \
+        and b["top"] < a["bottom"]
+
+
+def test_live_run_opens_the_running_run_and_a_queued_one_says_when_its_first_point_comes(
+        studio, page):
+    ui = studio.ui
+    wait_for(lambda: studio.run(studio.trained)["state"] == "running", 120, "the first run")
+    page.goto(f"{studio.base}/")
+    ui.open("Live run")
+    ui.wait_text("#live-status", "ui-trained")  # the running run, not the newer queued one
+    assert "ui-trained" in ui.page.locator("#live-run input").input_value()
+
+    page.goto(f"{studio.base}/?run={studio.queued}")
+    ui.wait_text("#live-status", "queued (#1 in the cpu queue)")
+    page.wait_for_function("() => [...document.querySelectorAll('#live-plot .annotation')]"
+                           ".some(a => a.textContent.includes('Waiting for a worker'))",
+                           timeout=60_000)
+    ui.screenshot("live-run-waiting")
+
+
 def _row(ui: StudioUI, name: str) -> list[str] | None:
     """The Runs table's row of the run called `name`."""
     return next((r for r in ui.table_rows("#runs-table") if r[1] == name), None)
@@ -139,6 +182,23 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     page.wait_for_function(f"() => ({REWARD_POINTS})() > {before}", timeout=90_000)
     assert page.evaluate("() => window.notReloaded === true"), "the page was not reloaded"
     assert "ui-trained" in page.locator("#live-status").inner_text()
+    status = studio.ui.wait_text("#live-status", "Now: ")  # what the step under way does
+    assert re.search(r"Now: (step \d+ of 60: .*\*?\*?(rolling out|scoring|updating)|saving a "
+                     r"checkpoint|loading)", status), status
+    points, mode = page.evaluate("() => { const t = document.querySelector("
+                                 "'#live-plot .js-plotly-plot').data[0]; "
+                                 "return [t.x.length, t.mode]; }")
+    assert mode == ("lines+markers" if points < 30 else "lines"), (points, mode)
+
+    page.locator("#live-plot .js-plotly-plot").hover()
+    parts = page.evaluate(PLOT_PARTS)
+    assert len(parts["areas"]) == 6 and len(parts["legends"]) >= 2
+    for legend in parts["legends"]:
+        assert not any(overlap(legend, area) for area in parts["areas"]), "a legend on lines"
+    for part in parts["legends"] + parts["titles"] + parts["areas"]:
+        assert not overlap(parts["modebar"], part), "the toolbar covers a title or lines"
+    assert all(re.fullmatch(r"\d+", t) for t in parts["xticks"]), parts["xticks"]
+    assert all(re.fullmatch(r"[−-]?[\d,]*\.?\d+", t) for t in parts["yticks"]), parts["yticks"]
     with page.expect_download() as download:
         page.click("#live-yaml")
     assert download.value.suggested_filename == f"run-{studio.trained}-ui-trained.yaml"
@@ -154,17 +214,21 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
         '#live-rollouts .rollout-text span.token.highlighted')].map(s => s.style.backgroundColor)""")
     masked_colour = token.evaluate("t => t.style.backgroundColor")
     assert any(c != masked_colour for c in colours), "the other spans are coloured apart"
+    # the prompt's `<think>` opens the model's first thought: blue, as the legend says
+    cards = page.evaluate(CARD_LABELS)
+    assert cards and all(labels[0] == "prompt prefix" for labels in cards), cards
+    assert any(labels[1] == "think" for labels in cards if len(labels) > 1), cards
     studio.ui.screenshot("live-run")
 
     def card_headers() -> list[str]:
         return [t for t in page.locator("#live-rollouts .rollout-card .prose").all_inner_texts()
                 if t.startswith("Step ")]
 
-    wait_for(lambda: any(not h.startswith("Step 0 ·") for h in card_headers()), 30,
+    wait_for(lambda: any(not h.startswith("Step 1 ·") for h in card_headers()), 30,
              "the newest steps' rollouts first")
-    page.fill("#live-filter-step textarea", "0")
+    page.fill("#live-filter-step textarea", "1")  # steps are counted from 1, as shown
     page.keyboard.press("Enter")
-    wait_for(lambda: card_headers() and all(h.startswith("Step 0 ·") for h in card_headers()),
+    wait_for(lambda: card_headers() and all(h.startswith("Step 1 ·") for h in card_headers()),
              30, "the step filter")
     page.fill("#live-filter-step textarea", "two")
     page.keyboard.press("Enter")
@@ -172,6 +236,36 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     time.sleep(2)  # a second report (a handler bound twice) would have come by now
     toasts = page.locator(".toast-body").all_inner_texts()
     assert len(toasts) == 1 and "(2)" not in toasts[0], f"reported once: {toasts}"
+
+
+def test_a_run_launched_meanwhile_does_not_take_the_live_page_from_its_run(studio, page,
+                                                                         tmp_path):
+    """Launching opens nothing by itself: *Watch it on the Live run page* does."""
+    ui = studio.ui
+    page.goto(f"{studio.base}/?run={studio.trained}")
+    ui.wait_text("#live-status", "ui-trained")
+    ui.open("Launch")
+    config = tiny_run(Path(studio.run(studio.trained)["config"]["model"]), "launched-meanwhile",
+                      60)
+    path = tmp_path / "launched-meanwhile.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with page.expect_file_chooser() as chooser:
+        page.click("#load-yaml")
+    chooser.value.set_files(str(path))
+    ui.wait_text("#yaml-message", "Loaded 'launched-meanwhile'")
+    page.click("#launch")
+    launched = int(re.search(r"Run #(\d+)", ui.wait_text("#launch-message", "Run #")).group(1))
+    try:
+        ui.open("Live run")
+        time.sleep(3)  # a switch to the new run would have come by now
+        assert "ui-trained" in page.locator("#live-run input").input_value()
+        assert "ui-trained" in page.locator("#live-status").inner_text()
+        ui.open("Launch")
+        page.click("#follow-run")
+        ui.wait_text("#live-status", "launched-meanwhile")
+        assert "launched-meanwhile" in page.locator("#live-run input").input_value()
+    finally:
+        studio.api.post(f"/runs/{launched}/cancel")
 
 
 def _choose(page, dropdown: str, run_name: str) -> None:
@@ -255,6 +349,23 @@ def test_export_a_zip_with_its_model_card_and_download_it(studio, page, tmp_path
         names = archive.namelist()
     assert any(n.endswith("README.md") for n in names)
     assert any(n.endswith("model.safetensors") for n in names)
+
+
+def test_one_step_numbering_on_the_finished_run(studio, page):
+    """The header, the newest rollouts and the curves' last point all say step 60 of 60."""
+    ui = studio.ui
+    wait_for(lambda: studio.run(studio.trained)["state"] == "succeeded", 600,
+             "the trained run to finish")
+    page.goto(f"{studio.base}/?run={studio.trained}")
+    page.wait_for_function(PLOT_POINTS, arg=["#live-plot", 60], timeout=60_000)
+    assert "step 60 / 60" in ui.wait_text("#live-status", "succeeded")
+    assert page.evaluate("() => Math.max(...document.querySelector("
+                         "'#live-plot .js-plotly-plot').data[0].x)") == 60
+    newest = page.locator("#live-rollouts .rollout-card .prose", has_text="Step ").first
+    assert newest.inner_text().startswith("Step 60 ·")
+    xticks = page.evaluate(PLOT_PARTS)["xticks"]
+    assert all(re.fullmatch(r"\d+", t) for t in xticks) and "0" not in xticks, xticks
+    ui.screenshot("live-run-finished")
 
 
 def _median_seconds(action, times: int = 3, then=None) -> float:

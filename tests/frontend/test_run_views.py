@@ -12,7 +12,13 @@ import plotly.graph_objects as go
 import pytest
 from markdown_it import MarkdownIt
 
-from frontend.charts import LIVE_PANELS, compare_figure, live_figure, plot_value
+from frontend.charts import (
+    LIVE_PANELS,
+    MODEBAR_WIDTH,
+    compare_figure,
+    live_figure,
+    plot_value,
+)
 from frontend.pages import evaluate
 from frontend.pages.compare import DIFFERS, NOT_USED, config_table
 from frontend.rollout_view import (
@@ -23,7 +29,10 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
+from studio.method.reward import PENALTY_NAMES
+from studio.method.rollouts import Rollout, Segment, rollout_segments
 from studio.services.errors import InvalidInput
+from studio.services.model_card import reward_curves_figure
 from studio.services.run_history import config_differences, unused_keys
 
 ROWS = [{"step": s, "stage": s // 4, "exemplars": (3, 2, 0)[s // 4], "reward_mean": s / 12,
@@ -39,6 +48,16 @@ EVENTS = [
 ]
 
 
+def panel_titles(figure: dict) -> list[str]:
+    """Each panel's title: its legend's title where it has a legend, else the text over it."""
+    layout = figure["layout"]
+    titles = {a["text"]: a["x"] for a in layout["annotations"] if a.get("xref") == "paper"
+              and a.get("yanchor") == "bottom"}
+    titles |= {v["title"]["text"]: v["x"] for k, v in layout.items()
+               if k.startswith("legend") and "title" in v}
+    return list(titles)
+
+
 def test_live_figure_is_valid_plotly_with_every_panel_and_penalty():
     figure = live_figure(ROWS, EVENTS)
     go.Figure(figure)  # raises on anything plotly does not accept
@@ -46,29 +65,79 @@ def test_live_figure_is_valid_plotly_with_every_panel_and_penalty():
     assert names[:3] == ["total", "accuracy", "format"]
     assert {"missing answer", "no search", "KL", "search calls", "masked"} <= set(names)
     reward = figure["data"][0]
-    assert reward["x"] == list(range(12)) and reward["y"][-1] == 11 / 12
-    titles = [a["text"] for a in figure["layout"]["annotations"] if a.get("xref") == "paper"]
-    assert titles == [title for title, _ in LIVE_PANELS]
+    assert reward["x"] == list(range(1, 13)) and reward["y"][-1] == 11 / 12
+    assert sorted(panel_titles(figure)) == sorted(title for title, _ in LIVE_PANELS)
 
 
 def test_stage_boundaries_and_warnings_are_drawn_on_every_panel():
+    """Steps are shown from 1: stage 2 starts at step 5 (stored 4), its line between 4 and 5."""
     figure = live_figure(ROWS, EVENTS)
     shapes = figure["layout"]["shapes"]
     dotted = [s for s in shapes if s["line"].get("dash") == "dot"]
     red = [s for s in shapes if s["line"]["color"] == "#dc2626"]
     panels = len(LIVE_PANELS)
-    assert sorted({s["x0"] for s in dotted}) == [3.5, 7.5] and len(dotted) == 2 * panels
-    assert {s["x0"] for s in red} == {10} and len(red) == panels
+    assert sorted({s["x0"] for s in dotted}) == [4.5, 8.5] and len(dotted) == 2 * panels
+    assert {s["x0"] for s in red} == {11} and len(red) == panels
     labels = [a["text"] for a in figure["layout"]["annotations"] if a.get("xref") == "x"]
     assert labels == ["3 ex.", "2 ex.", "0 ex."]
     warning = next(t for t in figure["data"] if t["name"] == "warning")
-    assert warning["x"] == [10] and warning["hovertext"] == ["search calls fell by 60%"]
+    assert warning["x"] == [11] and warning["hovertext"] == ["search calls fell by 60%"]
 
 
-def test_a_run_without_steps_draws_empty_panels():
-    figure = live_figure([], [])
+def test_the_page_and_the_exported_png_draw_stage_lines_at_the_same_steps():
+    page = {s["x0"] for s in live_figure(ROWS, EVENTS)["layout"]["shapes"]
+            if s["line"].get("dash") == "dot"}
+    png = reward_curves_figure(ROWS)
+    for axes in png.axes:
+        assert {line.get_xdata()[0] for line in axes.lines
+                if line.get_linestyle() == ":"} == page == {4.5, 8.5}
+        assert axes.lines[0].get_xdata()[0] == 1, "the first step is step 1"
+
+
+def test_short_series_show_each_point_and_integer_steps():
+    """One step done: a line of one point draws nothing, a marker does; the axis counts
+    steps 1, 2, ... with no 0.5 between them."""
+    for rows in (ROWS[:1], ROWS[:2]):
+        figure = live_figure(rows, EVENTS[:1])
+        go.Figure(figure)
+        curves = [t for t in figure["data"] if t["name"] != "warning"]
+        assert all("markers" in t["mode"] for t in curves)
+        for n in range(1, len(LIVE_PANELS) + 1):
+            axis = figure["layout"][f"xaxis{'' if n == 1 else n}"]
+            assert (axis["tick0"], axis["dtick"]) == (1, 1)
+            assert axis["range"] == [0.5, len(rows) + 0.5]
+    many = [{**ROWS[0], "step": s} for s in range(200)]
+    figure = live_figure(many, [])
+    assert all(t["mode"] == "lines" for t in figure["data"])
+    assert "dtick" not in figure["layout"]["xaxis"], "plotly's own integer ticks for 200 steps"
+
+
+def test_a_run_without_steps_says_when_its_first_point_comes():
+    note = "The first point comes after step 1."
+    figure = live_figure([], [], empty_note=note)
     go.Figure(figure)
     assert all(t["x"] == [] for t in figure["data"])
+    notes = [a for a in figure["layout"]["annotations"] if a["text"] == note]
+    assert len(notes) == 1 and (notes[0]["x"], notes[0]["y"]) == (0.5, 0.5)
+    assert not any(figure["layout"][f"xaxis{n}"]["visible"] for n in ("", 2, 3, 4, 5, 6))
+    assert panel_titles(figure) == [title for title, _ in LIVE_PANELS], "each panel says what"
+
+
+def test_values_read_plainly_and_legends_sit_outside_the_panels():
+    """No SI prefix ("5µ" for a KL of 0.000005); a panel's legend sits over it, titled with
+    the panel's title, never over its lines; the toolbar has a margin of its own."""
+    every_penalty = [{**row, **{f"penalty_{name}": 0.1 for name in PENALTY_NAMES}} for row in ROWS]
+    layout = live_figure(every_penalty, EVENTS)["layout"]
+    for n in ("", 2, 3, 4, 5, 6):
+        assert layout[f"yaxis{n}"]["exponentformat"] == "none"
+    legends = [v for k, v in layout.items() if k.startswith("legend")]
+    assert [v["title"]["text"] for v in legends if "title" in v] == ["Reward", "Penalty rates"]
+    assert len(legends) == 3, "six penalties: two columns of three"
+    tops = {layout[k]["domain"][1] for k in layout if k.startswith("yaxis")}
+    for legend in legends:
+        assert legend["yanchor"] == "bottom" and legend["y"] in tops
+    assert layout["modebar"]["orientation"] == "v"
+    assert layout["margin"]["r"] >= MODEBAR_WIDTH
 
 
 def test_plot_value_is_the_figure_as_plotly_json():
@@ -86,7 +155,8 @@ def test_compare_overlays_one_line_per_run_in_each_panel():
     assert [(t["name"], t["xaxis"], t["showlegend"]) for t in figure["data"]] == [
         ("#1 a", "x", True), ("#1 a", "x2", False), ("#2 b", "x", True), ("#2 b", "x2", False)]
     assert figure["data"][0]["line"]["color"] == figure["data"][1]["line"]["color"]
-    assert figure["data"][2]["x"] == [0] and figure["data"][3]["y"] == [1, 1]
+    assert figure["data"][2]["x"] == [1] and figure["data"][3]["y"] == [1, 1]
+    assert figure["data"][0]["x"] == [1, 2, 3], "steps shown from 1, as on the Live run page"
 
 
 def test_config_table_marks_the_settings_that_differ():
@@ -143,25 +213,18 @@ def test_config_table_leaves_out_what_a_run_s_own_settings_override():
     assert "verl.nnodes" not in unused_keys(verl) and "curriculum.stages" in unused_keys(verl)
 
 
+# as the trainer stores it (`rollout_segments`): the prompt's assistant prefix opens <think>,
+# the model's first words close it
 ROLLOUT = {
     "id": 7, "step": 3, "group": 0, "sample": 1, "stage": 1, "exemplars": 2,
     "question": "Where is Port Ondrell?", "golden_answers": ["Ondrell"], "reward": 0.8,
     "advantage": -0.25,
     "breakdown": {"acc": 1.0, "format": 0.85, "answer": "Ondrell",
                   "penalties": {"no_search": 0.15}},
-    "segments": [
-        {"source": "prompt", "text": "<think>", "tokens": 0,
-         "parts": [{"kind": "think", "text": "<think>"}]},
-        {"source": "model", "text": "hm</think>\n<search>Ondrell</search>", "tokens": 9,
-         "parts": [{"kind": "think", "text": "hm</think>"}, {"kind": "text", "text": "\n"},
-                   {"kind": "search", "text": "<search>Ondrell</search>"}]},
-        {"source": "env", "text": "\n\n<information>Doc 1(Title: O) a port</information>\n\n",
-         "tokens": 14, "parts": [{"kind": "information",
-                                  "text": "\n\n<information>Doc 1(Title: O) a port"
-                                          "</information>\n\n"}]},
-        {"source": "model", "text": "<answer>Ondrell</answer>", "tokens": 5,
-         "parts": [{"kind": "answer", "text": "<answer>Ondrell</answer>"}]},
-    ],
+    "segments": rollout_segments(Rollout([], [
+        Segment("model", [0] * 9, "hm</think>\n<search>Ondrell</search>"),
+        Segment("env", [0] * 14, "\n\n<information>Doc 1(Title: O) a port</information>\n\n"),
+        Segment("model", [0] * 5, "<answer>Ondrell</answer>")], "answer", 1), "<think>"),
 }
 
 

@@ -4,6 +4,7 @@ and the worker path (spawned process, cancellation, failures with their reason).
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from studio.services import runs
 from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
+from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.tables import RunState
 from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
@@ -60,6 +62,30 @@ def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio
     assert checkpoint.step == 3
     assert AutoModelForCausalLM.from_pretrained(checkpoint.folder).config.num_hidden_layers == 2
     assert runs.get_run(settings, run["id"])["current_step"] == 3
+
+
+@dataclass(frozen=True)
+class PhaseLog(RunRecorder):
+    """The trainer's recorder, noting each phase as a reader of the run sees it then."""
+
+    seen: list = field(default_factory=list)
+
+    def phase(self, name: str, step: int | None = None) -> None:
+        super().phase(name, step)
+        phase = runs.get_run(self.settings, self.run_id)["phase"]
+        self.seen.append((phase["name"], phase["step"]))
+
+
+def test_each_step_says_what_it_is_doing_as_it_goes(studio):
+    """Rolling out, scoring, updating, then the checkpoint: the Live run page shows them."""
+    settings, model = studio
+    run = runs.create_run(settings, admin(settings), tiny_config(model, steps=2), start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.recorder = log = PhaseLog(settings, run["id"])
+    trainer.run()
+    assert log.seen == [(LOADING, None)] + [
+        (name, step) for step in (0, 1) for name in (*STEP_PHASES, CHECKPOINTING)]
+    assert STEP_PHASES == ("rolling out", "scoring", "updating")
 
 
 def test_a_run_killed_mid_way_resumes_at_the_right_step(studio):

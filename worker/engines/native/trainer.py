@@ -4,7 +4,8 @@ Each step: the curriculum says how many exemplars the prompts show; B questions
 x G samples are rolled out with the search tool; the method core scores each
 response and computes group advantages; one loss-masked GRPO update follows.
 Every step writes one metrics row, its events (stage changes, warnings) and a
-sample of rollouts in one transaction; checkpoints hold the weights
+sample of rollouts in one transaction, and says which phase it is in as it goes (the
+run's `phase`: rolling out, scoring, updating); checkpoints hold the weights
 (Hugging Face format; with `lora:` the adapter only), the optimizer and the
 scheduler. All randomness of a step is seeded from (run seed, step), so a
 resumed run repeats nothing and skips nothing.
@@ -37,7 +38,7 @@ from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
 from studio.services.run_folder import Checkpoint, RunFolder
 from studio.services.run_plans import RunPlan, load_plan
-from studio.services.run_recorder import RunRecorder
+from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
 from worker.engines.native.grpo import (
@@ -235,6 +236,8 @@ class Trainer:
         prompts = build_step_prompts(cfg, tokenizer, self.data, rows, k, step)
         group = cfg.grpo.group_size
         prompt_ids = [ids for ids in prompts.ids for _ in range(group)]
+        rolling_out, scoring, updating = STEP_PHASES
+        self.recorder.phase(rolling_out, step)
         t0 = time.perf_counter()
         self.model.eval()
         rollouts = generate_rollouts(
@@ -242,6 +245,7 @@ class Trainer:
             generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, step, "roll")),
             eos_token_id=tokenizer.eos_token_id)
         t1 = time.perf_counter()
+        self.recorder.phase(scoring, step)
         rewards = [score(prompts.prefix + r.response_text, rows[i // group].golden_answers,
                          acc_weight=cfg.reward.acc_weight,
                          format_weight=cfg.reward.format_weight)
@@ -253,6 +257,7 @@ class Trainer:
                            tokenizer.pad_token_id)
         ref_logp = self._reference_logprobs(batch)
         t2 = time.perf_counter()
+        self.recorder.phase(updating, step)
         self.model.train()
         update = update_step(self.model, self.optimizer, self.scheduler, batch, ref_logp,
                              self.grpo)
@@ -311,7 +316,7 @@ class Trainer:
                     self.reference = frozen_copy(self.model)
 
     def _checkpoint(self, steps_done: int) -> None:
-        self.recorder.check()
+        self.recorder.phase(CHECKPOINTING, steps_done - 1)
         folder = save_checkpoint(
             self.folder, steps_done, self.model if self.peft is None else self.peft,
             self.tokenizer, self.optimizer, self.scheduler,
@@ -323,6 +328,7 @@ class Trainer:
         self.recorder.checkpointed(str(folder.relative_to(self.settings.resolved_data_dir)))
 
     def run(self) -> None:
+        self.recorder.phase(LOADING)
         self.setup()
         if self.start_step == 0:
             self._event(0, "stage_change", f"stage 1: {self.controller.exemplars} exemplars",
