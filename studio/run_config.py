@@ -380,7 +380,14 @@ def parse_run_config(data: dict | str) -> RunConfig:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            path = ".".join(str(p) for p in err["loc"]) or "run config"
+            loc = err["loc"]
+            if err["type"] == "extra_forbidden":  # the key is the user's: quoted, not a path
+                *loc, key = loc
+                path = ".".join(str(p) for p in loc) or "config"
+                lines.append(f"{path}: unknown setting {str(key)!r}; remove it or check its "
+                             "spelling")
+                continue
+            path = ".".join(str(p) for p in loc) or "run config"
             cause = err.get("ctx", {}).get("error")
             message = str(cause) if isinstance(cause, ValueError) else err["msg"]
             lines.append(f"{path}: {message}")

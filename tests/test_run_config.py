@@ -42,7 +42,7 @@ def test_defaults_are_the_methods():
     ({"name": "x", "data": {"corpus": "c", "train": "t"}, "grpo": {"lr": -1}},
      "grpo.lr: Input should be greater than 0"),
     ({"name": "x", "data": {"corpus": "c", "train": "t"}, "grpo": {"learning_rate": 1}},
-     "grpo.learning_rate: Extra inputs are not permitted"),
+     "grpo: unknown setting 'learning_rate'"),
     ({"name": "x", "data": {"corpus": "c", "train": "t"}, "curriculum": {"preset": "9-9"}},
      "curriculum.preset: '9-9' is not one of 3-2-0, 3-0, 3-2-1-0, 0"),
     ({"name": "x", "data": {"corpus": "c", "train": "t"},
@@ -83,7 +83,7 @@ def test_lora_is_off_unless_asked_and_takes_its_defaults_when_asked():
     ({"dropout": -0.1}, "lora.dropout: -0.1 must be in [0, 1)"),
     ({"target_modules": []}, "lora.target_modules: name at least one layer"),
     ({"target_modules": " , "}, "lora.target_modules: name at least one layer"),
-    ({"rnak": 8}, "lora.rnak: Extra inputs are not permitted"),
+    ({"rnak": 8}, "lora: unknown setting 'rnak'"),
 ])
 def test_lora_values_out_of_bounds_name_the_field_and_the_range(lora, message):
     with pytest.raises(RunConfigError) as err:
