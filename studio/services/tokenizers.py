@@ -3,6 +3,7 @@ tokenizer cannot be had."""
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,9 +20,20 @@ class ModelUnavailable(UserError):
         self.reason = reason  # what is wrong with the model, without the field
 
 
-@lru_cache(maxsize=4)
+_loading = threading.Lock()
+
+
 def cached_tokenizer(ref: str, data_dir: str):
-    """One tokenizer per model per process (the bundled model converts once, ~30 s)."""
+    """One tokenizer per model per process (the bundled model converts once, ~30 s). One
+    thread at a time: the web app's first calls come at once (a page load previews the
+    exemplars twice), and transformers' first import, run by two threads together, fails
+    in one of them ("cannot import name 'AutoTokenizer'")."""
+    with _loading:
+        return _tokenizer(ref, data_dir)
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(ref: str, data_dir: str):
     try:
         return load_tokenizer(ref, Path(data_dir))
     except ModelNotAvailable as exc:
