@@ -23,6 +23,16 @@ from studio.settings import Settings
 
 _NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
 
+CSS = """
+/* Text wraps between words; only a token longer than its line is broken. Gradio breaks the
+   highlighted text (rollouts) anywhere, a label in it ("SEARCH") too, and table headers
+   inside a word ("questi-ons"). */
+.textfield, .textfield span.text { word-break: normal; overflow-wrap: anywhere; }
+.textfield span.label { white-space: nowrap; }
+.table-wrap th span.header { word-break: normal; overflow-wrap: normal; }
+.table-wrap td .cell-wrap { word-break: normal; overflow-wrap: anywhere; }
+"""
+
 
 def problems(message: str) -> list[str]:
     """A service message split into its problems.
@@ -101,6 +111,22 @@ def choices(rows: Sequence[dict], label: Callable[[dict], str], value: str = "na
             ) -> list[tuple[str, Any]]:
     """Dropdown choices (label, value) from service rows."""
     return [(label(row), row[value]) for row in rows]
+
+
+def only_choice(options: Sequence) -> Any:
+    """The value of a dropdown's single choice (a value or a (label, value) pair), else None:
+    a picker with one thing to pick shows it picked."""
+    if len(options) != 1:
+        return None
+    (option,) = options
+    return option[1] if isinstance(option, (tuple, list)) else option
+
+
+def picker(options: Sequence) -> gr.Dropdown:
+    """New choices for a picker: its single choice picked, else the selection left alone."""
+    single = only_choice(options)
+    return gr.Dropdown(choices=options) if single is None else \
+        gr.Dropdown(choices=options, value=single)
 
 
 @contextmanager

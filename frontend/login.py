@@ -33,8 +33,11 @@ PAGE = """<!doctype html>
 body {{ font-family: system-ui, sans-serif; background: #f6f7fb; margin: 0; color: #1f2937; }}
 main {{ max-width: 380px; margin: 12vh auto; background: #fff; padding: 32px 36px;
        border-radius: 12px; box-shadow: 0 2px 16px rgba(0,0,0,.08); }}
-h1 {{ font-size: 1.4rem; margin: 0 0 4px; }}
-p.lead {{ margin: 0 0 20px; color: #6b7280; font-size: .95rem; }}
+h1 {{ font-size: 1.5rem; margin: 0 0 6px; }}
+h1 .mark {{ display: inline-block; width: 12px; height: 12px; border-radius: 3px;
+           background: #ea580c; margin-right: 8px; vertical-align: 2px; }}
+p.lead {{ margin: 0 0 6px; color: #374151; font-size: .98rem; line-height: 1.4; }}
+p.steps {{ margin: 0 0 18px; color: #6b7280; font-size: .85rem; }}
 label {{ display: block; font-size: .9rem; margin: 14px 0 6px; }}
 input {{ width: 100%; box-sizing: border-box; padding: 9px 11px; font-size: 1rem;
         border: 1px solid #d1d5db; border-radius: 8px; }}
@@ -45,8 +48,11 @@ button {{ margin-top: 22px; width: 100%; padding: 10px; font-size: 1rem; border:
 .hint {{ margin-top: 18px; font-size: .85rem; color: #6b7280; }}
 </style></head>
 <body><main>
-<h1>ICRL Studio</h1>
-<p class="lead">Teach a language model to use a search tool.</p>
+<h1><span class="mark"></span>ICRL Studio</h1>
+<p class="lead">Teach a language model to search your own documents, with in-context
+reinforcement learning.</p>
+<p class="steps">Upload documents and questions · launch a run · watch it learn ·
+evaluate · export the model</p>
 {error}
 <form method="post" action="/login">
 <input type="hidden" name="next" value="{next}">

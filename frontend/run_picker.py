@@ -1,12 +1,10 @@
-"""What every run page needs: runs as dropdown choices, timers that tick only while their
-page is shown."""
+"""What every run page needs: runs as dropdown choices."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from frontend import shared
-from frontend.components import plain
+from frontend.components import only_choice, plain
 from studio.services import runs
 from studio.settings import Settings
 
@@ -20,27 +18,22 @@ def run_choices(settings: Settings, only=None) -> list[tuple[str, int]]:
     return [(run_label(r), r["id"]) for r in runs.list_runs(settings) if only is None or only(r)]
 
 
-def run_dropdown_update(settings: Settings, current, only=None, multiselect: bool = False):
+def run_dropdown_update(settings: Settings, current, only=None, multiselect: bool = False,
+                        preselect: bool = True):
     """Fresh choices. The selection is left alone unless a chosen run is gone: `current` was
-    read when the event fired, and the user may have chosen a run since."""
+    read when the event fired, and the user may have chosen a run since. With nothing chosen
+    and a single run to choose, that run is chosen (when `preselect`: choosing it may start
+    work, as on the Export page, which a page out of view need not do)."""
     choices = run_choices(settings, only)
     ids = {value for _, value in choices}
+    single = only_choice(choices) if preselect and not multiselect else None
+    if current is None and single is not None:
+        return gr.update(choices=choices, value=single)
     chosen = (current or []) if multiselect else [current]
     if all(value is None or value in ids for value in chosen):
         return gr.update(choices=choices)
     return gr.update(choices=choices,
-                     value=[v for v in chosen if v in ids] if multiselect else None)
-
-
-def tick_while_shown(timer: gr.Timer) -> None:
-    """Each tick is a request: the page's timer runs only while its tab is the one shown."""
-    common = shared.current()
-    page = common.tab.id
-
-    def follow(event: gr.SelectData):
-        return gr.Timer(active=event.id == page)
-
-    common.tabs.select(follow, outputs=timer, show_progress="hidden")
+                     value=[v for v in chosen if v in ids] if multiselect else single)
 
 
 def utc_minute(iso: str | None) -> str:

@@ -14,7 +14,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 
-from frontend import log_filters, login, shared  # noqa: E402
+from frontend import components, downloads, log_filters, login, shared  # noqa: E402
 from frontend.components import acting  # noqa: E402
 from frontend.pages import (  # noqa: E402
     compare,
@@ -46,8 +46,8 @@ PAGES = [
     export,
     team,
 ]
-# Page modules may add CSS of their own (Gradio 6 takes it at the mount, not per Blocks).
-CSS = "\n".join(getattr(page, "CSS", "") for page in PAGES)
+# The components' CSS and the pages' own (Gradio 6 takes it at the mount, not per Blocks).
+CSS = "\n".join([components.CSS, *(getattr(page, "CSS", "") for page in PAGES)])
 
 
 def build_ui(settings: Settings) -> gr.Blocks:
@@ -62,6 +62,7 @@ def build_ui(settings: Settings) -> gr.Blocks:
                 with gr.Tab(page.TITLE, id=shared.page_id(page)) as tab, \
                         shared.building(common, tab):
                     page.build(settings)
+        common.follow_tabs()
     return ui
 
 
@@ -70,10 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     log_filters.install()
     app = create_api(settings)
     login.install(app, settings)
-
-    # files a page links to (a finished export's zip), served to logged-in users only
-    allowed = [path for page in PAGES if hasattr(page, "allowed_paths")
-               for path in page.allowed_paths(settings)]
+    app.include_router(downloads.routes(settings))
     return gr.mount_gradio_app(app, build_ui(settings), path="/",
                                auth_dependency=login.gradio_user(settings),
-                               footer_links=[], show_error=True, css=CSS, allowed_paths=allowed)
+                               footer_links=[], show_error=True, css=CSS)

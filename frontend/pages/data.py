@@ -22,12 +22,13 @@ from frontend.components import (
     empty_state,
     error_markdown,
     ok_markdown,
+    picker,
     plain,
     table,
     toast_user_errors,
     uploaded,
 )
-from frontend.shared import on_show
+from frontend.shared import current, on_show, page_timer
 from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
 from studio.services import corpora, exemplar_sets, qa_sets
@@ -60,6 +61,8 @@ QA_ROW_COLUMNS = [("row", "Row"), ("id", "Id"), ("question", "Question"),
 HIT_COLUMNS = [("rank", "Doc"), ("title", "Title"), ("score", "Score"), ("id", "Passage id")]
 PREVIEW_ROWS = 20
 BUSY = ("pending", "indexing")
+# A file box's label sits above the drop area: floating, a long one hid the upload icon.
+CSS = ".upload-file label[data-testid='block-label'] { position: static; }"
 
 
 def index_progress(corpus: dict) -> str:
@@ -97,17 +100,17 @@ def _name(name: str, path: str | None) -> str:
 def list_view(rows: list[dict], columns, label, nothing: tuple[str, str]):
     """A kind's table, its empty state (what is missing, what to do) and its picker."""
     empty = "" if rows else empty_state(*nothing)
-    return table(rows, columns), empty, gr.Dropdown(choices=choices(rows, label, value="id"))
+    return table(rows, columns), empty, picker(choices(rows, label, value="id"))
 
 
 def corpora_view(settings: Settings):
-    """The corpora, and the index timer kept on while a build waits or runs."""
+    """The corpora, and whether an index build waits or runs (the table then follows it)."""
     rows = [{**row, "index": index_progress(row)} for row in corpora.list_corpora(settings)]
     busy = any(plain(row["status"]) in BUSY for row in rows)
     return (*list_view(rows, CORPUS_COLUMNS, lambda c: f"{c['name']} ({plain(c['status'])})",
                        ("No corpus yet.", "Upload your documents below, or click "
                         "**Load the demo pack**.")),
-            gr.Timer(active=busy))
+            busy)
 
 
 def qa_view(settings: Settings):
@@ -253,7 +256,8 @@ def upload_form(key: str, file_label: str, what: str) -> Iterator[UploadForm]:
     Element ids: `{key}-file`, `upload-{key}`, `{key}-message`.
     """
     with gr.Column():
-        form = UploadForm(gr.File(label=file_label, height=120, elem_id=f"{key}-file"),
+        form = UploadForm(gr.File(label=file_label, height=120, elem_id=f"{key}-file",
+                                  elem_classes=["upload-file"]),
                           gr.Textbox(label="Name", placeholder="default: the file's name"))
         yield form
         form.button = gr.Button(f"Upload {what}", elem_id=f"upload-{key}")
@@ -285,7 +289,7 @@ def build(settings: Settings) -> None:
             tool_text = gr.Textbox(label="What the model reads", lines=8, interactive=False,
                                    elem_id="search-result")
             hits = dataframe(HIT_COLUMNS)
-    index_timer = gr.Timer(1.0, active=False)
+    index_timer = page_timer(1.0)
 
     qa_empty, qa_table = listing("qa", "QA sets: questions with their answers", QA_COLUMNS)
     with gr.Row():
@@ -310,20 +314,30 @@ def build(settings: Settings) -> None:
                                   elem_id="exemplar-pick")
             ex_preview = gr.Markdown(elem_id="exemplar-preview")
 
-    corpus_outputs = [corpus_table, corpus_empty, search_corpus, index_timer]
+    corpus_outputs = [corpus_table, corpus_empty, search_corpus, index_timer.timer]
     qa_outputs = [qa_table, qa_empty, qa_pick]
     ex_outputs = [ex_table, ex_empty, ex_pick]
+    shown = [current().shown]  # the page shown, for the index timer
 
-    def everything():
-        return *corpora_view(settings), *qa_view(settings), *exemplar_view(settings)
+    def corpora_now(page):
+        """On show or after an action: the corpora, and the timer started if a build runs."""
+        *view, busy = corpora_view(settings)
+        return *view, index_timer.start(page, busy)
 
-    on_show(everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
-    index_timer.tick(lambda: corpora_view(settings), outputs=corpus_outputs)
+    def corpora_tick(page):
+        *view, busy = corpora_view(settings)
+        return *view, index_timer.follow(page, busy)
+
+    def everything(page):
+        return *corpora_now(page), *qa_view(settings), *exemplar_view(settings)
+
+    on_show(everything, None, corpus_outputs + qa_outputs + ex_outputs, with_page=True)
+    index_timer.timer.tick(corpora_tick, shown, corpus_outputs)
     demo_button.click(acting(settings, load_demo), outputs=demo_message).then(
-        everything, outputs=corpus_outputs + qa_outputs + ex_outputs)
+        everything, shown, corpus_outputs + qa_outputs + ex_outputs)
     corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(
-        lambda: corpora_view(settings), outputs=corpus_outputs)
+        corpora_now, shown, corpus_outputs)
     qa.button.click(acting(settings, upload_qa), [qa.file, qa.name, purpose, fmt],
                     qa.message).then(lambda: qa_view(settings), outputs=qa_outputs)
     ex.button.click(acting(settings, upload_exemplars), [ex.file, ex.name],

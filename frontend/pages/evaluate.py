@@ -6,12 +6,13 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
-from frontend.components import plain, signed_in, toast_user_errors
-from frontend.run_picker import run_dropdown_update, tick_while_shown
+from frontend.components import picker, plain, signed_in, toast_user_errors
+from frontend.run_picker import run_dropdown_update
 from studio.escaping import markdown_text
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
+from studio.tables import ACTIVE_STATES
 
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
@@ -84,6 +85,12 @@ def table_rows(pairs: list[dict]) -> list[list]:
     return rows
 
 
+def moving(pairs: list[dict]) -> bool:
+    """Whether an evaluation in the table is queued or running (its row will change)."""
+    return any(e and e["state"] in ACTIVE_STATES
+               for pair in pairs for e in (pair["base"], pair["trained"]))
+
+
 def build(settings: Settings) -> None:
     gr.Markdown("## Evaluate\nThe run's latest checkpoint and the model it started from, on the "
                 "same questions: exact match (EM), substring EM and F1, in %.")
@@ -114,45 +121,60 @@ def build(settings: Settings) -> None:
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
     notes = gr.Markdown(elem_id="evaluate-notes")
-    shown = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
-    timer = gr.Timer(REFRESH_SECONDS, active=False)
-    tick_while_shown(timer)
+    sent = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
+    common = shared.current()
+    timer = shared.page_timer(REFRESH_SECONDS)
 
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def refresh_choices(current, focus):
+    def results(run_id, model=None) -> tuple[list, list, str, bool]:
+        """The table (twice: shown, and kept to compare), the notes on zero scores, and
+        whether an evaluation in it still moves."""
+        pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
+        rows = table_rows(pairs)
+        return rows, rows, zero_notes(pairs), moving(pairs)
+
+    def table_now(run_id, model, previous):
+        """`results`, with the table and notes skipped when the rows did not change."""
+        if run_id is None:
+            return gr.skip(), previous, gr.skip(), False
+        rows, kept, notes_now, live = results(run_id, model)
+        if rows == previous:
+            return gr.skip(), previous, gr.skip(), live
+        return rows, kept, notes_now, live
+
+    def refresh(page, current, focus, model, previous):
         """Fresh choices; with none chosen (a new tab, a reload) the run in focus, else the
-        one evaluated last, else the newest, so its results show without a pick."""
+        one evaluated last, else the newest, so its results show without a pick. And the
+        chosen run's results as they are now (`page`: the page shown)."""
         update = run_dropdown_update(settings, current, only=has_checkpoint)
         ids = [run_id for _, run_id in update["choices"]]
         if current is None and ids:
             update["value"] = next((r for r in (focus, evaluations.latest_evaluated_run(settings))
                                     if r in ids), ids[0])
+        rows, kept, notes_now, live = table_now(current, model, previous)
         return update, gr.update(visible=not update["choices"]), \
             gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
-            gr.update(choices=[c["name"] for c in corpora.list_corpora(settings)
-                               if c["status"] == "ready"])
+            picker([c["name"] for c in corpora.list_corpora(settings)
+                    if c["status"] == "ready"]), rows, kept, notes_now, timer.start(page, live)
 
-    shared.on_show(refresh_choices, inputs=[run, shared.current().focus_run],
-                   outputs=[run, empty, sets, corpus], show_progress="hidden")
-
-    def results(run_id, model=None) -> tuple[list, list, str]:
-        """The table (twice: shown, and kept to compare) and the notes on zero scores."""
-        pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
-        rows = table_rows(pairs)
-        return rows, rows, zero_notes(pairs)
+    shared.on_show(refresh, inputs=[run, common.focus_run, base_model, sent],
+                   outputs=[run, empty, sets, corpus, table, sent, notes, timer.timer],
+                   with_page=True, show_progress="hidden")
 
     @toast_user_errors
-    def pick_run(run_id):
+    def pick_run(page, run_id):
         if run_id is None:
-            return gr.skip(), gr.skip(), gr.skip(), [], [], ""
+            return gr.skip(), gr.skip(), gr.skip(), [], [], "", gr.skip()
         config = runs.get_run(settings, int(run_id))["config"]
         data = config["data"]
-        return config["model"], data["eval"] or [data["train"]], data["corpus"], \
-            *results(run_id)
+        rows, kept, notes_now, live = results(run_id)
+        return (config["model"], data["eval"] or [data["train"]], data["corpus"], rows, kept,
+                notes_now, timer.start(page, live))
 
-    run.change(pick_run, inputs=run, outputs=[base_model, sets, corpus, table, shown, notes])
+    run.change(pick_run, inputs=[common.shown, run],
+               outputs=[base_model, sets, corpus, table, sent, notes, timer.timer])
 
     @toast_user_errors
     def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns,
@@ -165,10 +187,10 @@ def build(settings: Settings) -> None:
             corpus=corpus_name, limit=question_limit(questions),
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
         return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
-                "fills in as they finish.", *results(run_id, model))
+                "fills in as they finish.", *results(run_id, model)[:3], gr.Timer(active=True))
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
-                                max_turns], outputs=[message, table, shown, notes])
+                                max_turns], outputs=[message, table, sent, notes, timer.timer])
 
     @toast_user_errors
     def cancel(run_id, model, request: gr.Request):
@@ -177,15 +199,14 @@ def build(settings: Settings) -> None:
         count = evaluations.cancel_base_vs_trained(settings, signed_in(settings, request),
                                                    int(run_id), model or None)
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
-                else "No evaluation of this run is queued or running."), *results(run_id, model)
+                else "No evaluation of this run is queued or running."), \
+            *results(run_id, model)[:3]
 
-    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, shown, notes])
+    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, sent, notes])
 
-    def refresh_table(run_id, model, previous):
-        if run_id is None:
-            return gr.skip(), previous, gr.skip()
-        fresh = results(run_id, model)
-        return (gr.skip(), previous, gr.skip()) if fresh[0] == previous else fresh
+    def tick(page, run_id, model, previous):
+        rows, kept, notes_now, live = table_now(run_id, model, previous)
+        return rows, kept, notes_now, timer.follow(page, live)
 
-    timer.tick(refresh_table, inputs=[run, base_model, shown], outputs=[table, shown, notes],
-               show_progress="hidden")
+    timer.timer.tick(tick, inputs=[common.shown, run, base_model, sent],
+                     outputs=[table, sent, notes, timer.timer], show_progress="hidden")

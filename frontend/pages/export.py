@@ -9,12 +9,14 @@ import gradio as gr
 from PIL import Image
 
 from frontend import shared
-from frontend.components import plain, signed_in, toast_user_errors
-from frontend.run_picker import run_dropdown_update, tick_while_shown
+from frontend.components import picker, plain, signed_in, toast_user_errors
+from frontend.downloads import export_url
+from frontend.run_picker import run_dropdown_update
 from studio.escaping import html_text, markdown_text
-from studio.services import exports, model_card
+from studio.services import exports, model_card, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
+from studio.tables import ACTIVE_STATES
 
 TITLE = "Export"
 TARGETS = [("A folder on the studio's machine", "folder"), ("A zip to download", "zip"),
@@ -26,30 +28,30 @@ REFRESH_SECONDS = 2
 CURVES_NOTE = "*(the image `reward_curves.png` is shown under **Reward curves** below)*"
 
 
-def allowed_paths(settings: Settings) -> list[str]:
-    """Finished zips are downloaded through the UI's own (logged-in) file route."""
-    return [str(exports.exports_root(settings))]
+def downloadable(export: dict) -> bool:
+    return export["target"] == "zip" and plain(export["state"]) == "succeeded"
 
 
-def table_rows(found: list[dict]) -> list[list]:
+def table_rows(found: list[dict], run_name: str) -> list[list]:
+    """One row per export; a zip's result is the name it downloads under (not its path on the
+    server: the link below downloads it)."""
     rows = []
     for e in found:
-        result = e["error"] or e["location"] or (f"hub: {e['repo_id']}" if e["repo_id"] else "")
+        result = e["error"] or (exports.zip_filename(run_name, e["step"]) if downloadable(e)
+                                else e["location"]) or \
+            (f"hub: {e['repo_id']}" if e["repo_id"] else "")
         rows.append([e["id"], e["target"], f"after step {e['step']}", plain(e["state"]),
                      f"{100 * (e['progress'] or 0):.0f}%", e["message"] or "", result])
     return rows
 
 
-def download_html(settings: Settings, found: list[dict]) -> str:
-    """Links to the finished zips (the newest first), as HTML for a gr.Markdown (which keeps
-    `download`); the file name, which says run and step, is escaped."""
-    links = []
-    for e in found:
-        if e["target"] == "zip" and plain(e["state"]) == "succeeded":
-            path, name = map(html_text, exports.download(settings, e["id"]))
-            links.append(f'<a href="/gradio_api/file={path}" download="{name}" '
-                         f'class="export-download">⬇ {name}</a>')
-    return "<br>".join(links)
+def download_html(found: list[dict], run_name: str) -> str:
+    """Links to the finished zips (the newest first), as HTML for a gr.Markdown; the file
+    name, which says run and step, is escaped. The route names the download the same."""
+    names = [(e["id"], html_text(exports.zip_filename(run_name, e["step"])))
+             for e in found if downloadable(e)]
+    return "<br>".join(f'<a href="{export_url(export_id)}" download="{name}" '
+                       f'class="export-download">⬇ {name}</a>' for export_id, name in names)
 
 
 def card_preview(settings: Settings, run_id: int, step, repo_id: str | None):
@@ -91,9 +93,9 @@ def build(settings: Settings) -> None:
         retry_id = gr.Dropdown(label="Failed export to retry (a Hub push needs the token "
                                "again)", choices=[], scale=2, elem_id="export-retry-id")
         retry = gr.Button("Retry it", scale=1, elem_id="export-retry")
-    shown = gr.State([])
-    timer = gr.Timer(REFRESH_SECONDS, active=False)
-    tick_while_shown(timer)
+    sent = gr.State([])  # the rows last sent
+    common = shared.current()
+    timer = shared.page_timer(REFRESH_SECONDS)
     gr.Markdown("### Model card preview")
     with gr.Tabs():
         with gr.Tab("README.md"):
@@ -106,31 +108,54 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def refresh_choices(current):
-        update = run_dropdown_update(settings, current, only=has_checkpoint)
-        return update, gr.update(visible=not update["choices"])
-
-    shared.on_show(refresh_choices, inputs=run, outputs=[run, empty], show_progress="hidden")
-    target.change(lambda t: gr.Group(visible=t == "hub"), inputs=target, outputs=hub)
+    followed = [table, downloads, retry_id, retry_row]
 
     def progress(run_id):
+        """The exports of the run: table, links, the failed ones; and whether one moves."""
         found = exports.list_exports(settings, int(run_id))
+        name = runs.get_run(settings, int(run_id))["name"]
         failed = [(f"#{e['id']} {e['target']}", e["id"]) for e in found if e["retryable"]]
-        return (table_rows(found), download_html(settings, found), gr.update(choices=failed),
-                gr.Row(visible=bool(failed)))
+        return (table_rows(found, name), download_html(found, name),
+                picker(failed),
+                gr.Row(visible=bool(failed))), \
+            any(e["state"] in ACTIVE_STATES for e in found)
+
+    def followed_now(run_id, previous):
+        """The followed outputs when the table changed (else skipped), the rows, moving."""
+        if run_id is None:
+            return [gr.skip()] * len(followed), previous, False
+        now, moving = progress(run_id)
+        if now[0] == previous:
+            return [gr.skip()] * len(followed), previous, moving
+        return list(now), now[0], moving
+
+    def refresh(page, current, previous):
+        """Fresh choices, and the chosen run's exports as they are now (`page`: the page
+        shown; choosing the only run renders its model card, not worth it out of view)."""
+        update = run_dropdown_update(settings, current, only=has_checkpoint,
+                                     preselect=page == timer.page)
+        now, rows, moving = followed_now(current, previous)
+        return update, gr.update(visible=not update["choices"]), *now, rows, \
+            timer.start(page, moving)
+
+    shared.on_show(refresh, inputs=[run, sent], outputs=[run, empty, *followed, sent,
+                                                         timer.timer],
+                   with_page=True, show_progress="hidden")
+    target.change(lambda t: gr.Group(visible=t == "hub"), inputs=target, outputs=hub)
 
     @toast_user_errors
-    def pick_run(run_id):
+    def pick_run(page, run_id):
         if run_id is None:
-            return [gr.skip()] * 10
+            return [gr.skip()] * 11
         steps = sorted(exports.checkpoint_steps(settings, int(run_id)), reverse=True)
         rendered, text, image = card_preview(settings, int(run_id), None, None)
-        rows, links, failed, failed_row = progress(run_id)
+        (rows, links, failed, failed_row), moving = progress(run_id)
         return (gr.update(choices=steps, value=steps[0] if steps else None), rendered, text,
-                image, rows, links, failed, failed_row, rows, "")
+                image, rows, links, failed, failed_row, rows, "", timer.start(page, moving))
 
-    run.change(pick_run, inputs=run, outputs=[step, card, card_text, curves, table, downloads,
-                                             retry_id, retry_row, shown, message])
+    run.change(pick_run, inputs=[common.shown, run],
+               outputs=[step, card, card_text, curves, table, downloads, retry_id, retry_row,
+                        sent, message, timer.timer])
 
     @toast_user_errors
     def preview(run_id, at_step, repo):
@@ -149,13 +174,12 @@ def build(settings: Settings) -> None:
                                      target=to,
                                      step=int(at_step) if at_step else None, repo_id=repo,
                                      private=bool(is_private), token=secret)
-        return (f"Export #{made['id']} queued: {markdown_text(made['message'])}.",
-                *progress(run_id),
+        return (f"Export #{made['id']} is {markdown_text(made['message'])}.",
+                *progress(run_id)[0], gr.Timer(active=True),
                 "")  # the token field is emptied: it was handed to the job
 
-    followed = [table, downloads, retry_id, retry_row]
     start.click(launch, inputs=[run, step, target, repo_id, token, private],
-                outputs=[message, *followed, token])
+                outputs=[message, *followed, timer.timer, token])
 
     @toast_user_errors
     def do_retry(run_id, export_id, secret, request: gr.Request):
@@ -164,17 +188,16 @@ def build(settings: Settings) -> None:
                            "again).")
         again = exports.retry_export(settings, signed_in(settings, request), int(export_id),
                                      token=secret or None)
-        return f"Export #{again['id']} queued again.", *progress(run_id), ""
+        return (f"Export #{again['id']} is {markdown_text(again['message'])}.",
+                *progress(run_id)[0], gr.Timer(active=True), "")
 
-    retry.click(do_retry, inputs=[run, retry_id, token], outputs=[message, *followed, token])
+    retry.click(do_retry, inputs=[run, retry_id, token],
+                outputs=[message, *followed, timer.timer, token])
 
-    def tick(run_id, previous):
+    def tick(page, run_id, previous):
         """The table while exports move; nothing is sent when nothing changed."""
-        if run_id is None:
-            return *[gr.skip()] * len(followed), previous
-        now = progress(run_id)
-        if now[0] == previous:
-            return *[gr.skip()] * len(followed), previous
-        return *now, now[0]
+        now, rows, moving = followed_now(run_id, previous)
+        return *now, rows, timer.follow(page, moving)
 
-    timer.tick(tick, inputs=[run, shown], outputs=[*followed, shown], show_progress="hidden")
+    timer.timer.tick(tick, inputs=[common.shown, run, sent],
+                     outputs=[*followed, sent, timer.timer], show_progress="hidden")

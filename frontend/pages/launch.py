@@ -26,7 +26,7 @@ from frontend.components import (
     table,
 )
 from frontend.pages.curriculum import default_design
-from frontend.shared import current, on_show
+from frontend.shared import current, on_show, switch_to
 from studio.base_models import DEFAULT_MODEL
 from studio.escaping import code_span, markdown_text
 from studio.run_config import (
@@ -513,5 +513,5 @@ def build(settings: Settings) -> None:
     quick_button.click(start_quick, None, [launched, quick_message, quick_follow])
     on_show(acting(settings, quick_start_estimate), None, quick_estimate)
     for button in (follow, quick_follow):  # the Live run page keeps its run until asked
-        button.click(lambda run_id: (run_id, gr.Tabs(selected=live_page)), launched,
-                     [shared.focus_run, shared.tabs])
+        button.click(lambda run_id: (run_id, *switch_to(live_page)), launched,
+                     [shared.focus_run, *shared.switch])

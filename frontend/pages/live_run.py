@@ -26,7 +26,7 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
-from frontend.run_picker import run_choices, run_label, tick_while_shown
+from frontend.run_picker import run_choices, run_label
 from studio.escaping import html_text, markdown_text
 from studio.services import run_history, runs
 from studio.services.errors import InvalidInput
@@ -61,7 +61,7 @@ CSS = f"""
 .rollout-toggle details[open] .rollout-open,
 .rollout-toggle details:not([open]) .rollout-close {{ display: none; }}
 .live-legend span {{ padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
-  color: white; }}
+  color: white; white-space: nowrap; }}
 """
 
 
@@ -252,14 +252,15 @@ def build(settings: Settings) -> None:
             for rollout in rollouts:
                 rollout_card(rollout)
 
-    timer = gr.Timer(TICK_SECONDS, active=False)
+    timer = shared.page_timer(TICK_SECONDS)
     filters = [step, stage, reward_min, reward_max, count]
-    opened = [state, status, plot, shown, stage, timer]
+    opened = [state, status, plot, shown, stage, timer.timer]
 
-    def open_run(run_id, *filter_values):
-        """Everything the page shows of a run, read once; the timer then adds what is new."""
+    def open_run(run_id, page, *filter_values):
+        """Everything the page shows of a run, read once; the timer then adds what is new
+        (while the page is shown: `page` is the page shown)."""
         if run_id is None:
-            return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.Timer(active=False),
+            return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.skip(),
                     gr.DownloadButton(visible=False))
         follower = RunFollower(settings, int(run_id))
         progress = follower.poll()
@@ -270,38 +271,38 @@ def build(settings: Settings) -> None:
                  "note": note, "follower": follower},
                 status, plot_value(live_figure(rows, events, note)),
                 filter_rollouts(settings, run["id"], *filter_values),
-                gr.update(choices=stage_choices(rows)), gr.Timer(active=not final),
+                gr.update(choices=stage_choices(rows)), timer.start(page, not final),
                 gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
     @toast_user_errors
-    def choose(run_id, *filter_values):
+    def choose(run_id, page, *filter_values):
         """Fresh run choices with `run_id` (default: `default_run`) opened."""
         run_id = run_id if run_id is not None else default_run(settings)
         return gr.update(choices=run_choices(settings), value=run_id), \
-            *open_run(run_id, *filter_values)
+            *open_run(run_id, page, *filter_values)
 
     def on_load(step_value, stage_value, low, high, how_many, request: gr.Request):
         """`/?run=ID` opens this page on that run (a link to share or bookmark)."""
         filter_values = step_value, stage_value, low, high, how_many
         linked = request.query_params.get("run", "")
         if linked.isdigit():
-            return *choose(int(linked), *filter_values), gr.Tabs(selected=PAGE_ID)
-        return *choose(None, *filter_values), gr.skip()
+            return *choose(int(linked), PAGE_ID, *filter_values), *shared.switch_to(PAGE_ID)
+        return *choose(None, None, *filter_values), gr.skip(), gr.skip()
 
     # the page's load only: gr.on(triggers=None) would also run it on every filter change
     common.blocks.load(on_load, inputs=filters,
-                       outputs=[chosen, *opened, config_file, common.tabs], show_progress="hidden")
+                       outputs=[chosen, *opened, config_file, *common.switch],
+                       show_progress="hidden")
     # a run followed from another page (Launch's *Watch it*, Runs' *Open live view*); a run
     # merely launched does not take the page from the run it shows
-    common.focus_run.change(choose, inputs=[common.focus_run, *filters],
+    common.focus_run.change(choose, inputs=[common.focus_run, common.shown, *filters],
                             outputs=[chosen, *opened, config_file], show_progress="hidden")
-    chosen.input(toast_user_errors(open_run), inputs=[chosen, *filters],
+    chosen.input(toast_user_errors(open_run), inputs=[chosen, common.shown, *filters],
                  outputs=[*opened, config_file])
     gr.on([refresh.click, common.tab.select], lambda: gr.update(choices=run_choices(settings)),
           outputs=chosen, show_progress="hidden")
-    tick_while_shown(timer)  # back on the page, one tick catches up (and stops if final)
 
-    def tick(current, *filter_values):
+    def tick(current, page, *filter_values):
         """Only rows written since the last tick are fetched; the status line is sent when
         it changed (a running run's phase and seconds), the curves when rows came (or the
         empty curves' note changed); nothing new sends nothing."""
@@ -309,7 +310,7 @@ def build(settings: Settings) -> None:
             return [gr.skip()] * 5 + [gr.Timer(active=False)]
         progress = current["follower"].poll()
         run = progress.run
-        keep_going = gr.Timer(active=not progress.final)
+        keep_going = timer.follow(page, not progress.final)
         new = bool(progress.metrics or progress.events)
         rows = by_step(current["rows"] + progress.metrics)
         events = in_step_order(current["events"] + progress.events)
@@ -328,7 +329,8 @@ def build(settings: Settings) -> None:
         return (current, status, figure, rollouts, gr.update(choices=stage_choices(rows)),
                 keep_going)
 
-    timer.tick(tick, inputs=[state, *filters], outputs=opened, show_progress="hidden")
+    timer.timer.tick(tick, inputs=[state, common.shown, *filters], outputs=opened,
+                     show_progress="hidden")
 
     @toast_user_errors
     def refilter(current, *filter_values):

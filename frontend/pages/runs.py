@@ -8,7 +8,7 @@ import gradio as gr
 from frontend import shared
 from frontend.components import plain, signed_in, toast_user_errors
 from frontend.pages import live_run
-from frontend.run_picker import run_dropdown_update, tick_while_shown, utc_minute
+from frontend.run_picker import run_dropdown_update, utc_minute
 from studio.escaping import markdown_text
 from studio.services import runs
 from studio.services.errors import InvalidInput
@@ -25,6 +25,7 @@ EMPTY = (
     "`studio run launch run.yaml`.)"
 )
 REFRESH_SECONDS = 3
+MOVING = ("queued", "running")  # a run in these states changes the table by itself
 
 
 def progress_text(run: dict) -> str:
@@ -61,7 +62,7 @@ def build(settings: Settings) -> None:
     table = gr.Dataframe(headers=HEADERS, interactive=False, elem_id="runs-table", wrap=True,
                          column_widths=["5%", "15%", "9%", "14%", "11%", "7%", "13%", "13%",
                                         "13%"])
-    shown = gr.State(None)  # the rows last sent, so an unchanged table is not re-sent
+    sent = gr.State(None)  # the rows last sent, so an unchanged table is not re-sent
     with gr.Row(equal_height=True):
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="runs-chosen", scale=3)
         open_live = gr.Button("Open live view", elem_id="runs-open", scale=1)
@@ -74,19 +75,40 @@ def build(settings: Settings) -> None:
                            scale=0, min_width=160)
         keep = gr.Button("Keep it", elem_id="runs-delete-no", scale=0, min_width=120)
     message = gr.Markdown(elem_id="runs-message")
-    timer = gr.Timer(REFRESH_SECONDS, active=False)
-    tick_while_shown(timer)
+    said = gr.State(None)  # the run the message speaks of and the state it said: {id, state}
+    common = shared.current()
+    timer = shared.page_timer(REFRESH_SECONDS)
 
-    def refresh(previous, current):
-        rows = table_rows(runs.list_runs(settings))
-        if rows == previous:
-            return gr.skip(), gr.skip(), gr.skip(), previous
-        return (gr.update(value=rows, visible=bool(rows)), gr.update(visible=not rows),
-                run_dropdown_update(settings, current), rows)
+    def refresh(page, previous, current, spoken):
+        """The table when it changed, the message cleared once its run changed state (or a
+        run came under a deleted run's id); and whether a run is queued or running."""
+        listed = runs.list_runs(settings)
+        rows = table_rows(listed)
+        moving = any(plain(run["state"]) in MOVING for run in listed)
+        stale = spoken is not None and \
+            {row[0]: row[2] for row in rows}.get(spoken["id"]) != spoken["state"]
+        words = ("", None) if stale else (gr.skip(), spoken)
+        fresh = rows != previous  # an unchanged table is not sent again
+        return (gr.update(value=rows, visible=bool(rows)) if fresh else gr.skip(),
+                gr.update(visible=not rows) if fresh else gr.skip(),
+                run_dropdown_update(settings, current, preselect=page == timer.page)
+                if fresh or current is None else gr.skip(), rows, *words, moving)
 
-    outputs = [table, empty, chosen, shown]
-    shared.on_show(refresh, inputs=[shown, chosen], outputs=outputs, show_progress="hidden")
-    timer.tick(refresh, inputs=[shown, chosen], outputs=outputs, show_progress="hidden")
+    def shown_now(page, previous, current, spoken):
+        """On show or after an action (`page`: the page shown)."""
+        *updates, moving = refresh(page, previous, current, spoken)
+        return *updates, timer.start(page, moving)
+
+    def tick(page, previous, current, spoken):
+        *updates, moving = refresh(page, previous, current, spoken)
+        return *updates, timer.follow(page, moving)
+
+    inputs = [sent, chosen, said]
+    outputs = [table, empty, chosen, sent, message, said, timer.timer]
+    shared.on_show(shown_now, inputs=inputs, outputs=outputs, with_page=True,
+                   show_progress="hidden")
+    timer.timer.tick(tick, inputs=[common.shown, *inputs], outputs=outputs,
+                     show_progress="hidden")
 
     def pick(event: gr.SelectData):
         return event.row_value[0]
@@ -95,30 +117,34 @@ def build(settings: Settings) -> None:
 
     @toast_user_errors
     def show_live(run_id):
-        return chosen_id(run_id), gr.Tabs(selected=live_run.PAGE_ID)
+        return chosen_id(run_id), *shared.switch_to(live_run.PAGE_ID)
 
-    common = shared.current()
-    open_live.click(show_live, inputs=chosen, outputs=[common.focus_run, common.tabs])
+    open_live.click(show_live, inputs=chosen, outputs=[common.focus_run, *common.switch])
 
     def then_refresh(event):
         """After an action: the message, then the table at once (not at the next tick)."""
-        event.then(lambda current: refresh(None, current), inputs=chosen, outputs=outputs,
-                   show_progress="hidden")
+        event.then(lambda page, current, spoken: shown_now(page, None, current, spoken),
+                   inputs=[common.shown, chosen, said], outputs=outputs, show_progress="hidden")
+
+    def speaks_of(run: dict, words: str):
+        """The message, and what it speaks of: the run and the state it is in now."""
+        return (f"Run #{run['id']} **{markdown_text(run['name'])}** {words}",
+                {"id": run["id"], "state": plain(run["state"])})
 
     @toast_user_errors
     def do_cancel(run_id, request: gr.Request):
         run = runs.cancel_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return (f"Run #{run['id']} **{markdown_text(run['name'])}** is cancelled; its "
-                "checkpoints and metrics are kept, and *Resume* continues it.")
+        return speaks_of(run, "is cancelled; its checkpoints and metrics are kept, and "
+                         "*Resume* continues it.")
 
     @toast_user_errors
     def do_resume(run_id, request: gr.Request):
         run = runs.resume_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return (f"Run #{run['id']} **{markdown_text(run['name'])}** is queued again (attempt "
-                f"{run['attempt']}); it continues from its last checkpoint.")
+        return speaks_of(run, f"is queued again (attempt {run['attempt']}); it continues "
+                         "from its last checkpoint.")
 
-    then_refresh(cancel.click(do_cancel, inputs=chosen, outputs=message))
-    then_refresh(resume.click(do_resume, inputs=chosen, outputs=message))
+    then_refresh(cancel.click(do_cancel, inputs=chosen, outputs=[message, said]))
+    then_refresh(resume.click(do_resume, inputs=chosen, outputs=[message, said]))
 
     @toast_user_errors
     def ask_delete(run_id):
@@ -130,11 +156,11 @@ def build(settings: Settings) -> None:
 
     @toast_user_errors
     def do_delete(run_id, request: gr.Request):
-        name = runs.get_run(settings, chosen_id(run_id))["name"]
-        runs.delete_run(settings, signed_in(settings, request), chosen_id(run_id))
-        message = f"Run #{run_id} **{markdown_text(name)}** is deleted."
-        return gr.Row(visible=False), message, None
+        run = runs.get_run(settings, chosen_id(run_id))
+        runs.delete_run(settings, signed_in(settings, request), run["id"])
+        return gr.Row(visible=False), *speaks_of({**run, "state": None}, "is deleted."), None
 
     delete.click(ask_delete, inputs=chosen, outputs=[confirm_row, confirm_text])
     keep.click(lambda: gr.Row(visible=False), outputs=confirm_row)
-    then_refresh(really.click(do_delete, inputs=chosen, outputs=[confirm_row, message, chosen]))
+    then_refresh(really.click(do_delete, inputs=chosen,
+                              outputs=[confirm_row, message, said, chosen]))

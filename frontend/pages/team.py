@@ -15,6 +15,7 @@ from frontend.components import (
     dataframe,
     error_markdown,
     ok_markdown,
+    only_choice,
     table,
 )
 from frontend.shared import on_show
@@ -55,7 +56,7 @@ def tokens_view(settings: Settings, actor: Actor):
             for t in auth.list_tokens(settings, actor)]
     live = [(f"#{t['id']} {t['name']} ({t['prefix']}…)", t["id"]) for t in rows
             if t["state"] == "active"]
-    return table(rows, TOKEN_COLUMNS), gr.Dropdown(choices=live, value=None)
+    return table(rows, TOKEN_COLUMNS), gr.Dropdown(choices=live, value=only_choice(live))
 
 
 def users_view(settings: Settings, actor: Actor):
@@ -64,8 +65,9 @@ def users_view(settings: Settings, actor: Actor):
         return gr.Column(visible=False), [], gr.Dropdown(choices=[])
     rows = [{**u, "state": "disabled" if u["disabled"] else "active",
              "created": _minute(u["created_at"])} for u in auth.list_users(settings, actor)]
+    names = [u["username"] for u in rows]
     return (gr.Column(visible=True), table(rows, USER_COLUMNS),
-            gr.Dropdown(choices=[u["username"] for u in rows], value=None))
+            gr.Dropdown(choices=names, value=only_choice(names)))
 
 
 def page_view(settings: Settings, actor: Actor):

@@ -227,8 +227,14 @@ def download(settings: Settings, export_id: int) -> tuple[Path, str]:
                        "succeeded")
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, export["run_id"], "run")
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run.name).strip("-") or "model"
-    return path, f"{name}-step-{export['step']}.zip"
+        return path, zip_filename(run.name, export["step"])
+
+
+def zip_filename(run_name: str, step: int) -> str:
+    """The name a zip export downloads under: the run's name (letters, digits, `_.-` only, so
+    it is a safe file name everywhere) and the checkpoint's step."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_name).strip("-") or "model"
+    return f"{name}-step-{step}.zip"
 
 
 # --- state changes made by the worker -------------------------------------------------------

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from frontend.components import error_markdown, problems
+from frontend.components import error_markdown, only_choice, picker, problems
 from frontend.pages import curriculum, exemplars, home, launch
 from studio.db import session_scope
 from studio.demo import EXEMPLARS
@@ -46,6 +46,15 @@ def test_problems_split_per_field_but_keep_one_message_whole():
 
 def stage_counts(design: dict) -> list[int]:
     return [s["exemplars"] for s in design["stages"]]
+
+
+def test_a_picker_with_one_choice_has_it_picked():
+    assert only_choice([("demo (ready)", 1)]) == 1
+    assert only_choice(["demo"]) == "demo"
+    assert only_choice([]) is None and only_choice(["a", "b"]) is None
+    assert picker([("demo", 1)]).constructor_args == {"choices": [("demo", 1)], "value": 1}
+    # two choices: the update leaves the user's selection alone
+    assert picker([("a", 1), ("b", 2)]).constructor_args == {"choices": [("a", 1), ("b", 2)]}
 
 
 def test_stage_edits_add_remove_and_move_with_the_selection():

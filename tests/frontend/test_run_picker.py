@@ -1,4 +1,5 @@
-"""Run dropdowns: labels, filters, and a refresh that never undoes a choice made meanwhile."""
+"""Run dropdowns: labels, filters, a refresh that never undoes a choice made meanwhile, and the
+only run picked."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ def test_choices_and_refreshes(settings, tmp_path):
     kept = run_dropdown_update(settings, first)
     assert "value" not in kept, "a run chosen since the event fired is not undone"
     assert run_dropdown_update(settings, [first, second], multiselect=True).get("value") is None
+    assert "value" not in run_dropdown_update(settings, None), "two runs: none is picked"
     runs.delete_run(settings, admin(settings), second)
-    assert run_dropdown_update(settings, second)["value"] is None
+    assert run_dropdown_update(settings, second)["value"] == first, "the only run is picked"
+    assert run_dropdown_update(settings, None)["value"] == first
+    assert "value" not in run_dropdown_update(settings, None, preselect=False)
+    assert run_dropdown_update(settings, second, preselect=False)["value"] is None
     assert run_dropdown_update(settings, [first, second], multiselect=True)["value"] == [first]
     assert run_dropdown_update(settings, [], multiselect=True)["choices"] == [
         (f"#{first} a · succeeded", first)]
