@@ -115,10 +115,9 @@ def build(settings: Settings) -> None:
         found = exports.list_exports(settings, int(run_id))
         name = runs.get_run(settings, int(run_id))["name"]
         failed = [(f"#{e['id']} {e['target']}", e["id"]) for e in found if e["retryable"]]
-        return (table_rows(found, name), download_html(found, name),
-                picker(failed),
-                gr.Row(visible=bool(failed))), \
-            any(e["state"] in ACTIVE_STATES for e in found)
+        views = (table_rows(found, name), download_html(found, name), picker(failed),
+                 gr.Row(visible=bool(failed)))
+        return views, any(e["state"] in ACTIVE_STATES for e in found)
 
     def followed_now(run_id, previous):
         """The followed outputs when the table changed (else skipped), the rows, moving."""
