@@ -18,7 +18,7 @@ import gradio as gr
 from studio.escaping import html_text, markdown_text
 from studio.services.access import Actor
 from studio.services.auth import actor_named
-from studio.services.errors import UserError
+from studio.services.errors import InvalidInput, UserError
 from studio.settings import Settings
 
 _NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
@@ -32,6 +32,17 @@ CSS = """
 .table-wrap th span.header { word-break: normal; overflow-wrap: normal; }
 .table-wrap td .cell-wrap { word-break: normal; overflow-wrap: anywhere; }
 """
+
+
+def counted_from_one(text: str | None, problem: str) -> int | None:
+    """A box for a whole number from 1 that may be left empty (None). Otherwise InvalidInput
+    with `problem`, `{typed}` filled in with what was typed."""
+    typed = (text or "").strip()
+    if not typed:
+        return None
+    if not typed.isdigit() or int(typed) < 1:
+        raise InvalidInput(problem.format(typed=typed))
+    return int(typed)
 
 
 def problems(message: str) -> list[str]:

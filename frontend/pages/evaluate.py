@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from frontend import shared
-from frontend.components import picker, plain, signed_in, toast_user_errors
+from frontend.components import counted_from_one, picker, plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update
 from studio.escaping import markdown_text
 from studio.services import corpora, evaluations, qa_sets, runs
@@ -48,13 +48,8 @@ def _status(evaluation: dict | None) -> str:
 
 def question_limit(text: str | None) -> int | None:
     """The "Questions per set" box: empty is every question, else a whole number from 1."""
-    typed = (text or "").strip()
-    if not typed:
-        return None
-    if not typed.isdigit() or int(typed) < 1:
-        raise InvalidInput(f"Questions per set: '{typed}' is not a whole number of 1 or more; "
-                           "leave it empty to ask every question")
-    return int(typed)
+    return counted_from_one(text, "Questions per set: '{typed}' is not a whole number of 1 or "
+                            "more; leave it empty to ask every question")
 
 
 def zero_notes(pairs: list[dict]) -> str:

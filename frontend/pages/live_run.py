@@ -18,7 +18,7 @@ import gradio as gr
 
 from frontend import shared
 from frontend.charts import live_figure, plot_value
-from frontend.components import plain, toast_user_errors
+from frontend.components import counted_from_one, plain, toast_user_errors
 from frontend.rollout_view import (
     COLOR_MAP,
     header_markdown,
@@ -170,13 +170,10 @@ def in_step_order(events: list[dict]) -> list[dict]:
 
 
 def parse_step(text: str | None) -> int | None:
-    text = (text or "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise InvalidInput(f"Step: '{text}' is not a step number; steps count from 1: type a "
-                           "whole number such as 12, or leave it empty for all steps.")
-    return stored_step(int(text))
+    """The step box (counted from 1, as shown) as a stored step; empty is every step."""
+    typed = counted_from_one(text, "Step: '{typed}' is not a step number; steps count from 1: "
+                             "type a whole number such as 12, or leave it empty for all steps.")
+    return None if typed is None else stored_step(typed)
 
 
 def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: float,

@@ -38,9 +38,13 @@ RUN_PRESETS: dict[str, dict] = {
     },
 }
 
+def _steps(name: str) -> int:
+    return sum(stage["steps"] for stage in RUN_PRESETS[name]["curriculum"]["stages"])
+
+
 DESCRIPTIONS = {
-    QUICK_START: "the demo world, 3 -> 2 -> 0 exemplars, 24 small steps with LoRA; "
-                 "ends with base against trained on the demo pack's held-out questions",
+    QUICK_START: f"the demo world, 3 -> 2 -> 0 exemplars, {_steps(QUICK_START)} small steps "
+                 "with LoRA; ends with base against trained on the demo pack's held-out questions",
 }
 
 

@@ -1,0 +1,144 @@
+"""A new user's first run, in Chromium, from the login page to a downloaded, evaluated model.
+
+    .venv/bin/python bench/first_run.py                  # the bundled SmolLM2, quick start
+    .venv/bin/python bench/first_run.py --keep /tmp/first-run
+
+`studio up` on a fresh data directory (the embedded default: SQLite, the embedded
+broker, the bundled model), then only what a user sees and clicks: sign in with the
+password `studio up` printed, *Launch the quick start*, *Watch it*, wait on the Live
+run page until the run ends, read base against trained on Evaluate, export a zip on
+Export and download it; the downloaded model is then loaded with transformers and
+asked one question. No API call, no CLI, no docs. It prints how long each phase took
+(a markdown table) and saves a screenshot of each page on the way to
+artifacts/screenshots/first-run-*.png. Nothing is asserted beyond the path working:
+a phase that does not come within its time limit stops the walk with the page's text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.studio_ui import studio_in_browser  # noqa: E402
+
+RUN_LIMIT_S = 3 * 3600
+
+
+class Phases:
+    """Wall time of each phase, from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float]] = []
+        self.mark = time.monotonic()
+
+    def done(self, name: str) -> None:
+        now = time.monotonic()
+        self.rows.append((name, now - self.mark))
+        self.mark = now
+        print(f"{name}: {self.rows[-1][1]:.0f} s", flush=True)
+
+    def table(self) -> str:
+        lines = ["| phase | seconds |", "|---|---|"]
+        lines += [f"| {name} | {seconds:.0f} |" for name, seconds in self.rows]
+        lines.append(f"| **total** | {sum(s for _, s in self.rows):.0f} |")
+        return "\n".join(lines)
+
+
+def walk(ui, phases: Phases, downloads: Path) -> Path:
+    page = ui.page
+    phases.done("sign in")
+
+    ui.open("Launch")
+    ui.wait_text("#quick-start-estimate", "Estimate", timeout=120)
+    ui.screenshot("first-run-1-launch")
+    page.click("#quick-start")
+    ui.wait_text("#quick-start-message", "Run #", timeout=300)
+    page.locator("#quick-start-follow").click()
+    phases.done("launch the quick start (stores and indexes the demo pack)")
+
+    ui.wait_text("#live-status", "step 1 /", timeout=1800)
+    ui.screenshot("first-run-2-live-first-step")
+    phases.done("wait for the first step")
+    deadline = time.monotonic() + RUN_LIMIT_S
+    while time.monotonic() < deadline:
+        status = page.locator("#live-status").inner_text()
+        if any(word in status for word in ("succeeded", "failed", "cancelled", "interrupted")):
+            break
+        time.sleep(10)
+    ui.screenshot("first-run-3-live-ended")
+    if "succeeded" not in status:
+        raise SystemExit(f"the run did not succeed: {status}")
+    phases.done("train to the end")
+
+    ui.open("Evaluate")
+    deadline = time.monotonic() + 1800
+    while time.monotonic() < deadline:
+        rows = ui.table_rows("#evaluate-table")
+        if rows and all("base succeeded · trained succeeded" in row[-1] for row in rows):
+            break
+        time.sleep(5)
+    else:
+        raise SystemExit(f"the evaluations did not finish: {ui.table_rows('#evaluate-table')}")
+    ui.screenshot("first-run-4-evaluate")
+    print("Evaluate:", rows, flush=True)
+    phases.done("wait for base against trained (queued at the run's end)")
+
+    ui.open("Export")
+    ui.wait_text("#export-card", "Intended use and limits", timeout=120)
+    page.locator("#export-target").get_by_text("A zip to download").click()
+    page.click("#export-start")
+    link = page.locator("#export-downloads a")
+    link.wait_for(timeout=900_000)
+    ui.screenshot("first-run-5-export")
+    with page.expect_download() as download:
+        link.click()
+    saved = downloads / download.value.suggested_filename
+    download.value.save_as(saved)
+    phases.done("export a zip and download it")
+    return saved
+
+
+def load_and_ask(archive: Path) -> str:
+    """Unzip the export and ask the model one question with transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = archive.with_suffix("")
+    with zipfile.ZipFile(archive) as opened:
+        opened.extractall(folder)
+    model_dir = next(p.parent for p in folder.rglob("config.json"))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    messages = [{"role": "user", "content": "Where is the Eiffel Tower?"}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                           return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    return tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="a folder for the studio's data and the zip "
+                        "(default: a temporary one, removed)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="first-run-") as scratch:
+        where = args.keep or Path(scratch)
+        where.mkdir(parents=True, exist_ok=True)
+        phases = Phases()
+        with studio_in_browser(where) as ui:
+            archive = walk(ui, phases, where)
+        print(f"\ndownloaded {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB)")
+        print("the exported model answers:", repr(load_and_ask(archive)))
+        print()
+        print(phases.table())
+
+
+if __name__ == "__main__":
+    main()
