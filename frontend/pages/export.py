@@ -67,6 +67,13 @@ def card_preview(settings: Settings, run_id: int, step, repo_id: str | None):
     return rendered, text, Image.open(io.BytesIO(png)) if png else None
 
 
+def said(export: dict) -> str:
+    """What the page says of an export it just queued: its state, and where it waits or
+    what it does (a worker of the short queue may have started it already)."""
+    doing = f": {markdown_text(export['message'])}" if export["message"] else ""
+    return f"Export #{export['id']} is {plain(export['state'])}{doing}."
+
+
 def build(settings: Settings) -> None:
     gr.Markdown("## Export\nThe checkpoint as a Hugging Face model folder (weights as "
                 "safetensors, tokenizer, generation config), with a model card and the run's "
@@ -173,7 +180,7 @@ def build(settings: Settings) -> None:
                                      target=to,
                                      step=int(at_step) if at_step else None, repo_id=repo,
                                      private=bool(is_private), token=secret)
-        return (f"Export #{made['id']} is {markdown_text(made['message'])}.",
+        return (said(made),
                 *progress(run_id)[0], gr.Timer(active=True),
                 "")  # the token field is emptied: it was handed to the job
 
@@ -187,7 +194,7 @@ def build(settings: Settings) -> None:
                            "again).")
         again = exports.retry_export(settings, signed_in(settings, request), int(export_id),
                                      token=secret or None)
-        return (f"Export #{again['id']} is {markdown_text(again['message'])}.",
+        return (said(again),
                 *progress(run_id)[0], gr.Timer(active=True), "")
 
     retry.click(do_retry, inputs=[run, retry_id, token],

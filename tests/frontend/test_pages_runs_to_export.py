@@ -337,7 +337,8 @@ def test_export_a_zip_with_its_model_card_and_download_it(studio, page, tmp_path
 
     page.locator("#export-target").get_by_text("A zip to download").click()
     page.click("#export-start")
-    ui.wait_text("#export-message", "queued")
+    said = ui.wait_text("#export-message", "Export #")
+    assert re.match(r"Export #\d+ is (queued|running)", said), said
     link = page.locator("#export-downloads a")
     link.wait_for(timeout=300_000)
     wait_for(lambda: any(c[3] == "succeeded" and c[4] == "100%"
