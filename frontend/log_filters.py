@@ -5,8 +5,10 @@ message queue when the browser drops the connection. When a page goes away with 
 streams of one session open (a navigation while a timer's event is in flight), the
 second deletion raises KeyError, and uvicorn logs it as "Exception in ASGI
 application" with a full traceback. Nothing is lost: the first stream already cleaned
-the session. The filter turns exactly that record into one warning line; every other
-error keeps its traceback.
+the session. The same race can also end in the other stream's check: its session is gone,
+it raises a 404 after its response has started, and Starlette logs a RuntimeError caused by
+that 404. The filter turns exactly those records into one warning line; every other error
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,14 +17,25 @@ import logging
 import os
 import traceback
 
+from starlette.exceptions import HTTPException
+
 _GRADIO_ROUTES = os.path.join("gradio", "routes.py")
 
 
-def _raised_in_gradio_stream_close(exc: BaseException) -> bool:
+def _raised_in_sse_stream(exc: BaseException) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
-    return (isinstance(exc, KeyError) and bool(frames)
-            and frames[-1].filename.endswith(_GRADIO_ROUTES)
-            and frames[-1].name == "sse_stream")
+    return bool(frames) and frames[-1].filename.endswith(_GRADIO_ROUTES) \
+        and frames[-1].name == "sse_stream"
+
+
+def _raised_in_gradio_stream_close(exc: BaseException) -> bool:
+    """The double close's KeyError, or the 404 of a stream whose session the other stream
+    closed first (re-raised by Starlette as a RuntimeError: the response had started)."""
+    if isinstance(exc, KeyError):
+        return _raised_in_sse_stream(exc)
+    cause = exc.__cause__
+    return isinstance(exc, RuntimeError) and isinstance(cause, HTTPException) \
+        and cause.status_code == 404 and _raised_in_sse_stream(cause)
 
 
 class GradioStreamCloseRace(logging.Filter):
@@ -32,7 +45,8 @@ class GradioStreamCloseRace(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and _raised_in_gradio_stream_close(exc):
             record.msg = ("a browser closed a Gradio event stream that was already closed "
-                          "(KeyError in gradio's sse_stream on disconnect; harmless)")
+                          f"({type(exc).__name__} in gradio's sse_stream on disconnect; "
+                          "harmless)")
             record.args = ()
             record.exc_info = record.exc_text = None
             record.levelno, record.levelname = logging.WARNING, "WARNING"

@@ -9,6 +9,7 @@ from frontend import shared
 from frontend.components import counted_from_one, picker, plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update
 from studio.escaping import markdown_text
+from studio.method.failures import LABELS, MEANINGS, TITLES
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -21,6 +22,11 @@ HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM b
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
+LABEL_HEADERS = ["QA set", "what happened", "base", "trained"]
+LABELS_HELP = ("Each question gets one label, checked in this order (click a row to see its "
+               "questions):\n" + "\n".join(f"- **{TITLES[key]}**: {markdown_text(MEANINGS[key])}"
+                                            for key in LABELS))
+EXAMPLES = 5  # questions shown per label and model
 REFRESH_SECONDS = 3
 PROTOCOL = ("Zero-shot prompt (no exemplars), temperature 0.1, top-3 passages; the defaults "
             "below are the paper's evaluation protocol.")
@@ -80,6 +86,48 @@ def table_rows(pairs: list[dict]) -> list[list]:
     return rows
 
 
+def _label_cell(evaluation: dict | None, label: str) -> str:
+    shares = {s["label"]: s for s in evaluations.label_shares((evaluation or {}).get("metrics"))}
+    found = shares.get(label)
+    return f"{found['count']} ({100 * found['share']:.0f}%)" if found else ""
+
+
+def label_rows(pairs: list[dict]) -> list[list]:
+    """Per QA set with a labelled evaluation, one row per label: how many questions (and what
+    share) of base and of trained got it."""
+    return [[pair["qa_set"], TITLES[label], _label_cell(pair["base"], label),
+             _label_cell(pair["trained"], label)]
+            for pair in pairs
+            if any(e and evaluations.label_shares(e["metrics"])
+                   for e in (pair["base"], pair["trained"]))
+            for label in LABELS]
+
+
+def _one_line(text: object) -> str:
+    return markdown_text(" ".join(str(text).split()))
+
+
+def examples_markdown(settings: Settings, pair: dict, side: str, label: str) -> str:
+    """The first questions of one side's evaluation with `label`: question, gold answers,
+    the model's answer and its searches, every one escaped."""
+    evaluation = pair[side]
+    head = f"#### {side.capitalize()} model: {TITLES[label]}"
+    shares = evaluations.label_shares((evaluation or {}).get("metrics"))
+    if not shares:
+        return f"{head}\nNo finished evaluation with labels."
+    questions = evaluations.labelled_questions(settings, evaluation["id"], label, EXAMPLES)
+    if not questions:
+        return f"{head}\nNo question got this label."
+    items = [f"- **Question:** {_one_line(q['question'])}  \n"
+             f"  **Gold answer:** {' · '.join(_one_line(g) for g in q['golden_answers'])}  \n"
+             f"  **Model's answer:** "
+             f"{'*none*' if q['prediction'] is None else _one_line(q['prediction'])}  \n"
+             f"  **Searches:** {' · '.join(_one_line(x) for x in q['searches']) or '*none*'}"
+             for q in questions]
+    count = next(s["count"] for s in shares if s["label"] == label)
+    return f"{head} ({len(questions)} of {count})\n" + "\n".join(items)
+
+
 def moving(pairs: list[dict]) -> bool:
     """Whether an evaluation in the table is queued or running (its row will change)."""
     return any(e and e["state"] in ACTIVE_STATES
@@ -116,6 +164,13 @@ def build(settings: Settings) -> None:
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
     notes = gr.Markdown(elem_id="evaluate-notes")
+    gr.Markdown("### Where the answers went wrong")
+    labels = gr.Dataframe(headers=LABEL_HEADERS, interactive=False, wrap=True,
+                          elem_id="evaluate-labels")
+    gr.Markdown(LABELS_HELP, elem_id="evaluate-labels-help")
+    with gr.Row():
+        examples = {side: gr.Markdown(elem_id=f"evaluate-examples-{side}")
+                    for side in ("base", "trained")}
     sent = gr.State([])  # the rows last sent, so an unchanged table is not re-sent
     common = shared.current()
     timer = shared.page_timer(REFRESH_SECONDS)
@@ -123,21 +178,21 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def results(run_id, model=None) -> tuple[list, list, str, bool]:
-        """The table (twice: shown, and kept to compare), the notes on zero scores, and
-        whether an evaluation in it still moves."""
+    def results(run_id, model=None) -> tuple[list, list, str, list, bool]:
+        """The table (twice: shown, and kept to compare), the notes on zero scores, the
+        split by failure label, and whether an evaluation in it still moves."""
         pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
         rows = table_rows(pairs)
-        return rows, rows, zero_notes(pairs), moving(pairs)
+        return rows, rows, zero_notes(pairs), label_rows(pairs), moving(pairs)
 
     def table_now(run_id, model, previous):
-        """`results`, with the table and notes skipped when the rows did not change."""
+        """`results`, with the tables and notes skipped when the rows did not change."""
         if run_id is None:
-            return gr.skip(), previous, gr.skip(), False
-        rows, kept, notes_now, live = results(run_id, model)
+            return gr.skip(), previous, gr.skip(), gr.skip(), False
+        rows, kept, notes_now, split, live = results(run_id, model)
         if rows == previous:
-            return gr.skip(), previous, gr.skip(), live
-        return rows, kept, notes_now, live
+            return gr.skip(), previous, gr.skip(), gr.skip(), live
+        return rows, kept, notes_now, split, live
 
     def refresh(page, current, focus, model, previous):
         """Fresh choices; with none chosen (a new tab, a reload) the run in focus, else the
@@ -148,28 +203,47 @@ def build(settings: Settings) -> None:
         if current is None and ids:
             update["value"] = next((r for r in (focus, evaluations.latest_evaluated_run(settings))
                                     if r in ids), ids[0])
-        rows, kept, notes_now, live = table_now(current, model, previous)
+        rows, kept, notes_now, split, live = table_now(current, model, previous)
         return update, gr.update(visible=not update["choices"]), \
             gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
             picker([c["name"] for c in corpora.list_corpora(settings)
-                    if c["status"] == "ready"]), rows, kept, notes_now, timer.start(page, live)
+                    if c["status"] == "ready"]), rows, kept, notes_now, split, \
+            timer.start(page, live)
 
     shared.on_show(refresh, inputs=[run, common.focus_run, base_model, sent],
-                   outputs=[run, empty, sets, corpus, table, sent, notes, timer.timer],
+                   outputs=[run, empty, sets, corpus, table, sent, notes, labels, timer.timer],
                    with_page=True, show_progress="hidden")
 
     @toast_user_errors
     def pick_run(page, run_id):
         if run_id is None:
-            return gr.skip(), gr.skip(), gr.skip(), [], [], "", gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), [], [], "", [], "", "", gr.skip()
         config = runs.get_run(settings, int(run_id))["config"]
         data = config["data"]
-        rows, kept, notes_now, live = results(run_id)
+        rows, kept, notes_now, split, live = results(run_id)
         return (config["model"], data["eval"] or [data["train"]], data["corpus"], rows, kept,
-                notes_now, timer.start(page, live))
+                notes_now, split, "", "", timer.start(page, live))
 
     run.change(pick_run, inputs=[common.shown, run],
-               outputs=[base_model, sets, corpus, table, sent, notes, timer.timer])
+               outputs=[base_model, sets, corpus, table, sent, notes, labels,
+                        examples["base"], examples["trained"], timer.timer])
+
+    @toast_user_errors
+    def show_examples(run_id, model, event: gr.SelectData):
+        """A row of the split clicked: that QA set's questions with that label, base beside
+        trained."""
+        if run_id is None:
+            return gr.skip(), gr.skip()
+        qa_set, title = event.row_value[:2]
+        label = next((key for key, value in TITLES.items() if value == title), None)
+        pair = next((p for p in evaluations.base_vs_trained(settings, int(run_id), model or None)
+                     if p["qa_set"] == qa_set), None)
+        if label is None or pair is None:  # the table changed under the click
+            return gr.skip(), gr.skip()
+        return tuple(examples_markdown(settings, pair, side, label) for side in examples)
+
+    labels.select(show_examples, inputs=[run, base_model],
+                  outputs=[examples["base"], examples["trained"]])
 
     @toast_user_errors
     def launch(run_id, model, set_names, corpus_name, questions, on_queue, tokens, turns,
@@ -182,10 +256,11 @@ def build(settings: Settings) -> None:
             corpus=corpus_name, limit=question_limit(questions),
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
         return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
-                "fills in as they finish.", *results(run_id, model)[:3], gr.Timer(active=True))
+                "fills in as they finish.", *results(run_id, model)[:4], gr.Timer(active=True))
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
-                                max_turns], outputs=[message, table, sent, notes, timer.timer])
+                                max_turns],
+                outputs=[message, table, sent, notes, labels, timer.timer])
 
     @toast_user_errors
     def cancel(run_id, model, request: gr.Request):
@@ -195,13 +270,13 @@ def build(settings: Settings) -> None:
                                                    int(run_id), model or None)
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
                 else "No evaluation of this run is queued or running."), \
-            *results(run_id, model)[:3]
+            *results(run_id, model)[:4]
 
-    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, sent, notes])
+    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, sent, notes, labels])
 
     def tick(page, run_id, model, previous):
-        rows, kept, notes_now, live = table_now(run_id, model, previous)
-        return rows, kept, notes_now, timer.follow(page, live)
+        *now, live = table_now(run_id, model, previous)
+        return *now, timer.follow(page, live)
 
     timer.timer.tick(tick, inputs=[common.shown, run, base_model, sent],
-                     outputs=[table, sent, notes, timer.timer], show_progress="hidden")
+                     outputs=[table, sent, notes, labels, timer.timer], show_progress="hidden")

@@ -87,6 +87,12 @@ def multi_answer_match(prediction: str | None, golden_answers: str | Iterable[st
     return len(golds) > 1 and all(g in pred for g in golds)
 
 
+def accuracy(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """acc: 1.0 on exact match or the multi-answer rule, else 0.0 (method.md, "The reward")."""
+    return 1.0 if exact_match(prediction, golden_answers) \
+        or multi_answer_match(prediction, golden_answers) else 0.0
+
+
 @dataclass(frozen=True)
 class PenaltyRule:
     """One row of method.md's fmt penalty table, with a stable snake_case name for logs."""
@@ -190,13 +196,12 @@ def score(
     answer = final_answer(response, tools)
     penalties = format_penalties(response, tools)
     fmt = round(_clip01(1.0 - sum(penalties.values())), 12)
-    em = exact_match(answer, golds)
-    acc = 1.0 if em or multi_answer_match(answer, golds) else 0.0
+    acc = accuracy(answer, golds)
     return RewardBreakdown(
         score=round(_clip01(acc_weight * acc + format_weight * fmt), 12),
         acc=acc,
         format=fmt,
-        em=em,
+        em=exact_match(answer, golds),
         subem=substring_match(answer, golds),
         f1=token_f1(answer, golds),
         answer=answer,

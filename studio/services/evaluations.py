@@ -8,12 +8,14 @@ and stops the process; what the process writes after that is ignored.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
+from studio.method import failures
 from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.queue import TRAINING_QUEUES, enqueue
@@ -342,6 +344,66 @@ def latest_evaluated_run(settings: Settings) -> int | None:
     with session_scope(settings.sqlalchemy_url) as session:
         return session.exec(select(Evaluation.run_id).where(Evaluation.run_id.is_not(None))
                             .order_by(Evaluation.id.desc()).limit(1)).first()
+
+
+class LabelShare(TypedDict):
+    """How many of an evaluation's questions got one failure label (`studio.method.failures`)."""
+
+    label: str  # correct | format_miss | no_search | retrieval_miss | reasoning_miss
+    title: str  # the label as a page names it
+    meaning: str  # the label in plain words
+    count: int
+    share: float  # of the evaluation's questions, 0 to 1
+
+
+class LabelledQuestion(TypedDict):
+    """One evaluated question with its label, as the evaluation recorded it."""
+
+    id: str
+    question: str
+    golden_answers: list[str]
+    prediction: str | None  # the model's last answer; None when it gave none
+    searches: list[str]  # its search queries, in order
+    label: str
+
+
+def label_shares(metrics: dict | None) -> list[LabelShare]:
+    """The split of an evaluation's questions by failure label, every label in precedence
+    order; empty while it has not finished (and for one evaluated before labels were kept)."""
+    counts = (metrics or {}).get("labels")
+    if not counts:
+        return []
+    total = sum(counts.values()) or 1
+    return [{"label": label, "title": failures.TITLES[label],
+             "meaning": failures.MEANINGS[label], "count": counts.get(label, 0),
+             "share": counts.get(label, 0) / total} for label in failures.LABELS]
+
+
+def label_split(settings: Settings, evaluation_id: int) -> list[LabelShare]:
+    """`label_shares` of one evaluation (404 when there is none)."""
+    return label_shares(get_evaluation(settings, evaluation_id)["metrics"])
+
+
+def labelled_questions(settings: Settings, evaluation_id: int, label: str,
+                       limit: int = 5) -> list[LabelledQuestion]:
+    """The first `limit` questions of an evaluation with `label`, in the QA set's order:
+    question, gold answers, the model's answer and its searches (as stored, unescaped)."""
+    if label not in failures.LABELS:
+        raise InvalidInput(f"label: '{label}' is not a failure label; use one of "
+                           f"{', '.join(failures.LABELS)}")
+    get_evaluation(settings, evaluation_id)
+    path = evaluation_records_path(settings, evaluation_id)
+    if limit < 1 or not path.exists():
+        return []
+    found: list[LabelledQuestion] = []
+    with path.open() as lines:
+        for line in lines:
+            record = json.loads(line)
+            if record.get("label") == label:
+                found.append({key: record[key] for key in LabelledQuestion.__annotations__})
+                if len(found) == limit:
+                    break
+    return found
 
 
 def zero_score_reason(metrics: dict | None) -> str | None:

@@ -214,6 +214,10 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
     ("GET", f"{R}/evaluations"): ("read", lambda w, r: (f"{R}/evaluations", {})),
     ("GET", f"{R}/evaluations/{{evaluation_id}}"): ("read", lambda w, r: (
         f"{R}/evaluations/{w.evaluation_id}", {})),
+    ("GET", f"{R}/evaluations/{{evaluation_id}}/labels"): ("read", lambda w, r: (
+        f"{R}/evaluations/{w.evaluation_id}/labels", {})),
+    ("GET", f"{R}/evaluations/{{evaluation_id}}/labels/{{label}}"): ("read", lambda w, r: (
+        f"{R}/evaluations/{w.evaluation_id}/labels/no_search", {})),
     ("POST", f"{R}/evaluations/{{evaluation_id}}/cancel"): ("owner", lambda w, r: (
         f"{R}/evaluations/{w.queued_evaluation()}/cancel", {})),
     ("POST", f"{R}/runs/{{run_id}}/base-vs-trained"): ("create", lambda w, r: (

@@ -1,12 +1,22 @@
-"""Base-vs-trained evaluation and the curriculum designer through the API, as the Evaluate
-and Curriculum pages use them through the services."""
+"""Base-vs-trained evaluation, an evaluation's failure labels and the curriculum designer
+through the API, as the Evaluate and Curriculum pages use them through the services."""
 
 from __future__ import annotations
 
+import pytest
+from fastapi.testclient import TestClient
+
+from frontend.server import create_app
+from studio import db
 from studio.db import session_scope
+from studio.method.failures import LABELS
+from studio.services import auth
 from studio.services.demo import load_demo_pack
-from studio.tables import Run
+from studio.settings import Settings
+from studio.tables import Evaluation, QASet, Run
 from tests.support.actors import admin
+from tests.support.api_client import Api
+from tests.support.labelled_evaluations import finished_evaluation
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
@@ -71,3 +81,62 @@ def test_the_curriculum_designer_answers_presets_and_checks(api):
     assert checked["ok"] and checked["total_steps"] == 30 and checked["starts"] == [0, 10, 20]
     too_few = api.post("/curricula/check", json={"design": design, "available_exemplars": 2})
     assert not too_few.json()["ok"] and too_few.json()["errors"]
+
+
+@pytest.fixture
+def api_on_any_db(any_db_url, tmp_path):
+    """The admin's API client of a fresh studio on SQLite, then on PostgreSQL."""
+    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    settings.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(any_db_url)
+    with db.session_scope(any_db_url) as session:
+        token = auth.bootstrap_admin(session).token
+    with TestClient(create_app(settings)) as client:
+        yield Api(settings, client, token)
+
+
+def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
+    api = api_on_any_db
+    with session_scope(api.settings.sqlalchemy_url) as session:
+        qa = QASet(name="held", source_filename="held.jsonl", content_hash="0",
+                   source_format="jsonl", num_rows=5)
+        session.add(qa)
+        session.flush()
+        qa_id = qa.id
+    labels = ["retrieval_miss", "correct", "retrieval_miss", "no_search", "format_miss"]
+    done = finished_evaluation(api.settings, qa_id, labels, model_ref="base")
+
+    split = api.get(f"/evaluations/{done}/labels").json()
+    assert [(s["label"], s["count"]) for s in split] == [
+        ("correct", 1), ("format_miss", 1), ("no_search", 1), ("retrieval_miss", 2),
+        ("reasoning_miss", 0)]
+    assert [s["share"] for s in split] == [0.2, 0.2, 0.2, 0.4, 0.0]
+    assert split[3]["title"] == "retrieval miss" and "searched" in split[3]["meaning"]
+
+    missed = api.get(f"/evaluations/{done}/labels/retrieval_miss").json()
+    assert [q["id"] for q in missed] == ["1", "3"]
+    assert missed[0] == {"id": "1", "question": "Question 1? ", "golden_answers": ["gold 1"],
+                         "prediction": "wrong 1 ", "searches": ["query 1 "],
+                         "label": "retrieval_miss"}
+    assert [q["id"] for q in api.get(f"/evaluations/{done}/labels/retrieval_miss",
+                                     params={"limit": 1}).json()] == ["1"]
+    assert api.get(f"/evaluations/{done}/labels/reasoning_miss").json() == []
+    assert api.get(f"/evaluations/{done}/labels/format_miss").json()[0]["prediction"] is None
+
+    wrong = api.get(f"/evaluations/{done}/labels/wrong_answer")
+    assert wrong.status_code == 422
+    assert wrong.json()["detail"] == ("label: 'wrong_answer' is not a failure label; use one of "
+                                      + ", ".join(LABELS))
+    too_many = api.get(f"/evaluations/{done}/labels/correct", params={"limit": 0})
+    assert too_many.status_code == 422 and too_many.json()["detail"].startswith("limit: ")
+    assert api.get(f"/evaluations/{done + 1}/labels").status_code == 404
+    assert api.get(f"/evaluations/{done + 1}/labels/correct").status_code == 404
+
+    # an evaluation without labels (queued, or from before they were kept) has no split
+    with session_scope(api.settings.sqlalchemy_url) as session:
+        queued = Evaluation(model_ref="base", qa_set_id=qa_id)
+        session.add(queued)
+        session.flush()
+        queued_id = queued.id
+    assert api.get(f"/evaluations/{queued_id}/labels").json() == []
+    assert api.get(f"/evaluations/{queued_id}/labels/correct").json() == []

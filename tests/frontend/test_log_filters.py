@@ -7,6 +7,7 @@ import io
 import logging
 
 import gradio.routes
+from fastapi import HTTPException
 
 from frontend import log_filters
 
@@ -45,11 +46,29 @@ def test_the_gradio_stream_close_race_is_one_warning_line():
     assert out.count("\n") == 1
 
 
+def test_the_404_of_a_stream_whose_session_is_gone_is_one_warning_line():
+    gone = _raise_from(gradio.routes.__file__, "sse_stream", HTTPException(status_code=404))
+    try:
+        raise RuntimeError("Caught handled exception, but response already started.") from gone
+    except RuntimeError as exc:
+        out = _logged(exc)
+    assert "Traceback" not in out
+    assert out.startswith("WARNING a browser closed a Gradio event stream"), out
+    assert out.count("\n") == 1
+
+
 def test_other_errors_keep_their_traceback():
     elsewhere = _raise_from(__file__, "sse_stream", KeyError("x"))  # same name, other file
     other_kind = _raise_from(gradio.routes.__file__, "sse_stream", ValueError("boom"))
     other_function = _raise_from(gradio.routes.__file__, "predict", KeyError("x"))
-    for exc in (elsewhere, other_kind, other_function):
+    caused = []
+    for cause in (_raise_from(gradio.routes.__file__, "sse_stream", HTTPException(500)),
+                  _raise_from(__file__, "sse_stream", HTTPException(404))):
+        try:
+            raise RuntimeError("response already started") from cause
+        except RuntimeError as exc:
+            caused.append(exc)
+    for exc in (elsewhere, other_kind, other_function, *caused):
         out = _logged(exc)
         assert out.startswith("ERROR Exception in ASGI application"), out
         assert "Traceback" in out

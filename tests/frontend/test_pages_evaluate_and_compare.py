@@ -1,8 +1,9 @@
 """The Evaluate and Compare pages in Chromium on stored runs (nothing trains), as a new user
 meets them (issue 15): an evaluation that scored 0 says why, its results are there again
-after a reload without picking the run, the question limit starts empty; the configs of two
-runs show both columns whole, without the settings a run's own config overrides.
-Screenshots go to artifacts/screenshots/.
+after a reload without picking the run, the question limit starts empty; the split by failure
+label shows base beside trained and a row opens its questions, escaped (issue 16); the
+configs of two runs show both columns whole, without the settings a run's own config
+overrides. Screenshots go to artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from sqlmodel import select
 from studio.db import session_scope
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
-from studio.tables import Evaluation, QASet, Run, RunState, utcnow
+from studio.tables import QASet, Run
 from tests.support.actors import admin
+from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
+from tests.support.labelled_evaluations import finished_evaluation
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
@@ -44,15 +47,23 @@ def stored_run(settings: Settings, model, name: str, steps: int, lr: float) -> i
     return run_id
 
 
+# the trained model answers half the questions, all wrongly, searching on most
+TRIED = {**SILENT, "format": 0.5, "search_calls": 1.0, "valid_search_rate": 0.7,
+         "answer_rate": 0.5}
+TRAINED_LABELS = (["format_miss"] * 30 + ["no_search"] * 10 + ["retrieval_miss"] * 12
+                  + ["reasoning_miss"] * 8)
+
+
 def stored_evaluations(settings: Settings, run_id: int, model) -> None:
-    """Base and trained on demo-heldout, both finished with every score 0."""
+    """Base and trained on demo-heldout, both finished with every score 0: base never
+    answered (60 format misses), trained missed in every way, its text hostile."""
     with session_scope(settings.sqlalchemy_url) as session:
-        run = session.get(Run, run_id)
-        heldout = session.exec(select(QASet).where(QASet.name == "demo-heldout")).one()
-        for ref, of_run in ((str(model), None), (run.checkpoint_dir, run_id)):
-            session.add(Evaluation(run_id=of_run, model_ref=ref, qa_set_id=heldout.id,
-                                   state=RunState.succeeded, metrics=SILENT,
-                                   params={"total": 60, "done": 60}, finished_at=utcnow()))
+        checkpoint = session.get(Run, run_id).checkpoint_dir
+        heldout = session.exec(select(QASet).where(QASet.name == "demo-heldout")).one().id
+    finished_evaluation(settings, heldout, ["format_miss"] * 60, model_ref=str(model),
+                        metrics=SILENT)
+    finished_evaluation(settings, heldout, TRAINED_LABELS, model_ref=checkpoint, run_id=run_id,
+                        metrics=TRIED, text=HOSTILE)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +97,36 @@ def test_evaluate_says_why_a_result_is_zero_and_keeps_it_after_a_reload(ui):
     ui.open("Evaluate")
     ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
     ui.wait_text("#evaluate-notes", "never searched")
+
+
+def test_evaluate_splits_failures_base_beside_trained_and_opens_their_questions(ui):
+    ui.open("Evaluate")
+    ui.wait_text("#evaluate-labels", "reasoning miss")
+    rows = {cells[1]: cells[2:] for cells in ui.table_rows("#evaluate-labels")
+            if cells[0] == "demo-heldout"}
+    assert rows == {"correct": ["0 (0%)", "0 (0%)"], "format miss": ["60 (100%)", "30 (50%)"],
+                    "no search": ["0 (0%)", "10 (17%)"],
+                    "retrieval miss": ["0 (0%)", "12 (20%)"],
+                    "reasoning miss": ["0 (0%)", "8 (13%)"]}
+    ui.wait_text("#evaluate-labels-help", "retrieval miss: the model searched, but no passage "
+                 "it got back contains the gold answer")
+
+    ui.page.locator("#evaluate-labels [role=gridcell]", has_text="retrieval miss").click()
+    trained = ui.wait_text("#evaluate-examples-trained", "Question 41?")
+    for shown in ("Trained model: retrieval miss (5 of 12)", "Gold answer: gold 41",
+                  f"Model's answer: wrong 41 {HOSTILE}", f"Searches: query 41 {HOSTILE}",
+                  "Question 45?"):
+        assert shown in trained, (shown, trained)
+    assert "Question 46?" not in trained
+    assert "No question got this label." in ui.page.locator(
+        "#evaluate-examples-base").inner_text()
+    assert ui.page.evaluate(HOSTILE_MARKUP) == []
+    assert ui.page.evaluate(f"() => window.{FLAG}") is None, "a hostile handler ran"
+    ui.screenshot("evaluate-failure-labels")
+
+    ui.page.locator("#evaluate-labels [role=gridcell]", has_text="format miss").click()
+    base = ui.wait_text("#evaluate-examples-base", "Question 1?")
+    assert "Base model: format miss (5 of 60)" in base and "Model's answer: none" in base
 
 
 def test_compare_shows_every_run_s_column_and_no_overridden_default(ui):

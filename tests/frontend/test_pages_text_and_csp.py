@@ -15,20 +15,13 @@ import pytest
 
 from studio.method.tags import parse
 from studio.settings import Settings
-from tests.support.hostile_text import FLAG, HOSTILE
+from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.synthetic_runs import add_rollout, finished_run
 from tests.support.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
 
-# What the hostile text would have become had it been rendered: its own elements, a link, a
-# formula. (Text of `<b>`, `<em>`: the page's own bold and emphasis are other words.)
-HOSTILE_MARKUP = """() => [...document.querySelectorAll(
-    'img[src="x"], [onerror], [onload], a[href^="javascript"], .katex, b, em')]
-    .filter(e => e.tagName === 'IMG' || e.hasAttribute('onerror') || e.hasAttribute('onload')
-        || e.tagName === 'A' || e.classList.contains('katex')
-        || ['bold', 'em'].includes(e.textContent)).map(e => e.outerHTML.slice(0, 120))"""
 RECORD_VIOLATIONS = """window.cspViolations = [];
 document.addEventListener('securitypolicyviolation', e => window.cspViolations.push(
     `${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));"""

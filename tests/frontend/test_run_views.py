@@ -296,3 +296,14 @@ def test_an_evaluation_that_scored_zero_says_why():
         "demo, trained model: EM, SubEM and F1 are 0 because the model answered 80% of "
         "the questions and searched on 50% of them, but no answer matched a gold answer."]
     assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"
+
+
+def test_the_failure_split_has_a_row_per_label_of_each_labelled_set():
+    labelled = {"labels": {"correct": 1, "format_miss": 2, "no_search": 0,
+                           "retrieval_miss": 1, "reasoning_miss": 0}}
+    pairs = [{"qa_set": "held", "base": None, "trained": _evaluation(**labelled)},
+             {"qa_set": "old", "base": _evaluation(), "trained": _evaluation("running")}]
+    assert evaluate.label_rows(pairs) == [
+        ["held", "correct", "", "1 (25%)"], ["held", "format miss", "", "2 (50%)"],
+        ["held", "no search", "", "0 (0%)"], ["held", "retrieval miss", "", "1 (25%)"],
+        ["held", "reasoning miss", "", "0 (0%)"]], "a set without labels has no rows"

@@ -10,3 +10,12 @@ HOSTILE = (f"<img src=x onerror=window.{FLAG}=1><svg onload=window.{FLAG}=2>"
 """At most 128 characters: a run's name may hold it."""
 MARKUP = "img, svg[onload], a, b, em, script, .katex"
 """What the hostile text would turn into where it were rendered (none of it may appear)."""
+
+# What the hostile text would have become had it been rendered: its own elements, a link, a
+# formula. (Text of `<b>`, `<em>`: the page's own bold and emphasis are other words.)
+HOSTILE_MARKUP = """() => [...document.querySelectorAll(
+    'img[src="x"], [onerror], [onload], a[href^="javascript"], .katex, b, em')]
+    .filter(e => e.tagName === 'IMG' || e.hasAttribute('onerror') || e.hasAttribute('onload')
+        || e.tagName === 'A' || e.classList.contains('katex')
+        || ['bold', 'em'].includes(e.textContent)).map(e => e.outerHTML.slice(0, 120))"""
+"""A page script listing what of `HOSTILE` was rendered as markup (empty: nothing)."""

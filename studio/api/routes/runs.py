@@ -11,7 +11,12 @@ from pydantic import BaseModel, Field
 from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, get_settings
 from studio.run_config import RunConfig
 from studio.services import evaluations, run_validation, runs
-from studio.services.evaluations import BaseVsTrained, EvaluationView
+from studio.services.evaluations import (
+    BaseVsTrained,
+    EvaluationView,
+    LabelledQuestion,
+    LabelShare,
+)
 from studio.services.runs import LaunchedRun, RunView
 from studio.settings import Settings
 
@@ -162,6 +167,25 @@ def list_evaluations(run_id: OptionalId = None,
 def get_evaluation(evaluation_id: Id,
                    settings: Settings = Depends(get_settings)) -> EvaluationView:
     return evaluations.get_evaluation(settings, evaluation_id)
+
+
+@router.get("/evaluations/{evaluation_id}/labels")
+def evaluation_labels(evaluation_id: Id,
+                      settings: Settings = Depends(get_settings)) -> list[LabelShare]:
+    """Its questions split by failure label (correct, format miss, no search, retrieval miss,
+    reasoning miss); empty until it has succeeded."""
+    return evaluations.label_split(settings, evaluation_id)
+
+
+@router.get("/evaluations/{evaluation_id}/labels/{label}")
+def evaluation_label_examples(evaluation_id: Id, label: str,
+                              limit: int = Query(5, ge=1, le=100,
+                                                 description="At most this many questions"),
+                              settings: Settings = Depends(get_settings)
+                              ) -> list[LabelledQuestion]:
+    """Its first questions with `label`: question, gold answers, the model's answer, its
+    searches."""
+    return evaluations.labelled_questions(settings, evaluation_id, label, limit)
 
 
 @router.post("/evaluations/{evaluation_id}/cancel")

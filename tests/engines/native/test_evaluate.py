@@ -1,16 +1,26 @@
-"""Zero-shot evaluation of a base model and of a run's checkpoint, stored per QA set."""
+"""Zero-shot evaluation of a base model and of a run's checkpoint, stored per QA set, with
+each question's failure label."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from transformers import AutoTokenizer
+
+from studio.ingest import QARow
+from studio.method.evaluation import EvalConfig
+from studio.method.prompt import build_prompt
+from studio.retrieval import build_index
 from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput
 from studio.tables import RunState
 from tests.support.actors import admin
+from tests.support.scripted_rollouts import CORPUS, EOS, RecordingSearch, ScriptedLM
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import tiny_config
+from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import Trainer
 from worker.evaluation import run_evaluation
 
@@ -32,7 +42,13 @@ def test_evaluate_a_base_model_and_a_trained_run(settings, tmp_path):
         assert 0.0 <= metrics[key] <= (6 if key == "search_calls" else 1.0)
     assert done["params"]["done"] == done["params"]["total"] == 4
     records = (settings.resolved_data_dir / "evaluations" / f"{base['id']}.jsonl").read_text()
-    assert len(records.splitlines()) == 4
+    records = [json.loads(line) for line in records.splitlines()]
+    assert len(records) == 4
+    # every question is labelled, and the split counts them all
+    assert sum(metrics["labels"].values()) == 4
+    assert metrics["labels"] == {label: sum(r["label"] == label for r in records)
+                                 for label in metrics["labels"]}
+    assert all(isinstance(r["searches"], list) for r in records)
 
     run = runs.create_run(settings, admin(settings), tiny_config(model, steps=1), start=False)
     with pytest.raises(InvalidInput, match="has no checkpoint yet"):
@@ -55,3 +71,41 @@ def test_evaluation_input_errors(settings):
     with pytest.raises(InvalidInput, match="protocol: unknown key"):
         evaluations.create_evaluation(settings, admin(settings), qa_set="demo", model="x", corpus="demo",
                                       protocol={"temp": 1}, start=False)
+
+
+# question -> (gold answers, the model's turns): one of each label, over the scripted corpus
+# searched top-1 ("moss lamp" finds only "A moss lamp is ... invented by Ida Varn.")
+SCRIPTS = {
+    "Who invented the moss lamp?": (["Ida Varn"], [
+        "<search>moss lamp</search>", "<answer>ida varn.</answer>"]),
+    "What is Serrick's chief export?": (["grey salt"], [
+        "<search>moss lamp</search>", "<think>I cannot tell</think>" + EOS]),
+    "What is the capital of Serrick?": (["Oster"], ["<answer>Serrick Town</answer>"]),
+    "How many towns has Serrick?": (["four"], [
+        "<search>moss lamp</search>", "<answer>three</answer>"]),
+    "Who made the first moss lamp?": (["Ida Varn"], [
+        "<search>moss lamp</search>", "<answer>Serrick</answer>"]),
+}
+
+
+def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny")))
+    config = EvalConfig(top_k=1, max_turns=2, max_turn_tokens=24, assistant_prefix=None)
+
+    def prompt(question: str) -> tuple[int, ...]:
+        return tuple(build_prompt(question, [], 0, layout=config.layout).token_ids(tokenizer))
+
+    model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in SCRIPTS.items()})
+    rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(SCRIPTS.items())]
+    result = evaluate(model, tokenizer, rows, RecordingSearch(build_index(CORPUS)), config)
+
+    labels = [r["label"] for r in result["records"]]
+    assert labels == ["correct", "format_miss", "no_search", "retrieval_miss",
+                      "reasoning_miss"]
+    assert result["metrics"]["labels"] == dict.fromkeys(labels, 1)
+    assert result["metrics"]["acc"] == 1 / 5  # the correct share is acc
+    by_label = {r["label"]: r for r in result["records"]}
+    assert by_label["no_search"]["searches"] == []
+    assert by_label["retrieval_miss"]["searches"] == ["moss lamp"]
+    assert by_label["reasoning_miss"]["prediction"] == "Serrick"
+    assert by_label["format_miss"]["prediction"] is None

@@ -15,16 +15,19 @@ import torch
 
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
+from studio.method.failures import failure_label, label_split
 from studio.method.prompt import PromptTemplate, build_prompt
 from studio.method.reward import score
 from studio.method.rollouts import tool_use
+from studio.method.tags import search_queries
 from studio.method.tools import SearchBackend
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 
 def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config: EvalConfig,
              on_progress: Callable[[int, int], None] | None = None) -> dict:
-    """Metrics over `rows` and one record per question (prediction, scores, tool use)."""
+    """Metrics over `rows` and one record per question (prediction, scores, tool use, its
+    searches and its failure label); `metrics["labels"]` counts the questions per label."""
     rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
                                    top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
@@ -45,12 +48,15 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
             generator=torch.Generator(device).manual_seed(config.seed + start),
             eos_token_id=tokenizer.eos_token_id)
         for row, rollout in zip(chunk, rollouts, strict=True):
-            reward = score(prefix + rollout.response_text, row.golden_answers)
+            response = prefix + rollout.response_text
+            reward = score(response, row.golden_answers)
             records.append({"id": row.id, "question": row.question,
                             "golden_answers": row.golden_answers, "prediction": reward.answer,
                             "em": reward.em, "subem": reward.subem, "f1": reward.f1,
                             "acc": reward.acc, "format": reward.format,
                             "search_calls": rollout.num_tool_calls,
+                            "searches": search_queries(response),
+                            "label": failure_label(response, row.golden_answers),
                             "stop_reason": rollout.stop_reason})
         if on_progress:
             on_progress(len(records), len(rows))
@@ -62,4 +68,5 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
     metrics.update(tool_use([r["prediction"] for r in records],
                             [r["search_calls"] for r in records]))
     metrics["questions"] = len(records)
+    metrics["labels"] = label_split(r["label"] for r in records)
     return {"metrics": metrics, "records": records}
