@@ -203,6 +203,7 @@ class RunState(str, Enum):
     failed = "failed"
     cancelled = "cancelled"
     interrupted = "interrupted"  # its worker died; `resume` continues from the last checkpoint
+    paused = "paused"  # the collapse sentinel stopped it at a checkpoint; `resume` continues
 
 
 ACTIVE_STATES = (RunState.queued, RunState.running)
