@@ -1,31 +1,24 @@
 """The collapse sentinel in the native trainer, on a tiny random model: a recorded run raises
 no false alarm (and its collapse does), `warn` writes the warning, `pause` leaves the run
-paused at a checkpoint and a resume continues it."""
+paused at a checkpoint (also as the worker's attempt) and a resume continues it. On SQLite
+and PostgreSQL (the `studio` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 from studio.method.sentinel import WATCHED_METRICS, Sentinel, default_rules
 from studio.run_config import parse_run_config
 from studio.services import runs
-from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
 from studio.tables import RunState
 from tests.support.actors import admin
-from tests.support.tiny_model import build_tiny_model
+from tests.support.jobs import job_key
 from tests.support.training import tiny_config
 from worker.engines.native.trainer import Trainer
+from worker.parent_watch import run_attempt
 
 # An entropy bonus and a KL term give the tiny model's update a gradient although its
 # rewards are all 0 (LoRA tests do the same), so KL and the gradient norm move.
 MOVING = {"entropy_coef": 0.01, "kl_coef": 0.1}
-
-
-@pytest.fixture
-def studio(settings, tmp_path):
-    load_demo_pack(settings, admin(settings), index_now=True)
-    return settings, build_tiny_model(tmp_path / "tiny")
 
 
 def sentinel_warnings(settings, run_id) -> list[dict]:
@@ -104,3 +97,20 @@ def test_pause_stops_at_a_checkpoint_and_resume_continues_without_pausing_again(
     assert any(e["message"] == "resumed from the checkpoint after step 2"
                for e in runs.run_events(settings, run_id))
     assert runs.get_run(settings, run_id)["state"] == RunState.queued, "not paused again"
+
+
+def test_a_paused_attempt_stays_paused_after_its_process_and_its_worker_end(studio, monkeypatch):
+    """The worker path: the attempt's process returns normally once paused, and neither it
+    (succeeded) nor its worker (failed, for a process that recorded nothing) overwrites
+    the state."""
+    settings, model = studio
+    run_id = runs.create_run(settings, admin(settings), sentinel_config(model, "pause", 4),
+                             start=False)["id"]
+    assert runs.claim_run(settings, run_id, 1, job_key(settings, run_id), "here")
+    monkeypatch.setenv("STUDIO_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("STUDIO_DATABASE_URL", settings.sqlalchemy_url)
+    assert run_attempt(run_id, 1, lambda: Trainer(settings, run_id, attempt=1).run()) == 0
+    assert not runs.finish_run(settings, run_id, RunState.failed, "no outcome", attempt=1)
+    run = runs.get_run(settings, run_id)
+    assert (run["state"], run["current_step"]) == (RunState.paused, 2)
+    assert run["error"].startswith("length_at_limit: ")
