@@ -208,8 +208,9 @@ class RunState(str, Enum):
 
 ACTIVE_STATES = (RunState.queued, RunState.running)
 """A worker holds the job, or will take it (runs and evaluations alike)."""
-FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
-"""Nothing more will come (an interrupted run may still be resumed)."""
+FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled, RunState.paused)
+"""Nothing more will come (an interrupted run may still be resumed; a paused run stopped
+itself at a checkpoint, and waits for a resume)."""
 
 
 class Run(SQLModel, table=True):

@@ -9,6 +9,7 @@ from studio.method.sentinel import WATCHED_METRICS, Sentinel, default_rules
 from studio.run_config import parse_run_config
 from studio.services import runs
 from studio.services.run_folder import RunFolder
+from studio.services.run_progress import RunFollower
 from studio.tables import RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
@@ -88,6 +89,7 @@ def test_pause_stops_at_a_checkpoint_and_resume_continues_without_pausing_again(
     assert RunFolder.of(settings, run_id).latest_checkpoint().step == 2
     [warning] = sentinel_warnings(settings, run_id)
     assert warning["message"] == paused["error"]
+    assert RunFollower(settings, run_id).poll().final, "a follower (CLI, stream) stops here"
 
     resumed = runs.resume_run(settings, admin(settings), run_id)
     assert (resumed["state"], resumed["attempt"], resumed["error"]) == ("queued", 2, None)
