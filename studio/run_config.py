@@ -192,7 +192,10 @@ class SignalSpec(_Strict):
         default="warn", description="warn: a warning on the run and a red line on its curves; "
         "pause: also stop the run at a checkpoint (Resume continues it); off: not watched")
     window: int = Field(default=5, ge=1, le=MAX_WINDOW, description="Steps averaged")
-    threshold: float = Field(default=0.5, description="The signal's level (see its help)")
+    threshold: float = Field(
+        default=0.5, description="The signal's level: the share lost for a fall, the share "
+        "reached, a token count (length_empty), or the factor over the median for a spike "
+        "(docs/engine.md, \"The collapse sentinel\")")
 
 
 def _signal(name: str):

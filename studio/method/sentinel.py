@@ -28,9 +28,10 @@ MAX_WINDOW = 1000
 
 @dataclass(frozen=True)
 class Signal:
-    """One leading sign: the metric it reads, how it fires (``kind``), its defaults, and
-    what it means and what to do, in plain words."""
+    """One leading sign: its title, the metric it reads, how it fires (``kind``), its
+    defaults, and what it means and what to do, in plain words."""
 
+    title: str
     metric: str
     kind: Kind
     window: int
@@ -42,49 +43,47 @@ class Signal:
 
 SIGNALS: dict[str, Signal] = {
     "format_falling": Signal(
-        "format", "fall", 5, 0.5, floor=0.05,
-        meaning="the format score (tags used correctly) fell by this share from its "
-        "earlier high: the model is forgetting how to write its reply",
+        "Format score falling", "format", "fall", 5, 0.5, floor=0.05,
+        meaning="the format score (tags used correctly) fell far below its earlier high: "
+        "the model is forgetting how to write its reply",
         advice="lower the learning rate, or make the curriculum gentler if it followed a "
         "stage change"),
     "search_stopped": Signal(
-        "search_calls", "fall", 5, 0.9, floor=0.25,
-        meaning="search calls per rollout fell by this share from an earlier high of at "
-        "least one search in four rollouts: the model has stopped using the search tool "
-        "(premature termination)",
+        "Searching stopped", "search_calls", "fall", 5, 0.9, floor=0.25,
+        meaning="search calls per rollout fell to almost none after the model had been "
+        "searching: it has stopped using the search tool (premature termination)",
         advice="make the curriculum gentler (longer stages, one exemplar removed at a time) "
         "or lower the learning rate"),
     "entropy_collapse": Signal(
-        "entropy", "fall", 5, 0.8,
-        meaning="the entropy of the model's token choices fell by this share from its "
-        "earlier high: it writes nearly the same thing every time and no longer explores",
+        "Entropy collapsing", "entropy", "fall", 5, 0.8,
+        meaning="the entropy of the model's token choices fell far below its earlier "
+        "high: it writes nearly the same thing every time and no longer explores",
         advice="lower the learning rate, or raise the sampling temperature"),
     "length_at_limit": Signal(
-        "response_length", "rise_to", 5, 0.95,
-        meaning="responses reach this share of the response token limit on average: most "
-        "are cut off before they finish",
+        "Answers cut at the length limit", "response_length", "rise_to", 5, 0.95,
+        meaning="responses run to the response token limit on average: most are cut off "
+        "before they finish",
         advice="lower the learning rate; raise grpo.max_response_tokens only if good "
         "answers need the room"),
     "length_empty": Signal(
-        "response_length", "fall_to", 5, 4.0,
-        meaning="responses fell to this many tokens or fewer on average: the model has "
-        "almost stopped writing",
+        "Answers running to nothing", "response_length", "fall_to", 5, 4.0,
+        meaning="responses fell to a few tokens on average: the model has almost stopped "
+        "writing",
         advice="lower the learning rate"),
     "no_learning_signal": Signal(
-        "zero_spread_groups", "rise_to", 5, 0.9,
-        meaning="this share of the question groups got the same reward for every answer: "
-        "GRPO learns only from differences within a group, so those steps teach nothing",
+        "No learning signal", "zero_spread_groups", "rise_to", 5, 0.9,
+        meaning="most question groups got the same reward for every answer: GRPO "
+        "learns only from differences within a group, so those steps teach nothing",
         advice="raise the sampling temperature, sample more answers per question, or train "
         "on easier questions"),
     "kl_spike": Signal(
-        "kl", "spike", 10, 10.0, floor=0.001,
-        meaning="the distance from the starting model (KL) jumped to this many times its "
-        "median of the previous steps: one update moved the model far",
+        "KL spike", "kl", "spike", 10, 10.0, floor=0.001,
+        meaning="the distance from the starting model (KL) jumped far above its recent "
+        "level: one update moved the model far",
         advice="lower the learning rate, or raise grpo.kl_coef"),
     "grad_norm_spike": Signal(
-        "grad_norm", "spike", 10, 10.0,
-        meaning="the gradient norm jumped to this many times its median of the previous "
-        "steps: an unstable update",
+        "Gradient-norm spike", "grad_norm", "spike", 10, 10.0,
+        meaning="the gradient norm jumped far above its recent level: an unstable update",
         advice="lower the learning rate, or lower grpo.max_grad_norm"),
 }
 """Every signal, by the name the run config's `sentinel` section uses."""
