@@ -588,7 +588,7 @@ def run_cancel(run_id: int = RunId, data_dir: Path = DataDir) -> None:
 
 @run_app.command("resume")
 def run_resume(run_id: int = RunId, wait: bool = Wait, data_dir: Path = DataDir) -> None:
-    """Queue an interrupted, failed or cancelled run again, from its latest checkpoint."""
+    """Queue an interrupted, paused, failed or cancelled run again, from its latest checkpoint."""
     from studio.services.runs import resume_run
 
     settings = _studio_ready(data_dir, queue=True)

@@ -26,6 +26,7 @@ from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt
 from studio.method.protocol import Limits
+from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
 
 MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
 MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
@@ -184,6 +185,60 @@ class EngineSpec(_Strict):
         "final checkpoint zero-shot on each data.eval set (the run's own token budgets)")
 
 
+class SignalSpec(_Strict):
+    """One signal of the collapse sentinel; see SentinelSpec."""
+
+    action: Literal["off", "warn", "pause"] = Field(
+        default="warn", description="warn: a warning on the run and a red line on its curves; "
+        "pause: also stop the run at a checkpoint (Resume continues it); off: not watched")
+    window: int = Field(default=5, ge=1, le=MAX_WINDOW, description="Steps averaged")
+    threshold: float = Field(
+        default=0.5, description="The signal's level: the share lost for a fall, the share "
+        "reached, a token count (length_empty), or the factor over the median for a spike "
+        "(docs/engine.md, \"The collapse sentinel\")")
+
+
+def _signal(name: str):
+    return Field(default_factory=lambda: SignalSpec(**vars(Rule.default(name))),
+                 description=SIGNALS[name].meaning)
+
+
+class SentinelSpec(_Strict):
+    """The collapse sentinel (studio/method/sentinel.py): leading signs that training is
+    breaking down, each with its action, window and threshold (docs/engine.md)."""
+
+    format_falling: SignalSpec = _signal("format_falling")
+    search_stopped: SignalSpec = _signal("search_stopped")
+    entropy_collapse: SignalSpec = _signal("entropy_collapse")
+    length_at_limit: SignalSpec = _signal("length_at_limit")
+    length_empty: SignalSpec = _signal("length_empty")
+    no_learning_signal: SignalSpec = _signal("no_learning_signal")
+    kl_spike: SignalSpec = _signal("kl_spike")
+    grad_norm_spike: SignalSpec = _signal("grad_norm_spike")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signal_defaults(cls, data: object) -> object:
+        """A signal given in part keeps its own defaults for the rest."""
+        if not isinstance(data, dict):
+            return data
+        return {name: {**vars(Rule.default(name)), **value}
+                if name in SIGNALS and isinstance(value, dict) else value
+                for name, value in data.items()}
+
+    @field_validator(*SIGNALS)
+    @classmethod
+    def _in_bounds(cls, spec: SignalSpec, info) -> SignalSpec:
+        errors = Rule(**spec.model_dump()).errors(info.field_name)
+        if errors:
+            raise ValueError("; ".join(errors))
+        return spec
+
+    def rules(self) -> dict[str, Rule]:
+        """The method core's rules, by signal."""
+        return {name: Rule(**getattr(self, name).model_dump()) for name in SIGNALS}
+
+
 #: The attention and MLP projections of Llama/Qwen/Mistral-style models.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_MAX_RANK = 256
@@ -296,6 +351,7 @@ class RunConfig(_Strict):
     engine: EngineSpec = Field(default_factory=EngineSpec)
     verl: VerlSpec = Field(default_factory=VerlSpec)
     mirror: MirrorSpec = Field(default_factory=MirrorSpec)
+    sentinel: SentinelSpec = Field(default_factory=SentinelSpec)
     lora: LoraSpec | None = Field(default=None, description="LoRA adapters; none: full "
                                   "fine-tuning")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, title="Seed",
@@ -341,6 +397,10 @@ class RunConfig(_Strict):
                             f"GPUs ({gpus})")
         if (self.grpo.mini_batch_size or 0) > self.grpo.batch_size:
             problems.append("grpo.mini_batch_size: must not exceed grpo.batch_size")
+        paused = [n for n, r in self.sentinel.rules().items() if r.action == "pause"]
+        if paused:
+            problems.append(f"sentinel.{paused[0]}.action: the verl backend cannot pause at a "
+                            "checkpoint yet; use warn or backend: native")
         if self.lora is not None and self.lora.dropout:
             problems.append("lora.dropout: veRL's LoRA has no dropout; use 0 or backend: native")
         if problems:

@@ -203,12 +203,14 @@ class RunState(str, Enum):
     failed = "failed"
     cancelled = "cancelled"
     interrupted = "interrupted"  # its worker died; `resume` continues from the last checkpoint
+    paused = "paused"  # the collapse sentinel stopped it at a checkpoint; `resume` continues
 
 
 ACTIVE_STATES = (RunState.queued, RunState.running)
 """A worker holds the job, or will take it (runs and evaluations alike)."""
-FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled)
-"""Nothing more will come (an interrupted run may still be resumed)."""
+FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled, RunState.paused)
+"""Nothing more will come (an interrupted run may still be resumed; a paused run stopped
+itself at a checkpoint, and waits for a resume)."""
 
 
 class Run(SQLModel, table=True):

@@ -123,3 +123,44 @@ def test_stage_counts_and_lengths_are_bounded():
         parse_run_config({**BASE, "curriculum": {"stages": [{"exemplars": 0, "steps": 1}] * 101}})
     with pytest.raises(RunConfigError, match=r"curriculum.stages.0.steps.*1000000"):
         parse_run_config({**BASE, "curriculum": {"stages": [{"exemplars": 0, "steps": 10**7}]}})
+
+
+def test_the_sentinel_watches_every_signal_and_warns_by_default():
+    config = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}})
+    rules = config.sentinel.rules()
+    assert {r.action for r in rules.values()} == {"warn"}
+    assert (rules["search_stopped"].window, rules["search_stopped"].threshold) == (5, 0.9)
+
+
+def test_a_signal_given_in_part_keeps_its_own_defaults_and_round_trips():
+    config = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                               "sentinel": {"kl_spike": {"action": "pause"}}})
+    kl = config.sentinel.kl_spike
+    assert (kl.action, kl.window, kl.threshold) == ("pause", 10, 10.0)
+    assert parse_run_config(config.to_yaml()) == config
+
+
+@pytest.mark.parametrize(("sentinel", "message"), [
+    ({"kl_spike": {"threshold": 0.5}},
+     "sentinel.kl_spike: threshold: how many times the median a spike is, above 1"),
+    ({"format_falling": {"threshold": 1.5}},
+     "sentinel.format_falling: threshold: the share of the earlier high lost, between 0 and 1"),
+    ({"format_falling": {"window": 0}}, "sentinel.format_falling.window: Input should be "
+     "greater than or equal to 1"),
+    ({"entropy_collapse": {"action": "stop"}},
+     "sentinel.entropy_collapse.action: Input should be 'off', 'warn' or 'pause'"),
+    ({"entropy": {}}, "sentinel: unknown setting 'entropy'"),
+])
+def test_sentinel_errors_name_the_signal_and_the_bound(sentinel, message):
+    with pytest.raises(RunConfigError) as err:
+        parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                          "sentinel": sentinel})
+    assert message in str(err.value)
+
+
+def test_the_verl_backend_warns_but_cannot_pause():
+    base = {"name": "x", "data": {"corpus": "c", "train": "t"}, "backend": "verl"}
+    assert parse_run_config(base).sentinel.kl_spike.action == "warn"
+    with pytest.raises(RunConfigError, match="sentinel.kl_spike.action: the verl backend cannot "
+                       "pause at a checkpoint yet; use warn or backend: native"):
+        parse_run_config({**base, "sentinel": {"kl_spike": {"action": "pause"}}})

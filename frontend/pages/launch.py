@@ -29,6 +29,7 @@ from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show, switch_to
 from studio.base_models import DEFAULT_MODEL
 from studio.escaping import code_span, markdown_text
+from studio.method.sentinel import ACTIONS, SIGNALS
 from studio.run_config import (
     GrpoSpec,
     LoraSpec,
@@ -84,6 +85,7 @@ class Setting:
     path: str
     label: str
     explain: str
+    choices: tuple[str, ...] = ()  # a setting with choices is picked among them
 
 
 FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef", "grpo.clip",
@@ -92,8 +94,17 @@ FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef"
                  "reward.format_weight", "engine.checkpoint_every", "seed",
                  "mirror.tensorboard")
 """The config keys the form shows; their labels and help are the fields' own (run_config)."""
+SENTINEL_SETTINGS = [Setting(f"sentinel.{name}.action", signal.title,
+                             f"{signal.meaning[0].upper()}{signal.meaning[1:]}. Try: "
+                             f"{signal.advice}.", ACTIONS)
+                     for name, signal in SIGNALS.items()]
+"""What the collapse sentinel does at each signal (its windows and thresholds: YAML)."""
 SETTINGS = [Setting(path, field.title, field.description)
-            for path in FORM_SETTINGS for field in [config_field(path)]]
+            for path in FORM_SETTINGS for field in [config_field(path)]] + SENTINEL_SETTINGS
+SENTINEL_WORDS = ("The **collapse sentinel** watches signs that training is breaking down "
+                  "before the reward shows it. *warn* marks the step on the curves; *pause* "
+                  "also stops the run at a checkpoint, and *Resume* continues it. Windows and "
+                  "thresholds: in the YAML (`sentinel:`).")
 
 
 def default_config() -> dict:
@@ -373,9 +384,12 @@ def data_choices(settings: Settings, corpus, train, evals, exemplars):
 
 
 def setting_field(setting: Setting, default):
-    """A checkbox for a yes/no setting, a number box for the rest."""
+    """Radio buttons for a setting with choices, a checkbox for a yes/no one, a number box for
+    the rest."""
     common = {"label": setting.label, "info": setting.explain,
               "elem_id": "setting-" + setting.path.replace(".", "-")}
+    if setting.choices:
+        return gr.Radio(list(setting.choices), value=default, **common)
     if isinstance(default, bool):
         return gr.Checkbox(default, **common)
     return gr.Number(default, precision=0 if isinstance(default, int) else None, **common)
@@ -428,10 +442,15 @@ def build(settings: Settings) -> None:
         with gr.Column():
             gr.Markdown("**Settings** (defaults in place; each says what it does)")
             values = []
-            for pair in range(0, len(SETTINGS), 2):
+            shown = SETTINGS[:len(FORM_SETTINGS)]
+            for pair in range(0, len(shown), 2):
                 with gr.Row(equal_height=True):
-                    for setting in SETTINGS[pair:pair + 2]:
+                    for setting in shown[pair:pair + 2]:
                         values.append(setting_field(setting, get_path(defaults, setting.path)))
+            with gr.Accordion("Collapse sentinel", open=False, elem_id="sentinel"):
+                gr.Markdown(SENTINEL_WORDS)
+                values += [setting_field(s, get_path(defaults, s.path))
+                           for s in SENTINEL_SETTINGS]
             gr.Markdown(LORA_WORDS)
             use_lora, lora_rank, lora_alpha = lora_fields(None)
             with gr.Row(equal_height=True):

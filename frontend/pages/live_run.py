@@ -86,6 +86,8 @@ def default_run(settings: Settings) -> int | None:
 STATE_HELP = {
     "queued": "waiting for a worker",
     "interrupted": "its worker stopped: *Resume* on **Runs** continues from its last checkpoint",
+    "paused": "the collapse sentinel stopped it at a checkpoint (the reason is below): *Resume* "
+              "on **Runs** continues from there",
     "failed": "*Resume* on **Runs** continues from its last checkpoint",
     "cancelled": "*Resume* on **Runs** continues from its last checkpoint",
 }
@@ -153,7 +155,8 @@ def status_markdown(run: dict, rows: list[dict], events: list[dict],
         where = f" (#{position} in the {markdown_text(run['queue'])} queue)" if position else ""
         lines.append(f"{state}{where}: {STATE_HELP[state]}.")
     if run["error"]:
-        lines.append(f"**Error:** {markdown_text(run['error'].strip().splitlines()[-1])}")
+        label = "Why" if state == "paused" else "Error"
+        lines.append(f"**{label}:** {markdown_text(run['error'].strip().splitlines()[-1])}")
     lines += [f"⚠️ step {shown_step(e['step'])}: {markdown_text(e['message'])}"
               for e in events if e["kind"] == "warning"]
     return "  \n".join(lines)

@@ -28,7 +28,7 @@ from .exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
-from .grpo import group_advantages
+from .grpo import group_advantages, zero_spread_share
 from .prompt import (
     DEFAULT_INSTRUCTION,
     LAYOUTS,
@@ -54,6 +54,7 @@ from .reward import (
     substring_match,
     token_f1,
 )
+from .sentinel import SIGNALS, Rule, Sentinel
 from .tags import (
     CODE_TOOL,
     CORRECTIVE_MESSAGE,
@@ -97,6 +98,10 @@ __all__ = [
     "validate_exemplar",
     "validate_exemplars",
     "group_advantages",
+    "zero_spread_share",
+    "SIGNALS",
+    "Rule",
+    "Sentinel",
     "DEFAULT_INSTRUCTION",
     "LAYOUTS",
     "Prompt",

@@ -37,3 +37,14 @@ def group_advantages(
         for i in idx:
             out[i] = (values[i] - mean) / (std + eps)
     return out
+
+
+def zero_spread_share(rewards: Sequence[float], group_ids: Sequence[Hashable]) -> float:
+    """The share of groups (of two or more responses) whose rewards are all equal: their
+    advantages are all 0, so they teach the update nothing (the collapse sentinel's
+    `no_learning_signal`). 0.0 when no group has two responses."""
+    members: dict[Hashable, list[float]] = {}
+    for reward, gid in zip(rewards, group_ids, strict=True):
+        members.setdefault(gid, []).append(float(reward))
+    groups = [g for g in members.values() if len(g) > 1]
+    return sum(all(v == g[0] for v in g) for g in groups) / len(groups) if groups else 0.0

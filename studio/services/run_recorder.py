@@ -87,6 +87,15 @@ class RunRecorder:
                 session.exec(delete(table).where(table.run_id == self.run_id,
                                                  table.step >= step))
 
+    def pause(self, reason: str) -> None:
+        """The run stops here, paused (the collapse sentinel's `pause`, after the checkpoint
+        it resumes from); `reason` says which signal and what to try."""
+        with session_scope(self.settings.sqlalchemy_url) as session:
+            run = self.owned(session)
+            run.state, run.finished_at, run.phase, run.error = (RunState.paused, utcnow(),
+                                                                None, reason)
+            session.add(run)
+
     def checkpointed(self, folder: str) -> None:
         """The run's latest complete checkpoint is `folder` (relative to the data dir)."""
         with session_scope(self.settings.sqlalchemy_url) as session:

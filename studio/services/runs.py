@@ -1,8 +1,9 @@
 """Training runs: launch from a config, queue, follow, cancel, resume, delete.
 
 A run is a config snapshot plus its state: queued -> running -> succeeded |
-failed | cancelled, and interrupted when its worker died (no heartbeat for
-three periods). `resume` queues an interrupted, failed or cancelled run again
+failed | cancelled, interrupted when its worker died (no heartbeat for
+three periods), and paused when the collapse sentinel stopped it at a checkpoint
+(`studio.method.sentinel`). `resume` queues an interrupted, paused, failed or cancelled run again
 as a new attempt; the trainer continues from its latest checkpoint. Each
 queueing is an attempt (1, 2, ...): a worker, and the training process it
 spawns, change a run only while it is still their attempt, so a redelivered
@@ -49,7 +50,7 @@ from studio.tables import (
 )
 
 TRAIN_TASK = "worker.train_run"
-RESUMABLE_STATES = (RunState.interrupted, RunState.failed, RunState.cancelled)
+RESUMABLE_STATES = (RunState.interrupted, RunState.paused, RunState.failed, RunState.cancelled)
 
 
 def create_run(settings: Settings, actor: Actor, config: dict | str, *,
@@ -104,7 +105,7 @@ class RunView(TypedDict):
     id: int
     name: str
     owner: str | None  # who launched it: only they (and admins) cancel, resume, delete, export
-    state: str  # queued | running | succeeded | failed | cancelled | interrupted
+    state: str  # queued | running | succeeded | failed | cancelled | interrupted | paused
     backend: str
     queue: str
     queue_position: int | None  # 1 = next on its queue; None unless queued
@@ -200,15 +201,15 @@ def cancel_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
 
 
 def resume_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
-    """Queue an interrupted, failed or cancelled run again as its next attempt; the trainer
+    """Queue an interrupted, paused, failed or cancelled run again as its next attempt; the trainer
     continues from the latest checkpoint (steps after it run again, seeded identically)."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_owned(session, Run, run_id, "run", actor, "resume")
         if run.state not in RESUMABLE_STATES:
             what = ("has finished all its steps" if run.state == RunState.succeeded
                     else f"is {RunState(run.state).value}")
-            raise Conflict(f"run {run_id} {what}; only an interrupted, failed or cancelled "
-                           "run can be resumed")
+            raise Conflict(f"run {run_id} {what}; only an interrupted, paused, failed or "
+                           "cancelled run can be resumed")
         run.attempt += 1
         run.state, run.queued_at, run.error = RunState.queued, utcnow(), None
         run.finished_at = run.heartbeat_at = run.pid = run.worker_hostname = None

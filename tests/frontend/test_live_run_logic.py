@@ -80,3 +80,12 @@ def test_the_page_opens_the_running_run_else_one_with_curves_not_the_newest_queu
     assert runs.claim_run(settings, training, 1, job_key(settings, training), "here")
     assert default_run(settings) == training
     assert queued != training
+
+
+def test_a_paused_run_says_why_and_how_to_go_on():
+    reason = "search_stopped: search_calls averaged 0 over the last 5 steps, down from 0.8."
+    status = status_markdown(running(state="paused", error=reason), [ROW], [], now=NOW)
+    assert "paused: the collapse sentinel stopped it at a checkpoint" in status
+    assert "*Resume* on **Runs** continues from there" in status
+    assert "**Why:** search\\_stopped\\: search\\_calls averaged 0" in status
+    assert "Error" not in status

@@ -149,6 +149,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded.update(name="round-trip", model="/models/tiny", seed=7)
     uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
     uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
+    uploaded["sentinel"]["kl_spike"].update(action="pause", threshold=20.0)  # a threshold: YAML
     uploaded["curriculum"] = {"preset": None, "steps_per_stage": 100, "adaptive": None,
                               "stages": [{"exemplars": 2, "steps": 5},
                                          {"exemplars": 0, "steps": 5}]}
@@ -166,6 +167,18 @@ def test_empty_settings_fall_back_to_the_base_config():
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
     assert config["model"] == launch.DEFAULT_MODEL
+
+
+def test_the_sentinel_accordion_sets_each_signals_action():
+    form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
+            "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
+    form[15 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
+    sentinel = parse_run_config(launch.assemble(*form)).sentinel
+    assert (sentinel.search_stopped.action, sentinel.search_stopped.window) == ("pause", 5)
+    assert sentinel.kl_spike.action == "warn"
+    labels = [s.label for s in launch.SENTINEL_SETTINGS]
+    assert labels[:2] == ["Format score falling", "Searching stopped"]
+    assert launch.SENTINEL_SETTINGS[1].explain.startswith("Search calls per rollout fell")
 
 
 def launch_form(model, name: str, design: dict) -> list:

@@ -176,6 +176,8 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     for key, value in {"grpo-batch_size": "1", "grpo-group_size": "2",
                        "grpo-max_response_tokens": "32", "grpo-max_turns": "1"}.items():
         ui.page.fill(f"#setting-{key} input", value)
+    ui.page.click("#sentinel .label-wrap")  # the collapse sentinel's accordion
+    ui.page.check("#setting-sentinel-search_stopped-action input[value=pause]")
     ui.page.click("#estimate")
     ui.wait_text("#estimate-note", f"Counted with the tokenizer of {tiny_model}")
     estimate = ui.table_rows("#stage-estimate")
@@ -188,6 +190,8 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     link = ui.page.locator("#yaml-download a").first.get_attribute("href")
     saved = yaml.safe_load(ui.page.request.get(link).text())
     assert saved["name"] == "tiny-demo" and saved["model"] == tiny_model
+    assert saved["sentinel"]["search_stopped"] == {"action": "pause", "window": 5,
+                                                   "threshold": 0.9}
     assert saved["curriculum"]["stages"] == [{"exemplars": 3, "steps": 2},
                                              {"exemplars": 2, "steps": 2},
                                              {"exemplars": 0, "steps": 2}]

@@ -99,7 +99,7 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
     config = tiny_config(model, steps=4)
     config["engine"]["checkpoint_every"] = 2
     run = runs.create_run(settings, admin(settings), config)
-    with pytest.raises(Conflict, match="is queued; only an interrupted, failed or cancelled"):
+    with pytest.raises(Conflict, match="is queued; only an interrupted, paused, failed or cancelled"):
         runs.resume_run(settings, admin(settings), run["id"])
 
     # attempt 1 writes steps 0-2 (a checkpoint after 2) and dies with its worker

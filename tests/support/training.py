@@ -40,9 +40,10 @@ class CrashingTrainer(Trainer):
     crash_after = 2
 
     def _after_step(self, step, metrics):
-        super()._after_step(step, metrics)
+        pause = super()._after_step(step, metrics)
         if step == self.crash_after:
             raise Crash()
+        return pause
 
 
 def trained_studio(data_dir: Path, database_url: str | None = None, **extra

@@ -284,8 +284,8 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
     assert shown["config"]["grpo"]["steps"] == 500
     assert cli("run", "show", "2").stdout.startswith("run 2 'long': cancelled")
     assert _error_line(cli("run", "resume", "1")) == (
-        "studio: error: run 1 has finished all its steps; only an interrupted, failed or "
-        "cancelled run can be resumed")
+        "studio: error: run 1 has finished all its steps; only an interrupted, paused, "
+        "failed or cancelled run can be resumed")
     assert _error_line(cli("run", "show", "99")) == "studio: error: run 99 does not exist"
     assert cli("run", "delete", "3").stdout.strip() == "run 3 deleted"
     assert [r["id"] for r in runs.list_runs(settings)] == [2, 1]

@@ -96,7 +96,7 @@ def cancel(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_sett
 @router.post("/runs/{run_id}/resume")
 def resume(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
            ) -> RunView:
-    """Queue an interrupted, failed or cancelled run again; it continues from its latest
+    """Queue an interrupted, paused, failed or cancelled run again; it continues from its latest
     checkpoint (409 for a queued, running or succeeded run)."""
     return runs.resume_run(settings, actor, run_id)
 

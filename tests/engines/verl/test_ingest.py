@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from studio.method.grpo import group_advantages
+from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
 from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
 from studio.method.tags import corrective_message, format_information
@@ -133,6 +133,7 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
         for verl_name, name in METRIC_NAMES.items():  # what veRL measured, renamed
             assert row[name] == VERL_METRICS[verl_name], name
         assert row["search_calls"] == 0.25 and row["valid_search_rate"] == 0.25
+        assert row["zero_spread_groups"] == zero_spread_share(scores, [0, 0, 1, 1])
 
     kept = runs.run_rollouts(settings, run["id"], limit=100)
     assert len(kept) == 8  # log_groups_per_step = 1 group of 2 per step
@@ -158,6 +159,7 @@ def test_verl_files_become_the_rows_a_native_run_writes(verl, verl_run, native_m
     RunRecorder(settings, run["id"]).forget_steps_from(2)
     again = Ingestor(settings, run["id"], config, files, tokenizer, files.metrics_log(2))
     assert again.next_step == 2 and again.watch.history == [0.25, 0.25]
+    assert [m["search_calls"] for m in again.sentinel.history] == [0.25, 0.25]
 
 
 def test_a_step_whose_dump_stays_short_is_written_once_the_process_ends(verl, verl_run,

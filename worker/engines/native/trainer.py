@@ -29,10 +29,11 @@ from studio.method.curriculum import (
     premature_message,
 )
 from studio.method.exemplars import Exemplar
-from studio.method.grpo import group_advantages
+from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.prompt import derive_seed
 from studio.method.reward import score
 from studio.method.rollouts import rollout_metrics, rollout_segments
+from studio.method.sentinel import Sentinel, alarm_message
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
@@ -169,6 +170,7 @@ class Trainer:
         self.reference = self._reference_model(resume)
         self.controller = AdaptiveController(self.curriculum)
         self.watch = PrematureWatch(cfg.engine.premature_drop)
+        self.sentinel = self._sentinel([])
         self.adaptive_values: list[float | None] = []
         self.start_step = 0
         if resume:
@@ -224,7 +226,14 @@ class Trainer:
         self.adaptive_values = state["adaptive_values"]
         self.controller = AdaptiveController.replay(self.curriculum, self.adaptive_values)
         self.watch = PrematureWatch(self.config.engine.premature_drop, **state["watch"])
+        self.sentinel = self._sentinel(state.get("sentinel", []))
         self.start_step = checkpoint.step
+
+    def _sentinel(self, history: list[dict]) -> Sentinel:
+        """The collapse sentinel, having seen `history` (a checkpoint's; a checkpoint from
+        before the sentinel has none, and the sentinel starts there)."""
+        return Sentinel.replay(self.config.sentinel.rules(),
+                               self.config.grpo.limits().max_response_tokens, history)
 
     # --- one step ------------------------------------------------------------------------
 
@@ -263,6 +272,7 @@ class Trainer:
                              self.grpo)
         t3 = time.perf_counter()
         metrics = rollout_metrics(rollouts, rewards)
+        metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards], group_ids)
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
                         "prompt_tokens": statistics.fmean(len(ids) for ids in prompts.ids),
@@ -296,13 +306,21 @@ class Trainer:
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         self.recorder.event(step, kind, message, data)
 
-    def _after_step(self, step: int, metrics: dict) -> None:
+    def _after_step(self, step: int, metrics: dict) -> str | None:
+        """The watches, the sentinel and the curriculum after a step; the reason to pause
+        when a sentinel signal set to `pause` fired."""
         rule = self.curriculum.adaptive
         value = metrics.get(rule.metric) if rule else None
         self.adaptive_values.append(value)
         warning = self.watch.observe(metrics["search_calls"])
         if warning:
             self._event(step, "warning", premature_message(warning), warning)
+        pause = None
+        for alarm in self.sentinel.observe(metrics):
+            message = alarm_message(alarm)
+            self._event(step, "warning", message, alarm.to_dict())
+            if alarm.action == "pause":
+                pause = pause or message
         before = self.controller.exemplars
         if self.controller.observe(value):
             after = self.controller.exemplars
@@ -314,6 +332,7 @@ class Trainer:
                 self._new_optimizer()
                 if self.reference is not None:
                     self.reference = frozen_copy(self.model)
+        return pause
 
     def _checkpoint(self, steps_done: int) -> None:
         self.recorder.phase(CHECKPOINTING, steps_done - 1)
@@ -322,7 +341,8 @@ class Trainer:
             self.tokenizer, self.optimizer, self.scheduler,
             {"adaptive_values": self.adaptive_values,
              "watch": {"history": self.watch.history, "change_at": self.watch.change_at,
-                       "before": self.watch.before}})
+                       "before": self.watch.before},
+             "sentinel": self.sentinel.history})
         if self.config.grpo.reset_each_stage and self.reference is not None:
             self.reference.save_pretrained(self.folder.reference)
         self.recorder.checkpointed(str(folder.relative_to(self.settings.resolved_data_dir)))
@@ -336,7 +356,10 @@ class Trainer:
         every = self.config.engine.checkpoint_every
         for step in range(self.start_step, self.total_steps):
             metrics = self.step(step)
-            self._after_step(step, metrics)
-            if (step + 1) % every == 0 or step + 1 == self.total_steps:
+            pause = self._after_step(step, metrics)
+            if pause or (step + 1) % every == 0 or step + 1 == self.total_steps:
                 self._checkpoint(step + 1)
+            if pause:
+                self.recorder.pause(pause)
+                return
 

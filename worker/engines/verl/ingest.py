@@ -17,7 +17,10 @@ written in one transaction the way the native engine writes its steps:
   is the environment's; the rest is the model's), token counts by the run's
   tokenizer, the reward breakdown by `studio.method.reward.score`, the
   advantage by `studio.method.grpo.group_advantages` (veRL's GRPO rule);
-* events: stage changes and the premature-termination warning, as native.
+* metrics also: `zero_spread_groups`, the share of groups whose rewards are all equal
+  (`studio.method.grpo.zero_spread_share`), as native;
+* events: stage changes, the premature-termination warning and the collapse sentinel's
+  warnings, as native (its `pause` is native only: the run config refuses it here).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from sqlmodel import select
 from studio.db import session_scope
 from studio.method import tags
 from studio.method.curriculum import Curriculum, PrematureWatch, premature_message
-from studio.method.grpo import group_advantages
+from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
 from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
+from studio.method.sentinel import Sentinel, alarm_message
 from studio.run_config import RunConfig
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
@@ -185,18 +189,22 @@ class Ingestor:
         self.expected = config.grpo.batch_size * config.grpo.group_size
         self.prefix = config.prompt.assistant_prefix or ""
         self.watch = PrematureWatch(config.engine.premature_drop)
+        self.sentinel = Sentinel(config.sentinel.rules(),
+                                 config.grpo.limits().max_response_tokens)
         self.next_step = self._replay_stored_steps()
 
     def _replay_stored_steps(self) -> int:
-        """The watch's history from the steps already stored (a resumed run); the next step."""
+        """The watches' history from the steps already stored (a resumed run); the next
+        step."""
         with session_scope(self.settings.sqlalchemy_url) as session:
             rows = session.exec(select(RunMetric).where(RunMetric.run_id == self.run_id)
                                 .order_by(RunMetric.step)).all()
-            history = [((r.values or {}).get("search_calls") or 0.0, r.step) for r in rows]
-        for calls, step in history:
+            history = [(r.values or {}, r.step) for r in rows]
+        for values, step in history:
             if step > 0 and step in self.curriculum.boundaries():
                 self.watch.stage_changed()
-            self.watch.observe(calls)
+            self.watch.observe(values.get("search_calls") or 0.0)
+            self.sentinel.observe(values)
         return history[-1][1] + 1 if history else 0
 
     def poll(self, finished: bool = False) -> int:
@@ -214,7 +222,7 @@ class Ingestor:
             written += 1
         return written
 
-    def _events(self, step: int, search_calls: float) -> list[RunEvent]:
+    def _events(self, step: int, metrics: dict) -> list[RunEvent]:
         events = []
         stage = self.curriculum.stage_at(step)
         if step == 0 or step in self.curriculum.boundaries():
@@ -227,10 +235,13 @@ class Ingestor:
                                    data={"stage": stage, "from": before, "to": after}))
             if stage:
                 self.watch.stage_changed()
-        warning = self.watch.observe(search_calls)
+        warning = self.watch.observe(metrics.get("search_calls", 0.0))
         if warning:
             events.append(RunEvent(run_id=self.run_id, step=step, kind="warning", data=warning,
                                    message=premature_message(warning)))
+        events += [RunEvent(run_id=self.run_id, step=step, kind="warning", data=alarm.to_dict(),
+                            message=alarm_message(alarm))
+                   for alarm in self.sentinel.observe(metrics)]
         return events
 
     def _write(self, step: int, data: dict, dump: list[DumpedResponse]) -> None:
@@ -239,10 +250,13 @@ class Ingestor:
                          acc_weight=self.config.reward.acc_weight,
                          format_weight=self.config.reward.format_weight) for r in dump]
         metrics = rollout_metrics(rollouts, rewards) if dump else {}
+        if dump:
+            metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards],
+                                                              [r.group for r in dump])
         metrics.update(map_metrics(data))
         k = self.curriculum.exemplars_at(step)
         metrics.update({"stage": self.curriculum.stage_at(step), "exemplars": k})
-        events = self._events(step, metrics.get("search_calls", 0.0))
+        events = self._events(step, metrics)
         self.recorder.write_step(step, metrics,
                                  self._rollout_rows(step, k, dump, rollouts, rewards), events)
 

@@ -1,0 +1,166 @@
+"""The collapse sentinel on synthetic series: each signal fires on its collapse and nothing
+fires on a healthy run; once per episode; rebuilt by replay; its rules' bounds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from studio.method.grpo import zero_spread_share
+from studio.method.sentinel import (
+    SIGNALS,
+    WATCHED_METRICS,
+    Rule,
+    Sentinel,
+    alarm_message,
+    default_rules,
+)
+
+LIMIT = 512  # the response token limit of these series
+STEPS, BREAK = 60, 30
+
+
+def healthy(steps: int = STEPS, seed: int = 0) -> list[dict[str, float]]:
+    """A noisy run that learns: format and searching rise, entropy eases, KL grows
+    smoothly, a third to a half of the groups have no reward spread."""
+    rng = random.Random(seed)
+    return [{
+        "format": min(1.0, 0.2 + 0.01 * t + rng.gauss(0, 0.05)),
+        "search_calls": max(0.0, 0.6 + 0.01 * t + rng.gauss(0, 0.2)),
+        "entropy": 1.5 - 0.005 * t + rng.gauss(0, 0.1),
+        "response_length": 200 + rng.gauss(0, 30),
+        "zero_spread_groups": rng.choice([0.25, 0.375, 0.5, 0.625]),
+        "kl": 0.0 if t == 0 else 0.001 + 0.0003 * t * (1 + rng.gauss(0, 0.2)),
+        "grad_norm": abs(0.5 + rng.gauss(0, 0.2)),
+        "reward_mean": 0.1 + 0.005 * t,
+    } for t in range(steps)]
+
+
+def collapsed(signal: str) -> list[dict[str, float]]:
+    """The healthy run with one metric breaking down from step BREAK on (a spike: at it)."""
+    series = healthy()
+    for t, m in enumerate(series):
+        if t < BREAK:
+            continue
+        match signal:
+            case "format_falling":
+                m["format"] *= 0.3
+            case "search_stopped":
+                m["search_calls"] = 0.0
+            case "entropy_collapse":
+                m["entropy"] = 0.1
+            case "length_at_limit":
+                m["response_length"] = LIMIT - 2
+            case "length_empty":
+                m["response_length"] = 1.0
+            case "no_learning_signal":
+                m["zero_spread_groups"] = 1.0
+            case "kl_spike" if t == BREAK:
+                m["kl"] *= 30
+            case "grad_norm_spike" if t == BREAK:
+                m["grad_norm"] = 20.0
+    return series
+
+
+def fired(series, rules=None) -> list[tuple[int, str]]:
+    sentinel = Sentinel(rules or default_rules(), LIMIT)
+    return [(t, a.signal) for t, m in enumerate(series) for a in sentinel.observe(m)]
+
+
+def test_a_healthy_run_raises_no_alarm():
+    for seed in range(5):
+        assert fired(healthy(seed=seed)) == [], seed
+
+
+@pytest.mark.parametrize("signal", list(SIGNALS))
+def test_each_signal_fires_once_on_its_collapse_and_soon(signal):
+    alarms = fired(collapsed(signal))
+    assert [name for _, name in alarms] == [signal]
+    step = alarms[0][0]
+    assert BREAK <= step < BREAK + SIGNALS[signal].window
+
+
+def test_a_signal_fires_again_only_after_its_metric_recovered():
+    series = collapsed("search_stopped")
+    for m in series[45:50]:
+        m["search_calls"] = 1.0
+    for m in series[50:]:
+        m["search_calls"] = 0.0
+    assert [t for t, _ in fired(series)] == [30 + 4, 50 + 4]
+
+
+def test_a_run_that_starts_on_the_wrong_side_is_not_a_collapse():
+    """A tiny model with no reward spread and no search from step 0 never fires: the set-up
+    is wrong, nothing collapsed."""
+    flat = [{"format": 0.0, "search_calls": 0.0, "entropy": 6.2, "response_length": 12.0,
+             "zero_spread_groups": 1.0, "kl": 0.0, "grad_norm": 0.0}] * 30
+    assert fired(flat) == []
+
+
+def test_off_is_not_watched_and_a_missing_metric_is_skipped():
+    rules = {**default_rules(), "search_stopped": Rule("off", 5, 0.9)}
+    assert fired(collapsed("search_stopped"), rules) == []
+    without = [{k: v for k, v in m.items() if k != "zero_spread_groups"}
+               for m in collapsed("no_learning_signal")]  # the veRL ingest of an empty dump
+    assert fired(without) == []
+    nulls = [{**m, "kl": None} for m in collapsed("kl_spike")]  # a stored non-finite value
+    assert fired(nulls) == []
+
+
+def test_replay_rebuilds_the_state_so_a_fired_signal_stays_fired():
+    series = collapsed("entropy_collapse")
+    live = Sentinel(default_rules(), LIMIT)
+    for m in series[:40]:
+        live.observe(m)
+    resumed = Sentinel.replay(default_rules(), LIMIT, live.history)
+    assert set(resumed.history[0]) <= set(WATCHED_METRICS)
+    assert [resumed.observe(m) for m in series[40:]] == [live.observe(m) for m in series[40:]]
+    assert all(a == [] for a in (live.observe(m) for m in series[40:]))
+
+
+def test_windows_and_thresholds_are_the_runs():
+    series = collapsed("format_falling")  # format at 30% of its level: a 70% fall
+    assert fired(series, {"format_falling": Rule("warn", 5, 0.8)}) == []
+    assert fired(series, {"format_falling": Rule("warn", 2, 0.5)})[0][0] == BREAK + 1
+
+
+def test_the_message_says_what_fell_what_it_means_and_what_to_try():
+    sentinel = Sentinel({"search_stopped": Rule("pause", 5, 0.9)}, LIMIT)
+    alarms = [a for m in collapsed("search_stopped") for a in sentinel.observe(m)]
+    message = alarm_message(alarms[0])
+    assert message.startswith("search_stopped: search_calls averaged 0 over the last 5 steps, "
+                              "down from ")
+    assert "premature termination" in message and "Try: make the curriculum gentler" in message
+    assert message.endswith("The run is paused at a checkpoint; Resume continues it from there.")
+    assert alarm_message(alarms[0].to_dict()) == message
+    share = Sentinel({"length_at_limit": Rule("warn", 5, 0.95)}, LIMIT)
+    alarm = [a for m in collapsed("length_at_limit") for a in share.observe(m)][0]
+    assert "response_length averaged 100% over the last 5 steps (alarm at 95%)" in \
+        alarm_message(alarm)
+    assert "Resume" not in alarm_message(alarm)
+
+
+@pytest.mark.parametrize("signal, rule, message", [
+    ("format_falling", Rule("warn", 5, 1.0), "threshold: the share of the earlier high lost"),
+    ("no_learning_signal", Rule("warn", 5, 1.5), "threshold: a share, above 0 and at most 1"),
+    ("length_empty", Rule("warn", 5, -1.0), "threshold: a token count, 0 or more"),
+    ("kl_spike", Rule("warn", 5, 1.0), "threshold: how many times the median"),
+    ("kl_spike", Rule("warn", 0, 10.0), "window: must be a whole number of steps from 1"),
+    ("kl_spike", Rule("stop", 5, 10.0), "action: must be one of off, warn, pause"),
+    ("kl_spike", Rule("warn", 5, float("nan")), "threshold: must be a finite number"),
+])
+def test_rules_out_of_bounds_say_which_bound(signal, rule, message):
+    errors = rule.errors(signal)
+    assert len(errors) == 1 and errors[0].startswith(message), errors
+
+
+def test_every_default_is_within_its_bounds():
+    assert all(Rule.default(name).errors(name) == [] for name in SIGNALS)
+
+
+def test_zero_spread_share_counts_groups_whose_rewards_are_all_equal():
+    assert zero_spread_share([0.2, 0.2, 0.0, 1.0, 0.0, 0.0], [0, 0, 1, 1, 2, 2]) == 2 / 3
+    assert zero_spread_share([0.5, 0.5], ["a", "b"]) == 0.0  # groups of one say nothing
+    with pytest.raises(ValueError):
+        zero_spread_share([0.5], [0, 1])
