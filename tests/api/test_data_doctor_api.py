@@ -1,4 +1,4 @@
-"""The data doctor through the REST API on the shared HotpotQA and MuSiQue samples, each figure
+"""The data doctor through the REST API (and `studio doctor`) on the shared HotpotQA and MuSiQue samples, each figure
 against a direct count in the test (the passages from the corpus's /retrieve, answers matched
 with the reward's normalisation, supporting passages read from the original files), and the
 run check's warning for a training set the corpus cannot answer. SQLite and PostgreSQL."""
@@ -14,9 +14,10 @@ from fastapi.testclient import TestClient
 
 from frontend.server import create_app
 from studio.method.reward import normalize_answer
-from studio.services import corpora, run_validation
+from studio.services import corpora, data_doctor, qa_sets, run_validation
 from tests.support.actors import admin
 from tests.support.api_client import Api, bearer
+from tests.support.processes import studio_cli
 from tests.support.shared_data import HOTPOT, MUSIQUE, needs_shared
 from tests.support.training import tiny_config
 
@@ -183,3 +184,21 @@ def test_a_run_on_a_set_the_corpus_cannot_answer_gets_a_plain_warning(doctor):
                     r"answer in the top 3 passages", warning), warning
     checked = api.post("/runs/validate", json=config).json()
     assert warning in checked["warnings"]
+
+
+def test_studio_doctor_prints_the_figures_the_api_gives_and_its_progress(tmp_path):
+    settings, cli = studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0 and cli("demo").returncode == 0
+    done = cli("doctor", "--corpus", "demo", "--qa", "demo", "--exemplars", "demo")
+    assert done.returncode == 0, done.stderr
+    corpus = corpora.find_corpus(settings, "demo")["id"]
+    report = data_doctor.reachability(settings, corpus, qa_sets.find_qa_set(settings, "demo")["id"])
+    lines = done.stdout.splitlines()
+    assert lines[:3] == data_doctor.reachability_lines(report)
+    assert sum(line.startswith("  unreachable: ") for line in lines) == len(report["worst"])
+    assert lines[-4].startswith("Exemplar replay on 'demo' (top 3): 0 of 3 exemplars")
+    assert "searched 100 of 196 questions" in done.stderr
+    unknown = cli("doctor", "--corpus", "demo", "--qa", "nope")
+    assert unknown.returncode == 2 and "--qa: " in unknown.stderr and "nope" in unknown.stderr
+    bad_k = cli("doctor", "--corpus", "demo", "--exemplars", "demo", "--k", "0")
+    assert bad_k.returncode == 2 and "k: must be between 1 and 50, got 0" in bad_k.stderr
