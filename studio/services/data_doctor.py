@@ -33,11 +33,9 @@ PROGRESS_EVERY = 100
 Progress = Callable[[int, int], None]
 
 
-def _check(k: int, limit: int) -> None:
+def _check_k(k: int) -> None:
     if not 1 <= k <= corpora.MAX_TOP_K:
         raise InvalidInput(f"k: must be between 1 and {corpora.MAX_TOP_K}, got {k}")
-    if not 1 <= limit <= MAX_QUESTIONS:
-        raise InvalidInput(f"limit: must be between 1 and {MAX_QUESTIONS}, got {limit}")
 
 
 def sample(rows: list[QARow], limit: int) -> list[QARow]:
@@ -78,7 +76,9 @@ def reachability(settings: Settings, corpus_id: int, qa_set_id: int, *, k: int =
     """The share of questions whose gold answer is in the top-k passages of the question
     itself, per hop where the set kept its supporting passages, and the worst questions.
     `on_progress(done, total)` every hundred questions."""
-    _check(k, limit)
+    _check_k(k)
+    if not 1 <= limit <= MAX_QUESTIONS:
+        raise InvalidInput(f"limit: must be between 1 and {MAX_QUESTIONS}, got {limit}")
     index = corpora.open_index(settings, corpus_id)
     rows = qa_sets.load_rows(settings, qa_set_id)
     checked = sample(rows, limit)
@@ -101,7 +101,7 @@ def exemplar_replay(settings: Settings, corpus_id: int, exemplar_set_id: int, *,
                     k: int = 3) -> dict:
     """Each exemplar's searches run on the corpus: the passages it returns and, beside
     the exemplar, the blocks it could not produce and an answer none of them holds."""
-    _check(k, 1)
+    _check_k(k)
     index = corpora.open_index(settings, corpus_id)
     found = exemplar_sets.get_exemplar_set(settings, exemplar_set_id)
     exemplars = exemplar_sets.load_exemplars(settings, exemplar_set_id)
