@@ -38,13 +38,6 @@ def _check_k(k: int) -> None:
         raise InvalidInput(f"k: must be between 1 and {corpora.MAX_TOP_K}, got {k}")
 
 
-def sample(rows: list[QARow], limit: int) -> list[QARow]:
-    """At most `limit` rows, evenly spaced through the set (all of them when it is smaller)."""
-    if len(rows) <= limit:
-        return rows
-    return [rows[i * len(rows) // limit] for i in range(limit)]
-
-
 def _passages(index: SearchIndex, query: str, k: int) -> list[tuple[str, str]]:
     return [(h.passage.title, h.passage.text) for h in index.search([query], k)[0]]
 
@@ -80,13 +73,12 @@ def reachability(settings: Settings, corpus_id: int, qa_set_id: int, *, k: int =
     if not 1 <= limit <= MAX_QUESTIONS:
         raise InvalidInput(f"limit: must be between 1 and {MAX_QUESTIONS}, got {limit}")
     index = corpora.open_index(settings, corpus_id)
-    rows = qa_sets.load_rows(settings, qa_set_id)
-    checked = sample(rows, limit)
+    size, checked = qa_sets.sample_rows(settings, qa_set_id, limit)
     reaches = _reaches(index, checked, k, on_progress)
     figures = summarize([r for r, _ in reaches])
     return {"corpus": corpora.get_corpus(settings, corpus_id)["name"],
             "qa_set": qa_sets.get_qa_set(settings, qa_set_id)["name"], "k": k,
-            "set_size": len(rows), "sampled": len(checked) < len(rows), **figures,
+            "set_size": size, "sampled": len(checked) < size, **figures,
             "ranks": _rank_counts([r for r, _ in reaches], k),
             "worst": _worst(checked, reaches, worst)}
 
@@ -121,7 +113,7 @@ def exemplar_replay(settings: Settings, corpus_id: int, exemplar_set_id: int, *,
 def training_warning(settings: Settings, corpus_id: int, qa_set_id: int, k: int) -> str | None:
     """The run check's plain warning when most training questions cannot be answered from
     the passages their own text retrieves (on an even sample of the set)."""
-    rows = sample(qa_sets.load_rows(settings, qa_set_id), CHECK_QUESTIONS)
+    rows = qa_sets.sample_rows(settings, qa_set_id, CHECK_QUESTIONS)[1]
     if not rows:
         return None
     figures = summarize([r for r, _ in _reaches(corpora.open_index(settings, corpus_id), rows,

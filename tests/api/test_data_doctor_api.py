@@ -111,7 +111,8 @@ def test_reachability_of_the_shared_samples_matches_a_direct_count(doctor):
 
     musique = _corpus(api, "musique", MUSIQUE)
     rows = json.loads((MUSIQUE / "musique_train100.json").read_text())
-    report = _check(api, musique, _qa(api, "musique", MUSIQUE / "musique_train100.json"),
+    musique_qa = _qa(api, "musique", MUSIQUE / "musique_train100.json")
+    report = _check(api, musique, musique_qa,
                     [(r["id"], r["question"], [r["answer"], *r["answer_aliases"]],
                       _hops_musique(r))
                      for r in rows])
@@ -122,8 +123,10 @@ def test_reachability_of_the_shared_samples_matches_a_direct_count(doctor):
     assert report["hops"] == [] and report["all_hops_share"] is None  # no hops kept: said so
 
     sampled = api.get(f"/corpora/{musique}/doctor/reachability",
-                      params={"qa_set": 3 + 1, "k": 5, "limit": 10}).json()
+                      params={"qa_set": musique_qa, "k": 5, "limit": 10}).json()
     assert (sampled["questions"], sampled["set_size"], sampled["sampled"]) == (10, 100, True)
+    every_tenth = {row["id"] for row in rows[::10]}  # evenly spaced through the set
+    assert sampled["worst"] and {w["id"] for w in sampled["worst"]} <= every_tenth
 
 
 @needs_shared
