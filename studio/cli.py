@@ -625,6 +625,42 @@ EVAL_COLUMNS = [("EM", "em"), ("SubEM", "subem"), ("F1", "f1"), ("answer rate", 
                 ("valid search", "valid_search_rate"), ("searches", "search_calls")]
 
 
+@app.command("doctor")
+def doctor(corpus: str = typer.Option(..., "--corpus", help="The corpus's name."),
+           qa: str = typer.Option(None, "--qa", help="A QA set's name: answer reachability."),
+           exemplars: str = typer.Option(None, "--exemplars",
+                                         help="An exemplar set's name: exemplar replay."),
+           k: int = typer.Option(3, "--k", help="Passages per search, as the run's grpo.top_k."),
+           limit: int = typer.Option(5000, "--limit", help="Questions checked at most (a "
+                                     "larger set is sampled evenly)."),
+           data_dir: Path = DataDir) -> None:
+    """The data doctor: how many questions find their answer by searching the question
+    itself, and whether the exemplars show passages this corpus returns (docs/data-doctor.md)."""
+    from studio.services import corpora, data_doctor, exemplar_sets, qa_sets
+
+    if qa is None and exemplars is None:
+        raise _fail(ValueError("give --qa NAME, --exemplars NAME or both"))
+    settings = _studio_ready(data_dir)
+    corpus_id = _call(corpora.find_corpus, settings, corpus, prefix="--corpus: ")["id"]
+    if qa is not None:
+        qa_id = _call(qa_sets.find_qa_set, settings, qa, prefix="--qa: ")["id"]
+        report = _call(data_doctor.reachability, settings, corpus_id, qa_id, k=k, limit=limit,
+                       on_progress=lambda done, total: typer.echo(
+                           f"searched {done} of {total} questions", err=True))
+        for line in data_doctor.reachability_lines(report):
+            typer.echo(line)
+        for worst in report["worst"]:
+            typer.echo(f"  unreachable: {worst['question']} (answers: "
+                       f"{' | '.join(worst['golden_answers'])}; retrieved: "
+                       f"{', '.join(worst['retrieved']) or 'nothing'})")
+    if exemplars is not None:
+        set_id = _call(exemplar_sets.find_exemplar_set, settings, exemplars,
+                       prefix="--exemplars: ")["id"]
+        for line in data_doctor.replay_lines(
+                _call(data_doctor.exemplar_replay, settings, corpus_id, set_id, k=k)):
+            typer.echo(line)
+
+
 @app.command("eval")
 def evaluate(qa_set: list[str] = typer.Option(..., "--qa-set", help="QA set to evaluate on "
                                               "(repeat for several)."),

@@ -1,4 +1,6 @@
-"""The Data page: upload corpora, QA sets and exemplar sets, preview them, try a search.
+"""The Data page: upload corpora, QA sets and exemplar sets, preview them, try a search,
+and run the data doctor (can the corpus answer the questions; do the exemplars show passages
+it returns) before a launch.
 
 Every upload goes through the same service as the REST API, so a bad file is
 refused with its line and what to fix, and nothing is stored. A corpus's
@@ -31,7 +33,7 @@ from frontend.components import (
 from frontend.shared import current, on_show, page_timer
 from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
-from studio.services import corpora, exemplar_sets, qa_sets
+from studio.services import corpora, data_doctor, exemplar_sets, qa_sets
 from studio.services.access import Actor
 from studio.services.demo import load_demo_pack
 from studio.services.errors import UserError
@@ -59,6 +61,8 @@ EXEMPLAR_COLUMNS = [("id", "#"), ("name", "Name"), ("size", "Exemplars"), ("erro
 QA_ROW_COLUMNS = [("row", "Row"), ("id", "Id"), ("question", "Question"),
                   ("answers", "Answers")]
 HIT_COLUMNS = [("rank", "Doc"), ("title", "Title"), ("score", "Score"), ("id", "Passage id")]
+WORST_COLUMNS = [("id", "Id"), ("question", "Question"), ("answers", "Answers"),
+                 ("hops_found", "Hops found"), ("retrieved", "Passages it finds")]
 PREVIEW_ROWS = 20
 BUSY = ("pending", "indexing")
 # A file box's label sits above the drop area: floating, a long one hid the upload icon.
@@ -232,6 +236,57 @@ def preview_exemplars(settings: Settings, set_id: int | None) -> str:
     return exemplar_markdown(exemplar_sets.get_exemplar_set(settings, set_id))
 
 
+PROGRESS = gr.Progress()  # Gradio hands each call of a handler with this default its own bar
+
+# --- the data doctor ----------------------------------------------------------------------
+
+DOCTOR_INTRO = """### Data doctor: check before you launch
+Searches each question of a QA set on a corpus, the question itself as the query, and counts
+how many find their answer in the passages returned (matched as the reward matches answers);
+and runs each exemplar's searches on the corpus to see whether it returns what the exemplar
+shows. What each figure means: docs/data-doctor.md."""
+
+
+def doctor_choices(settings: Settings):
+    """The doctor's three pickers: the corpora, the QA sets, the exemplar sets."""
+    return (picker(choices(corpora.list_corpora(settings), lambda c: c["name"], value="id")),
+            picker(choices(qa_sets.list_qa_sets(settings), lambda q: q["name"], value="id")),
+            picker(choices(exemplar_sets.list_exemplar_sets(settings), lambda e: e["name"],
+                           value="id")))
+
+
+def replay_markdown(report: dict) -> str:
+    """The exemplar replay: its summary, then a bullet per exemplar (✓ or ⚠ and why)."""
+    head, *items = data_doctor.replay_lines(report)
+    marks = ["✓" if not item["findings"] else "⚠" for item in report["exemplars"]]
+    return "\n".join([markdown_text(head), ""] + [f"- {mark} {markdown_text(line)}"
+                                                  for mark, line in zip(marks, items,
+                                                                        strict=True)])
+
+
+@toast_user_errors
+def run_doctor(settings: Settings, corpus_id: int | None, qa_set_id: int | None,
+               exemplar_set_id: int | None, k: float, on_progress=None):
+    """The doctor's figures in words, its worst questions, and the exemplar replay."""
+    if corpus_id is None:
+        raise UserError("corpus: choose a corpus whose index is ready")
+    if qa_set_id is None and exemplar_set_id is None:
+        raise UserError("QA set: choose a QA set, an exemplar set, or both")
+    summary, worst, replay = "", [], ""
+    if qa_set_id is not None:
+        report = data_doctor.reachability(settings, corpus_id, qa_set_id, k=int(k),
+                                          on_progress=on_progress)
+        summary = "\n\n".join(markdown_text(line)
+                               for line in data_doctor.reachability_lines(report))
+        worst = table([{**w, "answers": " | ".join(w["golden_answers"]),
+                        "retrieved": " | ".join(w["retrieved"])} for w in report["worst"]],
+                      WORST_COLUMNS)
+    if exemplar_set_id is not None:
+        replay = replay_markdown(data_doctor.exemplar_replay(settings, corpus_id,
+                                                             exemplar_set_id, k=int(k)))
+    return summary, worst, replay
+
+
 # --- layout -----------------------------------------------------------------------------
 
 
@@ -314,6 +369,26 @@ def build(settings: Settings) -> None:
                                   elem_id="exemplar-pick")
             ex_preview = gr.Markdown(elem_id="exemplar-preview")
 
+    gr.Markdown(DOCTOR_INTRO)
+    with gr.Row():
+        doctor_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="doctor-corpus")
+        doctor_qa = gr.Dropdown(label="QA set", choices=[], elem_id="doctor-qa")
+        doctor_ex = gr.Dropdown(label="Exemplar set", choices=[], elem_id="doctor-exemplars")
+        doctor_k = gr.Slider(1, 10, value=3, step=1, label="Passages per search (the run's "
+                             "top-k)")
+    doctor_button = gr.Button("Check the data", elem_id="doctor-button")
+    doctor_summary = gr.Markdown(elem_id="doctor-summary")
+    gr.Markdown("**Unreachable questions**, fewest supporting passages found first:")
+    doctor_worst = dataframe(WORST_COLUMNS, elem_id="doctor-worst")
+    doctor_replay = gr.Markdown(elem_id="doctor-replay")
+    doctor_pickers = [doctor_corpus, doctor_qa, doctor_ex]
+
+    def check_data(corpus_id, qa_set_id, exemplar_set_id, k, progress=PROGRESS):
+        """The doctor, with a progress bar while it searches a large set."""
+        def searched(done: int, total: int) -> None:
+            progress(done / total, desc=f"searched {done} of {total} questions")
+        return run_doctor(settings, corpus_id, qa_set_id, exemplar_set_id, k, searched)
+
     corpus_outputs = [corpus_table, corpus_empty, search_corpus, index_timer.timer]
     qa_outputs = [qa_table, qa_empty, qa_pick]
     ex_outputs = [ex_table, ex_empty, ex_pick]
@@ -329,20 +404,29 @@ def build(settings: Settings) -> None:
         return *view, index_timer.follow(page, busy)
 
     def everything(page):
-        return *corpora_now(page), *qa_view(settings), *exemplar_view(settings)
+        return (*corpora_now(page), *qa_view(settings), *exemplar_view(settings),
+                *doctor_now())
 
-    on_show(everything, None, corpus_outputs + qa_outputs + ex_outputs, with_page=True)
+    def doctor_now():
+        return doctor_choices(settings)
+
+    all_outputs = corpus_outputs + qa_outputs + ex_outputs + doctor_pickers
+    on_show(everything, None, all_outputs, with_page=True)
     index_timer.timer.tick(corpora_tick, shown, corpus_outputs)
     demo_button.click(acting(settings, load_demo), outputs=demo_message).then(
-        everything, shown, corpus_outputs + qa_outputs + ex_outputs)
+        everything, shown, all_outputs)
     corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(
-        corpora_now, shown, corpus_outputs)
+        corpora_now, shown, corpus_outputs).then(doctor_now, outputs=doctor_pickers)
     qa.button.click(acting(settings, upload_qa), [qa.file, qa.name, purpose, fmt],
-                    qa.message).then(lambda: qa_view(settings), outputs=qa_outputs)
+                    qa.message).then(lambda: qa_view(settings), outputs=qa_outputs).then(
+        doctor_now, outputs=doctor_pickers)
     ex.button.click(acting(settings, upload_exemplars), [ex.file, ex.name],
-                    ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs)
+                    ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs).then(
+        doctor_now, outputs=doctor_pickers)
     gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
           [search_corpus, query, k], [tool_text, hits])
     qa_pick.change(lambda i: preview_qa(settings, i), qa_pick, [qa_rows, qa_shown])
     ex_pick.change(lambda i: preview_exemplars(settings, i), ex_pick, ex_preview)
+    doctor_button.click(check_data, [doctor_corpus, doctor_qa, doctor_ex, doctor_k],
+                        [doctor_summary, doctor_worst, doctor_replay])

@@ -56,6 +56,17 @@ def substring_match(prediction: str | None, golden_answers: str | Iterable[str])
     return 1.0 if any(g in pred for g in _golds(golden_answers)) else 0.0
 
 
+def contains_answer(text: str, golden_answers: str | Iterable[str]) -> bool:
+    """Whether a normalised gold answer appears in the normalised ``text`` as whole words.
+
+    The data doctor's "reachable": a passage the model reads holds an answer that
+    would score acc = 1 if copied (same normalisation as :func:`exact_match`);
+    whole words, so the gold "1990" is not found in "1990s".
+    """
+    padded = f" {normalize_answer(text)} "
+    return any(f" {g} " in padded for g in _golds(golden_answers))
+
+
 def token_f1(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
     """Token F1 on normalised whitespace tokens, best over gold answers (method.md, F1)."""
     if prediction is None:

@@ -143,14 +143,29 @@ def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20
         return {"total": qa_set.num_rows, "offset": offset, "rows": rows}
 
 
+def _qa_row(item: QAItem) -> QARow:
+    return QARow(id=item.external_id or str(item.position), question=item.question,
+                 golden_answers=list(item.golden_answers or []), meta=item.meta or {})
+
+
 def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
     """Every row of a set, as the engines and evaluation read them (a retired set's too:
     the runs whose plan pins it still train and evaluate on it)."""
     with session_scope(settings.sqlalchemy_url) as session:
         get_or_404(session, QASet, qa_set_id, "QA set", retired=True)
-        return [QARow(id=i.external_id or str(i.position), question=i.question,
-                      golden_answers=list(i.golden_answers or []), meta=i.meta or {})
-                for i in _items(session, qa_set_id)]
+        return [_qa_row(i) for i in _items(session, qa_set_id)]
+
+
+def sample_rows(settings: Settings, qa_set_id: int, limit: int) -> tuple[int, list[QARow]]:
+    """The set's size and at most `limit` of its rows, evenly spaced through it (all of a
+    smaller set), read without reading a large set whole (the data doctor's sample)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        size = get_or_404(session, QASet, qa_set_id, "QA set", retired=True).num_rows
+        query = select(QAItem).where(QAItem.qa_set_id == qa_set_id)
+        if size > limit:
+            positions = [i * size // limit for i in range(limit)]
+            query = query.where(col(QAItem.position).in_(positions))
+        return size, [_qa_row(i) for i in session.exec(query.order_by(QAItem.position))]
 
 
 def split_qa_set(settings: Settings, actor: Actor, qa_set_id: int, *,

@@ -7,9 +7,11 @@ tokenizer loads; the names resolved make the run's plan, `run_plans`), and a
 token estimate per curriculum stage: instruction + k exemplars + the training
 set's longest question, rendered exactly as the trainer renders it, against
 `grpo.max_prompt_tokens`. A stage whose prompts would be cut is a warning, not an
-error: the run can still be launched. With the prompt lengths, the time per step
-of each stage on the run's queue (`calibrations.time_estimate`), and a warning
-when the run would take more than a few hours.
+error: the run can still be launched. So is a training set whose questions mostly do
+not find their answer with their own text as the query (`data_doctor.training_warning`).
+With the prompt lengths, the time per step of each stage on the run's queue
+(`calibrations.time_estimate`), and a warning when the run would take more than a
+few hours.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
-from studio.services import calibrations, exemplar_sets
+from studio.services import calibrations, data_doctor, exemplar_sets
 from studio.services.access import Actor
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import by_name_or_404
@@ -149,7 +151,10 @@ def checked_config(settings: Settings, config: dict | str, *,
     per_stage = timing.get("stages") or [{}] * len(stages)
     for stage, estimate in zip(stages, per_stage, strict=True):
         stage["seconds_per_step"] = estimate.get("seconds_per_step")
-    return plan, {"stages": stages, "warnings": _warnings(parsed, stages) + timing["warnings"],
+    reach = data_doctor.training_warning(settings, plan.corpus.id, plan.train.id,
+                                         parsed.grpo.top_k)
+    warnings = _warnings(parsed, stages) + ([reach] if reach else []) + timing["warnings"]
+    return plan, {"stages": stages, "warnings": warnings,
                   "time_estimate": timing}
 
 

@@ -138,6 +138,11 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/corpora/{w.corpus_id}/search", {"params": {"q": "lighthouse"}})),
     ("POST", f"{R}/corpora/{{corpus_id}}/retrieve"): ("read", lambda w, r: (
         f"{R}/corpora/{w.corpus_id}/retrieve", {"json": {"queries": ["lighthouse"]}})),
+    ("GET", f"{R}/corpora/{{corpus_id}}/doctor/reachability"): ("read", lambda w, r: (
+        f"{R}/corpora/{w.corpus_id}/doctor/reachability", {"params": {"qa_set": w.qa_set_id}})),
+    ("GET", f"{R}/corpora/{{corpus_id}}/doctor/exemplars"): ("read", lambda w, r: (
+        f"{R}/corpora/{w.corpus_id}/doctor/exemplars",
+        {"params": {"exemplar_set": w.exemplar_set_id}})),
     # QA sets
     ("GET", f"{R}/qa-sets"): ("read", lambda w, r: (f"{R}/qa-sets", {})),
     ("POST", f"{R}/qa-sets"): ("create", lambda w, r: (f"{R}/qa-sets", _upload(

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from studio.demo import EXEMPLARS
-from studio.services import exemplar_sets, runs
+from studio.services import corpora, data_doctor, exemplar_sets, qa_sets, runs
 from studio.settings import Settings
 from tests.support.actors import admin
+from tests.support.hostile_text import FLAG, HOSTILE, MARKUP
 from tests.support.processes import wait_for
 from tests.support.studio_ui import StudioUI, studio_in_browser
 from tests.support.tiny_model import build_tiny_model
@@ -84,6 +85,36 @@ def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path
                                                                "was not stored")
     assert "questions" not in ui.page.locator("#qa-table").inner_text()
     ui.screenshot("data")
+
+
+def test_the_data_doctor_checks_the_demo_pack_and_quotes_exemplars_as_text(ui):
+    settings = Settings(data_dir=ui.data_dir)
+    demo = {"corpus": corpora.find_corpus(settings, "demo")["id"],
+            "qa": qa_sets.find_qa_set(settings, "demo")["id"]}
+    expected = data_doctor.reachability(settings, demo["corpus"], demo["qa"])
+    hostile = exemplar_sets.create_exemplar_set(settings, admin(settings), "elsewhere", [
+        {"question": HOSTILE, "solution": "<think>x</think><search> Marrow Point </search>"
+         "<information>Doc 1(Title: Elsewhere) Not in this corpus.</information>"
+         "<answer> Nowhere </answer>"}])
+    ui.open("Exemplars")
+    ui.open("Data")  # the pickers are read when the page is shown
+    ui.choose("#doctor-corpus", "demo")
+    ui.choose("#doctor-qa", "demo")
+    ui.choose("#doctor-exemplars", "elsewhere")
+    ui.page.click("#doctor-button")
+    told = ui.wait_text("#doctor-summary", "Answer reachable:")
+    assert (f"Answer reachable: {expected['reachable']} of 196 "
+            f"({expected['reachable'] / 196:.0%}) questions of 'demo'") in told
+    assert "kept no supporting passages" in told
+    unreachable = ui.table_rows("#doctor-worst")
+    assert [row[0] for row in unreachable] == [w["id"] for w in expected["worst"]]
+    replay = ui.wait_text("#doctor-replay", "Exemplar replay")
+    assert "1 of 1 exemplars of 'elsewhere' show what this corpus does not return" in replay
+    assert HOSTILE in replay and "('Elsewhere')" in replay
+    assert ui.page.locator(f"#doctor-replay :is({MARKUP})").count() == 0
+    assert ui.page.evaluate(f"window.{FLAG}") is None
+    ui.screenshot("data-doctor")
+    exemplar_sets.delete_exemplar_set(settings, admin(settings), hostile["id"])
 
 
 def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_model):

@@ -1,4 +1,4 @@
-"""Corpora: upload, status with progress, search, and Search-R1's /retrieve."""
+"""Corpora: upload, status with progress, search, Search-R1's /retrieve, the data doctor."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import CurrentUser, Id, get_settings
-from studio.services import corpora
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, get_settings
+from studio.services import corpora, data_doctor
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
 
@@ -69,3 +69,31 @@ def retrieve(corpus_id: Id, body: RetrieveRequest,
              settings: Settings = Depends(get_settings)) -> dict:
     """Search-R1's retriever contract: `{"result": [[{"document": {id, contents}, "score"}]]}`."""
     return corpora.retrieve(settings, corpus_id, body.queries, body.topk, body.return_scores)
+
+
+TopK = Query(3, ge=1, le=corpora.MAX_TOP_K, description="Passages per search, as the run's "
+             "grpo.top_k")
+
+
+@router.get("/{corpus_id}/doctor/reachability")
+def doctor_reachability(corpus_id: Id, qa_set: int = Query(..., ge=1, le=MAX_SQL_INT,
+                                                           description="The QA set's id"),
+                        k: int = TopK,
+                        limit: int = Query(data_doctor.MAX_QUESTIONS, ge=1,
+                                           le=data_doctor.MAX_QUESTIONS,
+                                           description="Questions checked at most (a larger "
+                                           "set is sampled evenly)"),
+                        settings: Settings = Depends(get_settings)) -> dict:
+    """The share of the QA set's questions whose gold answer is in the top-k passages of a
+    search for the question itself, per hop where the set kept its supporting passages,
+    and the worst questions (docs/data-doctor.md)."""
+    return data_doctor.reachability(settings, corpus_id, qa_set, k=k, limit=limit)
+
+
+@router.get("/{corpus_id}/doctor/exemplars")
+def doctor_exemplars(corpus_id: Id, exemplar_set: int = Query(..., ge=1, le=MAX_SQL_INT,
+                                                              description="The set's id"),
+                     k: int = TopK, settings: Settings = Depends(get_settings)) -> dict:
+    """Each exemplar's searches run on this corpus: what it returns, and beside each
+    exemplar the passages it shows that the corpus does not return (docs/data-doctor.md)."""
+    return data_doctor.exemplar_replay(settings, corpus_id, exemplar_set, k=k)
