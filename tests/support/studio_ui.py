@@ -33,12 +33,14 @@ class StudioUI:
         self.page.get_by_role("tab", name=tab, exact=True).click()
 
     def wait_text(self, selector: str, text: str, timeout: float = 30) -> str:
-        """Wait until the element's visible text contains `text`; return that text."""
-        self.page.wait_for_function(
+        """Wait until the element's visible text contains `text`; return the text that did
+        (read in the same check: the element may change right after, a run ending, Gradio's
+        progress text replacing a message)."""
+        seen = self.page.wait_for_function(
             "([s, t]) => { const e = document.querySelector(s); "
-            "return e && e.innerText.includes(t); }", arg=[selector, text],
+            "return e && e.innerText.includes(t) ? e.innerText : false; }", arg=[selector, text],
             timeout=timeout * 1000)
-        return self.page.locator(selector).inner_text()
+        return seen.json_value()
 
     def wait_value(self, selector: str, text: str, timeout: float = 30) -> str:
         """Wait until a textbox's value contains `text`; return the value."""
