@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import gradio as gr
 import pytest
 
 from frontend.components import error_markdown, only_choice, picker, problems
@@ -229,3 +230,21 @@ def test_draft_previews_count_tokens(settings, tmp_path):
     assert result["prompts"][0]["tokens"] < result["prompts"][2]["tokens"]
     with pytest.raises(InvalidInput, match="outside 0..2"):
         preview_exemplars(settings, DEMO[:2], "q", ks=[3], model=model)
+
+
+def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_text(settings):
+    from frontend.pages import data
+
+    with pytest.raises(gr.Error, match="corpus: choose a corpus"):
+        data.run_doctor(settings, None, 1, None, 3)
+    with pytest.raises(gr.Error, match="QA set: choose a QA set, an exemplar set, or both"):
+        data.run_doctor(settings, 1, None, None, 3)
+    report = {"corpus": "*c*", "exemplar_set": "<b>e</b>", "k": 3, "flagged": 1, "exemplars": [
+        {"number": 1, "question": "ok?", "findings": []},
+        {"number": 2, "question": "[x](javascript:y)", "findings": ["search 1 '<i>': none"]}]}
+    shown = data.replay_markdown(report)
+    assert shown.splitlines()[2] == "- ✓ " + markdown_text(
+        "1. ok?: ok, the corpus returns what it shows")
+    assert shown.splitlines()[3] == "- ⚠ " + markdown_text(
+        "2. [x](javascript:y): search 1 '<i>': none")
+    assert "<b>" not in shown and "*c*" not in shown
