@@ -28,6 +28,8 @@ LABELS_HELP = ("Each question gets one label, checked in this order (click a row
                                             for key in LABELS))
 EXAMPLES = 5  # questions shown per label and model
 REFRESH_SECONDS = 3
+COMING = ("The run evaluates its base and trained models when it ends: this table fills in "
+          "then, without a reload.")
 PROTOCOL = ("Zero-shot prompt (no exemplars), temperature 0.1, top-3 passages; the defaults "
             "below are the paper's evaluation protocol.")
 
@@ -179,11 +181,14 @@ def build(settings: Settings) -> None:
         return bool(r["checkpoint_dir"])
 
     def results(run_id, model=None) -> tuple[list, list, str, list, bool]:
-        """The table (twice: shown, and kept to compare), the notes on zero scores, the
-        split by failure label, and whether an evaluation in it still moves."""
+        """The table (twice: shown, and kept to compare), the notes (why a score is 0, or that
+        the run's own evaluations are still to come), the split by failure label, and whether
+        the table will still change (an evaluation in it moves, or the run's are to come)."""
         pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
         rows = table_rows(pairs)
-        return rows, rows, zero_notes(pairs), label_rows(pairs), moving(pairs)
+        to_come = evaluations.evaluations_to_come(settings, int(run_id))
+        notes_now = "\n\n".join(filter(None, (COMING * to_come, zero_notes(pairs))))
+        return rows, rows, notes_now, label_rows(pairs), moving(pairs) or to_come
 
     def table_now(run_id, model, previous):
         """`results`, with the tables and notes skipped when the rows did not change."""

@@ -9,6 +9,7 @@ and stops the process; what the process writes after that is ignored.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 from sqlmodel import select
@@ -24,7 +25,7 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.lanes import add_waits
 from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
-from studio.services.run_plans import DataRef, PlannedDataGone, load_plan, pinned_row
+from studio.services.run_plans import DataRef, PlannedDataGone, RunPlan, load_plan, pinned_row
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
 from studio.tables import (
@@ -39,6 +40,9 @@ from studio.tables import (
 )
 
 EVAL_TASK = "worker.evaluate"
+QUEUED_AT_END_WITHIN = timedelta(minutes=2)
+"""How soon after a run's success its worker queues the evaluations its plan asks for (it
+sees the training process exit, which can take a while to free a large model)."""
 
 
 def run_protocol(config: RunConfig) -> dict:
@@ -316,6 +320,27 @@ def evaluate_finished_run(settings: Settings, run_id: int) -> list[EvaluationVie
                       f"model on {', '.join(ref.name for ref in plan.eval)}",
                       step=run["current_step"], data={"evaluations": [e["id"] for e in created]})
     return created
+
+
+def evaluations_to_come(settings: Settings, run_id: int) -> bool:
+    """Whether the run will still queue base against trained by itself: its plan asks for
+    them at the end (`evaluate_finished_run`) and it is queued or training, or it succeeded
+    less than `QUEUED_AT_END_WITHIN` ago and none is queued yet. A page showing the run's
+    evaluations keeps following it meanwhile: they appear only once the worker has seen the
+    training process exit, seconds after the run says it succeeded."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        run = get_or_404(session, Run, run_id, "run")
+        if run.plan is None:
+            return False
+        plan = RunPlan.model_validate(run.plan)
+        if not (plan.config.engine.evaluate_at_end and plan.eval):
+            return False
+        if run.state in ACTIVE_STATES:
+            return True
+        return (run.state == RunState.succeeded and run.finished_at is not None
+                and utcnow() - run.finished_at < QUEUED_AT_END_WITHIN
+                and session.exec(select(Evaluation.id).where(Evaluation.run_id == run_id)
+                                 .limit(1)).first() is None)
 
 
 def base_vs_trained(settings: Settings, run_id: int,

@@ -1,8 +1,9 @@
 """The Evaluate and Compare pages in Chromium on stored runs (nothing trains), as a new user
 meets them (issue 15): an evaluation that scored 0 says why, its results are there again
 after a reload without picking the run, the question limit starts empty; the split by failure
-label shows base beside trained and a row opens its questions, escaped (issue 16); the
-configs of two runs show both columns whole, without the settings a run's own config
+label shows base beside trained and a row opens its questions, escaped (issue 16); a run
+that has just succeeded is followed from Live run until the evaluations it queues itself
+have finished, without a reload (the first-run walk's path); the configs of two runs show both columns whole, without the settings a run's own config
 overrides. Screenshots go to artifacts/screenshots/.
 """
 
@@ -13,10 +14,11 @@ import re
 import pytest
 from sqlmodel import select
 
+from frontend.pages import evaluate
 from studio.db import session_scope
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
-from studio.tables import QASet, Run
+from studio.tables import Evaluation, QASet, Run, RunState, utcnow
 from tests.support.actors import admin
 from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
 from tests.support.labelled_evaluations import finished_evaluation
@@ -30,15 +32,18 @@ SILENT = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.1, "search
           "valid_search_rate": 0.0, "answer_rate": 0.0, "questions": 60}
 
 
-def stored_run(settings: Settings, model, name: str, steps: int, lr: float) -> int:
-    """A finished 3 -> 2 -> 0 run with a checkpoint, as the Launch page writes its config."""
+def stored_run(settings: Settings, model, name: str, steps: int, lr: float,
+               evaluate_at_end: bool = False) -> int:
+    """A finished 3 -> 2 -> 0 run with a checkpoint, as the Launch page writes its config
+    (the quick start's evaluates at the end)."""
     per_stage = -(-steps // 3)
     config = {"name": name, "model": str(model),
               "data": {"corpus": "demo", "train": "demo", "exemplars": "demo",
                        "eval": ["demo-heldout"]},
               "curriculum": {"preset": None, "stages": [{"exemplars": k, "steps": per_stage}
                                                         for k in (3, 2, 0)]},
-              "grpo": {"lr": lr, "batch_size": 2, "group_size": 2}}
+              "grpo": {"lr": lr, "batch_size": 2, "group_size": 2},
+              "engine": {"evaluate_at_end": evaluate_at_end}}
     run_id = finished_run(settings, config, steps)
     with session_scope(settings.sqlalchemy_url) as session:
         run = session.get(Run, run_id)
@@ -156,3 +161,40 @@ def test_compare_shows_every_run_s_column_and_no_overridden_default(ui):
         assert right <= edges["right"] + 1, (name, edges)
     ui.page.wait_for_selector("#compare-plot .js-plotly-plot .main-svg", timeout=60_000)
     ui.screenshot("compare-configs")
+
+
+def test_evaluate_follows_the_evaluations_a_run_queues_at_its_end(ui):
+    """The first run's path: the run has just succeeded and its worker has not yet queued base
+    against trained when the user goes from Live run to Evaluate. The page keeps following:
+    the evaluations show up queued, then finished, with no reload and no click."""
+    settings = Settings(data_dir=ui.data_dir)
+    with session_scope(settings.sqlalchemy_url) as session:
+        model = session.exec(select(Run)).first().config["model"]
+        heldout = session.exec(select(QASet).where(QASet.name == "demo-heldout")).one().id
+    run_id = stored_run(settings, model, "just-ended", 6, 1e-4, evaluate_at_end=True)
+    ui.open("Live run")
+    ui.open("Evaluate")
+    field = ui.page.locator("#evaluate-run input").first
+    field.click()
+    field.fill("just-ended")
+    ui.page.get_by_role("option", name=re.compile(" just-ended · ")).click()
+    ui.wait_text("#evaluate-notes", "fills in then, without a reload")
+    # the page's timer ticks while nothing is queued yet (the walk's order): it must go on
+    ui.page.wait_for_timeout(3_000 * evaluate.REFRESH_SECONDS)
+
+    with session_scope(settings.sqlalchemy_url) as session:  # what its worker queues
+        checkpoint = session.get(Run, run_id).checkpoint_dir
+        queued = [Evaluation(run_id=None, model_ref=model, qa_set_id=heldout),
+                  Evaluation(run_id=run_id, model_ref=checkpoint, qa_set_id=heldout)]
+        session.add_all(queued)
+        session.flush()
+        ids = [e.id for e in queued]
+    ui.wait_text("#evaluate-table", "base queued")
+    with session_scope(settings.sqlalchemy_url) as session:  # ... and what it records after
+        for evaluation_id in ids:
+            evaluation = session.get(Evaluation, evaluation_id)
+            evaluation.state, evaluation.finished_at = RunState.succeeded, utcnow()
+            evaluation.metrics, evaluation.params = TRIED, {"total": 60, "done": 60}
+            session.add(evaluation)
+    ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
+    assert "fills in then" not in ui.page.locator("#evaluate-notes").inner_text()

@@ -3,13 +3,15 @@ checked before anything is queued, and the newest pair of figures per set read b
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from studio.db import session_scope
 from studio.services import evaluations
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
-from studio.tables import Run, RunState
+from studio.tables import Run, RunState, utcnow
 from tests.support.actors import admin
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
@@ -97,7 +99,10 @@ def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, b
     for run_id in (asked, quiet):
         _give_checkpoint(settings, run_id)
     assert evaluations.evaluate_finished_run(settings, quiet) == []
+    assert evaluations.evaluations_to_come(settings, asked), "its worker is about to queue them"
+    assert not evaluations.evaluations_to_come(settings, quiet), "it asks for none"
     base, trained = evaluations.evaluate_finished_run(settings, asked)
+    assert not evaluations.evaluations_to_come(settings, asked), "they are queued"
     assert base["model"] == base_model and trained["run_id"] == asked
     protocol = trained["params"]["protocol"]
     assert protocol == base["params"]["protocol"]
@@ -145,3 +150,27 @@ def test_a_model_that_cannot_be_resolved_is_refused_naming_the_field(settings, r
                                                   start=False)
         assert str(refused.value).startswith(f"base_model: {model!r} is not a model folder")
     assert evaluations.list_evaluations(settings) == [], "nothing stored or queued"
+
+
+def test_a_run_s_own_evaluations_are_to_come_while_it_trains_and_just_after(settings, base_model):
+    """What keeps the Evaluate page following a run until the evaluations it queues at its end
+    appear: they are to come while it is queued or training, and for a short while after it
+    succeeds (its worker queues them once it sees the training process exit), not after."""
+    load_demo_pack(settings, admin(settings), index_now=True)
+    config = {"name": "r", "model": base_model,
+              "data": {"corpus": "demo", "train": "demo", "eval": ["demo"], "exemplars": "demo"},
+              "engine": {"evaluate_at_end": True}}
+    run_id = finished_run(settings, config, steps=4)
+
+    def set_run(state, ended_ago=None):
+        with session_scope(settings.sqlalchemy_url) as session:
+            run = session.get(Run, run_id)
+            run.state = state
+            run.finished_at = None if ended_ago is None else utcnow() - ended_ago
+            session.add(run)
+        return evaluations.evaluations_to_come(settings, run_id)
+
+    assert set_run(RunState.queued) and set_run(RunState.running)
+    assert set_run(RunState.succeeded, timedelta(seconds=5))
+    assert not set_run(RunState.succeeded, evaluations.QUEUED_AT_END_WITHIN), "never queued"
+    assert not set_run(RunState.failed, timedelta(seconds=5)), "a failed run queues none"
