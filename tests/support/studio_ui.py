@@ -75,10 +75,11 @@ class StudioUI:
 def studio_in_browser(tmp_path: Path, **settings: str) -> Iterator[StudioUI]:
     """`studio up` (web app + worker) on `tmp_path/data`, and a page logged in as the admin.
 
-    `settings` are STUDIO_* settings for the studio, e.g. `default_model=<tiny model folder>`.
+    `settings` are STUDIO_* settings for the studio, e.g. `default_model=<tiny model folder>`;
+    the heartbeat is 1 s unless they say (a lost worker shows within 3 s).
     """
     port, log = free_port(), tmp_path / "up.log"
-    env = studio_env(tmp_path / "data", heartbeat_seconds="1", **settings)
+    env = studio_env(tmp_path / "data", **{"heartbeat_seconds": "1", **settings})
     up = start_studio(["up", "--port", str(port)], env, log)
     try:
         wait_for(lambda: "is serving" in log.read_text() or up.poll() is not None, 120,
