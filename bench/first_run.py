@@ -61,7 +61,7 @@ def walk(ui, phases: Phases, downloads: Path) -> Path:
     ui.wait_text("#quick-start-estimate", "Estimate", timeout=120)
     ui.screenshot("first-run-1-launch")
     page.click("#quick-start")
-    ui.wait_text("#quick-start-message", "Run #", timeout=300)
+    ui.wait_text("#quick-start-message", "Run #", timeout=900)
     page.locator("#quick-start-follow").click()
     phases.done("launch the quick start (stores and indexes the demo pack)")
 
