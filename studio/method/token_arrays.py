@@ -88,7 +88,9 @@ def token_ends(text: str, prefix_texts: list[str]) -> list[int]:
     the last token ends at the end of `text`."""
     ends, end = [], 0
     for decoded in prefix_texts:
-        end = max(end, common_prefix_length([text, decoded]))
+        shared = len(decoded) if text.startswith(decoded) \
+            else common_prefix_length([text, decoded])
+        end = max(end, shared)
         ends.append(end)
     if ends:
         ends[-1] = len(text)
