@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, String, Text, UniqueConstraint, text
+from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 
@@ -310,6 +310,10 @@ class Rollout(SQLModel, table=True):
     reward: float = 0.0
     breakdown: dict | None = _json()
     advantage: float = 0.0
+    # per response token: log-prob, entropy, advantage, loss mask, characters
+    # (`studio.method.token_arrays`); None where the engine kept none
+    token_arrays: bytes | None = Field(default=None, sa_column=Column(LargeBinary,
+                                                                     nullable=True))
     created_at: datetime = Field(default_factory=utcnow)
 
 

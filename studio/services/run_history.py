@@ -15,6 +15,7 @@ from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
 
 from studio.db import session_scope
+from studio.method.token_arrays import TokenArrays, token_view
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import get_or_404, parse_sql_int
@@ -178,14 +179,18 @@ def _rollout_cursor(cursor: str | None) -> tuple[int, int] | None:
 
 def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = RolloutFilter(), *,
                  limit: int = 50, offset: int = 0, cursor: str | None = None,
-                 segments: bool = False) -> dict:
-    """Rollouts newest first (step, then id, descending), filtered; summaries unless `segments`."""
+                 segments: bool = False, tokens: bool = False) -> dict:
+    """Rollouts newest first (step, then id, descending), filtered; summaries unless
+    `segments`; with `tokens` too, each segmented rollout's per-token figures
+    (`token_view`)."""
     _check_limit(limit, MAX_ROLLOUT_PAGE)
     if offset < 0:
         raise InvalidInput(f"offset: give 0 or more (got {offset})")
     after = _rollout_cursor(cursor)
     columns = (*ROLLOUT_SUMMARY_COLUMNS, Rollout.segments) if segments \
         else ROLLOUT_SUMMARY_COLUMNS
+    if segments and tokens:
+        columns = (*columns, Rollout.token_arrays)
     with session_scope(settings.sqlalchemy_url) as session:
         where = filters.apply(select(Rollout.id).where(Rollout.run_id == run_id))
         total = session.execute(select(func.count()).select_from(where.subquery())).scalar_one()
@@ -202,6 +207,9 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
     page = [found[i] for i in ids[:limit] if i in found]
     items = [_with_segments(rollout_summary(r), r.segments) if segments else rollout_summary(r)
              for r in page]
+    if segments and tokens:
+        items = [{**item, "token_view": _token_view(r)} for item, r in zip(items, page,
+                                                                          strict=True)]
     more = len(ids) > limit
     return {"items": items, "total": total,
             "next_cursor": f"{page[-1].step}.{page[-1].id}" if more and page else None}
@@ -228,13 +236,31 @@ def _with_segments(summary: dict, segments: list | None) -> dict:
     return {**summary, "segments": marked, "tokens": tokens}
 
 
+def _token_view(row) -> dict:
+    arrays = TokenArrays.unpack(row.token_arrays) if row.token_arrays else None
+    return token_view(row.segments or [], arrays)
+
+
+def _rollout_row(session: Session, run_id: int, rollout_id: int) -> Rollout:
+    row = session.get(Rollout, rollout_id)
+    if row is None or row.run_id != run_id:
+        _check_run(session, run_id)
+        raise NotFound(f"rollout {rollout_id} of run {run_id} does not exist")
+    return row
+
+
 def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> dict:
     with session_scope(settings.sqlalchemy_url) as session:
-        row = session.get(Rollout, rollout_id)
-        if row is None or row.run_id != run_id:
-            _check_run(session, run_id)
-            raise NotFound(f"rollout {rollout_id} of run {run_id} does not exist")
+        row = _rollout_row(session, run_id, rollout_id)
         return _with_segments(rollout_summary(row), row.segments)
+
+
+def rollout_tokens(settings: Settings, run_id: int, rollout_id: int) -> dict:
+    """One rollout's per-token figures (`studio.method.token_arrays.token_view`): per
+    response token its text, loss mask, log-prob, entropy and advantage."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = _rollout_row(session, run_id, rollout_id)
+        return {"id": row.id, **_token_view(row)}
 
 
 # --- comparison ---------------------------------------------------------------------------

@@ -195,6 +195,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/runs/{w.run_id}/rollouts", {})),
     ("GET", f"{R}/runs/{{run_id}}/rollouts/{{rollout_id}}"): ("read", lambda w, r: (
         f"{R}/runs/{w.run_id}/rollouts/{w.rollout_id}", {})),
+    ("GET", f"{R}/runs/{{run_id}}/rollouts/{{rollout_id}}/tokens"): ("read", lambda w, r: (
+        f"{R}/runs/{w.run_id}/rollouts/{w.rollout_id}/tokens", {})),
     ("GET", f"{R}/runs/{{run_id}}/config.yaml"): ("read", lambda w, r: (
         f"{R}/runs/{w.run_id}/config.yaml", {})),
     ("GET", f"{R}/runs/{{run_id}}/events"): ("read", lambda w, r: (

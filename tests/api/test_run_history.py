@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from studio import db
 from studio.api.app import create_api
+from studio.method.token_arrays import TokenArrays
 from studio.run_config import parse_run_config
 from studio.services import auth
 from studio.settings import Settings
@@ -138,6 +139,31 @@ def test_rollout_detail_marks_what_the_loss_ignores(api):
     assert bad.status_code == 422 and "cursor" in bad.json()["detail"]
 
 
+def test_a_rollouts_token_arrays_are_served_per_token_and_an_older_rollout_has_none(api):
+    settings, client = api
+    run_id = add_run(settings.sqlalchemy_url, "t", [])
+    older = add_rollouts(settings.sqlalchemy_url, run_id, 1)[0]["id"]
+    arrays = TokenArrays(logprob=[-0.25, -3.0, 0.0], entropy=[1.5, 0.75, 0.0],
+                         advantage=[0.5, 0.5, 0.0], mask=[1, 1, 0], chars=[2, 2, 5])
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        row = Rollout(run_id=run_id, step=1, question="q", token_arrays=arrays.pack(),
+                      segments=[{"source": "model", "text": "<a>b", "tokens": 2},
+                                {"source": "env", "text": "<i>&x", "tokens": 1}])
+        session.add(row)
+        session.flush()
+        rollout_id = row.id
+    body = client.get(f"/runs/{run_id}/rollouts/{rollout_id}/tokens").json()
+    assert body == {"id": rollout_id, "recorded": True, "tokens": 3, "bytes": 32,
+                    "text": ["<a", ">b", "<i>&x"], "segment": [0, 0, 1], "mask": [1, 1, 0],
+                    "logprob": [-0.25, -3.0, None], "entropy": [1.5, 0.75, None],
+                    "advantage": [0.5, 0.5, 0.0]}
+    none = client.get(f"/runs/{run_id}/rollouts/{older}/tokens").json()
+    assert none["recorded"] is False and none["mask"] == [] and none["bytes"] == 0
+    other = add_run(settings.sqlalchemy_url, "o", [])
+    missing = client.get(f"/runs/{other}/rollouts/{rollout_id}/tokens")
+    assert missing.status_code == 404 and f"rollout {rollout_id}" in missing.json()["detail"]
+
+
 def test_compare_aligns_steps_and_lists_config_differences(api):
     settings, client = api
     url = settings.sqlalchemy_url
@@ -207,7 +233,8 @@ def test_a_missing_run_is_a_404_on_every_route_and_an_empty_one_is_not(api):
     settings, client = api
     empty = add_run(settings.sqlalchemy_url, "empty", [])
     for path in ("/runs/{}/metrics", "/runs/{}/rollouts", "/runs/{}/rollouts/1",
-                 "/runs/{}/events/history", "/runs/{}/config.yaml"):
+                 "/runs/{}/rollouts/1/tokens", "/runs/{}/events/history",
+                 "/runs/{}/config.yaml"):
         missing = client.get(path.format(999))
         assert missing.status_code == 404 and "run 999" in missing.json()["detail"], path
         if "rollouts/1" not in path:

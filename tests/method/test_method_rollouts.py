@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from studio.method.reward import PENALTY_NAMES, RewardBreakdown
-from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
+from studio.method.rollouts import (
+    Rollout,
+    Segment,
+    reward_turns,
+    rollout_metrics,
+    rollout_segments,
+)
+from studio.method.token_arrays import TokenArrays, char_counts, packed_size, token_ends, token_view
 
 
 def rollout(*parts: tuple[str, int], calls: int = 0) -> Rollout:
@@ -50,3 +57,58 @@ def test_stored_segments_count_tokens_and_style_the_models_tags():
                      "parts": [{"kind": "think", "text": "<think>"}]}
     assert model["tokens"] == 2 and [p["kind"] for p in model["parts"]] == ["search"]
     assert env["tokens"] == 3 and env["parts"] == [{"kind": "information", "text": env["text"]}]
+
+
+def test_token_arrays_pack_to_nine_bytes_a_token_and_come_back_within_float16():
+    arrays = TokenArrays(logprob=[-0.1234567, -7.5, 0.0], entropy=[2.345678, 0.0, 0.0],
+                         advantage=[-1.2345, -1.2345, 0.0], mask=[1, 1, 0], chars=[3, 1, 70000])
+    data = arrays.pack()
+    assert len(data) == packed_size(3) == 5 + 27
+    back = TokenArrays.unpack(data)
+    for got, want in zip(back.logprob + back.entropy + back.advantage,
+                         arrays.logprob + arrays.entropy + arrays.advantage, strict=True):
+        assert abs(got - want) <= 2 ** -11 * abs(want)
+    assert back.mask == [1, 1, 0] and back.chars == [3, 1, 0xFFFF]
+    with pytest.raises(ValueError, match="version 1 arrays of 3 tokens"):
+        TokenArrays.unpack(data[:-1])
+    with pytest.raises(ValueError, match="one entry per response token"):
+        TokenArrays([0.0], [0.0], [0.0], [1, 0], [1, 1])
+
+
+def test_token_ends_follow_the_decoded_prefixes_and_wait_out_a_split_character():
+    # the 2nd token holds half of "é": its prefix decodes with a replacement mark
+    assert token_ends("ab é!", ["ab", "ab \ufffd", "ab é", "ab é!"]) == [2, 3, 4, 5]
+    assert char_counts([2, 3, 4, 5]) == [2, 1, 1, 1]
+    # a decoding that never quite matches (an environment text re-encoded) still ends whole
+    assert token_ends("xy", ["X", "XY"]) == [0, 2]
+
+
+def test_the_token_view_cuts_the_segments_text_and_hides_figures_of_masked_tokens():
+    segments = [{"source": "prompt", "text": "<think>", "tokens": 0},
+                {"source": "model", "text": "ab", "tokens": 2},
+                {"source": "env", "text": "<information>x</information>", "tokens": 1}]
+    arrays = TokenArrays(logprob=[-0.5, -1.0, 0.0], entropy=[1.0, 2.0, 0.0],
+                         advantage=[0.5, 0.5, 0.0], mask=[1, 1, 0], chars=[1, 1, 28])
+    view = token_view(segments, arrays)
+    assert view["text"] == ["a", "b", "<information>x</information>"]
+    assert view["segment"] == [1, 1, 2] and view["mask"] == [1, 1, 0]
+    assert view["logprob"] == [-0.5, -1.0, None] and view["entropy"] == [1.0, 2.0, None]
+    assert view["advantage"] == [0.5, 0.5, 0.0]
+    assert view["recorded"] and view["tokens"] == 3 and view["bytes"] == packed_size(3)
+    empty = token_view(segments, None)
+    assert not empty["recorded"] and empty["text"] == [] and empty["bytes"] == 0
+
+
+def test_reward_turns_say_what_each_model_turn_did():
+    segments = [
+        {"source": "prompt", "text": "<think>", "tokens": 0},
+        {"source": "model", "text": "hm</think><search> moss lamp </search>", "tokens": 9},
+        {"source": "env", "text": "\n\n<information>Doc 1</information>\n\n", "tokens": 6},
+        {"source": "model", "text": "<answer> Ida </answer><answer> Ida Varn </answer>",
+         "tokens": 8},
+    ]
+    first, second = reward_turns(segments)
+    assert first == {"turn": 1, "tokens": 9, "think": True, "queries": ["moss lamp"],
+                     "answers": [], "information": 6, "scored": False}
+    assert second == {"turn": 2, "tokens": 8, "think": False, "queries": [],
+                      "answers": ["Ida", "Ida Varn"], "information": 0, "scored": True}

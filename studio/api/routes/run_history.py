@@ -54,6 +54,16 @@ def rollout(run_id: Id, rollout_id: Id, settings: Settings = Depends(get_setting
     return run_history.rollout_detail(settings, run_id, rollout_id)
 
 
+@router.get("/runs/{run_id}/rollouts/{rollout_id}/tokens")
+def rollout_tokens(run_id: Id, rollout_id: Id, settings: Settings = Depends(get_settings)
+                   ) -> dict:
+    """Per response token of one rollout, as parallel arrays: `text`, `segment` (index into
+    the rollout's segments), `mask` (1: sampled by the model and trained on, 0: inserted by
+    the environment), `logprob` and `entropy` under the policy that sampled it (null where
+    masked), `advantage`; `recorded` false (arrays empty) where the engine kept none."""
+    return run_history.rollout_tokens(settings, run_id, rollout_id)
+
+
 @router.get("/runs/{run_id}/config.yaml", response_class=PlainTextResponse)
 def config_yaml(run_id: Id, settings: Settings = Depends(get_settings)) -> PlainTextResponse:
     """The run's config as a YAML file (`studio run launch` takes it back)."""

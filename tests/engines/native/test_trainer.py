@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from studio.services import runs
+from studio.services import run_history, runs
 from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
@@ -219,3 +219,53 @@ def _pid(settings, run_id):
 
     with session_scope(settings.sqlalchemy_url) as session:
         return session.get(Run, run_id).pid
+
+
+class ScoringTrainer(Trainer):
+    """Also scores its logged rollouts the plainest way, a full forward pass each with the
+    weights that sampled them, before the trainer's own token arrays and the update."""
+
+    def _token_arrays(self, batch, rollouts, logged):
+        self.expected = []
+        with torch.no_grad():
+            for i, rollout in enumerate(rollouts[:logged]):
+                start, length = int(batch.prompt_lengths[i]), len(rollout.response_ids)
+                ids = batch.input_ids[i, :start + length].unsqueeze(0)
+                logits = self.model(input_ids=ids).logits[0, start - 1:-1].double()
+                logp = torch.log_softmax(logits, dim=-1)
+                self.expected.append((
+                    logp.gather(1, ids[0, start:].unsqueeze(1)).squeeze(1),
+                    -(logp.exp() * logp).sum(dim=-1), rollout, float(batch.advantages[i])))
+        return super()._token_arrays(batch, rollouts, logged)
+
+
+def test_logged_rollouts_keep_exact_token_logprobs_entropies_and_advantages(studio):
+    """The stored arrays, read back through the service the API serves, against a plain
+    recomputation: equal within float16's rounding (2**-11 relative, plus 1e-4 for the
+    float32 sums of the engine's shared-prefix pass)."""
+    settings, model = studio
+    # room for the corrective message (88 tokens here) after a rambling first turn
+    config = tiny_config(model, steps=1, max_response_tokens=128)
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    trainer = ScoringTrainer(settings, run["id"])
+    trainer.setup()
+    trainer.step(0)
+    stored = sorted(runs.run_rollouts(settings, run["id"]), key=lambda r: r["sample"])
+    assert len(stored) == len(trainer.expected) == 2
+
+    for row, (logp, entropy, rollout, advantage) in zip(stored, trainer.expected, strict=True):
+        view = run_history.rollout_tokens(settings, run["id"], row["id"])
+        assert view["recorded"] and view["tokens"] == len(rollout.response_ids)
+        assert view["bytes"] == 5 + 9 * view["tokens"]
+        assert view["mask"] == rollout.response_mask
+        assert "".join(view["text"]) == rollout.response_text
+        trained = [i for i, m in enumerate(view["mask"]) if m]
+        assert trained and len(trained) < len(view["mask"]), "model and environment tokens"
+        for i in trained:
+            for got, want in ((view["logprob"][i], logp[i]), (view["entropy"][i], entropy[i])):
+                assert abs(got - float(want)) <= 2 ** -11 * abs(float(want)) + 1e-4, (i, got)
+            assert view["advantage"][i] == pytest.approx(advantage, rel=2 ** -11, abs=1e-6)
+        masked = [i for i, m in enumerate(view["mask"]) if not m]
+        assert {view["logprob"][i] for i in masked} == {None}
+        assert {view["advantage"][i] for i in masked} == {0.0}
+        assert row["advantage"] == pytest.approx(advantage)

@@ -34,6 +34,7 @@ from studio.method.prompt import derive_seed
 from studio.method.reward import score
 from studio.method.rollouts import rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
+from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
@@ -48,6 +49,7 @@ from worker.engines.native.grpo import (
     make_batch,
     make_optimizer,
     reference_logprobs,
+    token_logprobs,
     update_step,
 )
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
@@ -265,6 +267,7 @@ class Trainer:
                            [r.response_mask for r in rollouts], advantages,
                            tokenizer.pad_token_id)
         ref_logp = self._reference_logprobs(batch)
+        arrays = self._token_arrays(batch, rollouts, self._logged(len(rollouts)))
         t2 = time.perf_counter()
         self.recorder.phase(updating, step)
         self.model.train()
@@ -279,7 +282,8 @@ class Trainer:
                         "prompts_cut": prompts.cut / len(rows),
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})
-        logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k)
+        logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k,
+                                    arrays)
         self.recorder.write_step(step, metrics, logged)
         return metrics
 
@@ -292,16 +296,47 @@ class Trainer:
         with self.peft.disable_adapter():
             return reference_logprobs(self.model, batch, micro)
 
-    def _rollout_rows(self, step, rows, rollouts, rewards, advantages, prefix, k):
+    def _logged(self, n_rollouts: int) -> int:
+        """How many of the step's rollouts are logged: the first groups."""
+        return min(self.config.engine.log_groups_per_step * self.config.grpo.group_size,
+                   n_rollouts)
+
+    def _token_arrays(self, batch, rollouts, logged: int) -> list[TokenArrays]:
+        """The logged rollouts' per-token figures, scored by the weights that sampled them
+        (before the update; one extra pass without gradients over those rollouts only)."""
+        if not logged:
+            return []
+        part = batch.rows(list(range(logged)))
+        logp, entropy = token_logprobs(self.model, part, self.config.grpo.micro_batch_size,
+                                       with_entropy=True)
+        arrays = []
+        for i, rollout in enumerate(rollouts[:logged]):
+            start = int(part.prompt_lengths[i])
+            end = start + len(rollout.response_ids)
+            mask = part.loss_mask[i, start:end]
+            arrays.append(TokenArrays(
+                logprob=logp[i, start:end].tolist(), entropy=entropy[i, start:end].tolist(),
+                advantage=(mask * part.advantages[i]).tolist(),
+                mask=[int(m) for m in mask.tolist()],
+                chars=[c for seg in rollout.segments for c in self._segment_chars(seg)]))
+        return arrays
+
+    def _segment_chars(self, segment) -> list[int]:
+        """Per token of a segment the characters of its text it covers."""
+        ids = segment.token_ids
+        decoded = [self.tokenizer.decode(ids[:n]) for n in range(1, len(ids) + 1)]
+        return char_counts(token_ends(segment.text, decoded))
+
+    def _rollout_rows(self, step, rows, rollouts, rewards, advantages, prefix, k, arrays):
         group = self.config.grpo.group_size
-        keep = self.config.engine.log_groups_per_step * group
         return [RolloutRow(
             run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
             stage=self.controller.stage, exemplars=k, question=rows[i // group].question,
             golden_answers=rows[i // group].golden_answers,
             segments=rollout_segments(rollouts[i], prefix), reward=rewards[i].score,
-            breakdown=rewards[i].to_dict(), advantage=float(advantages[i]))
-            for i in range(min(keep, len(rollouts)))]
+            breakdown=rewards[i].to_dict(), advantage=float(advantages[i]),
+            token_arrays=arrays[i].pack())
+            for i in range(len(arrays))]
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         self.recorder.event(step, kind, message, data)
