@@ -1,6 +1,6 @@
 """A run's reproducibility bundle: written by the training process, carried by the model card,
-launched again on the same data (`launch_from_bundle`); and two runs of one config and seed
-on a CPU give the same metrics."""
+served and launched again on the same data (`launch_from_bundle`, the API); and two runs of
+one config and seed on a CPU give the same metrics."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def _repeatable(metrics: list[dict]) -> list[dict]:
             for m in metrics]
 
 
-def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings, tmp_path):
+def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings, api,
+                                                                        tmp_path):
     load_demo_pack(settings, admin(settings), index_now=True)
     model = build_tiny_model(tmp_path / "tiny")
     metrics = []
@@ -56,6 +57,16 @@ def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings
     assert bundle["determinism"]["torch_threads"] == 1
     assert bundle["determinism"]["deterministic_algorithms"] is False
     assert run_bundle(settings, run["id"]) == bundle
+
+    # the API serves it and launches it again
+    served = api.get(f"/runs/{run['id']}/reproduce.json")
+    assert served.status_code == 200 and served.json() == bundle
+    relaunched = api.post("/runs/from-card", json={"card": served.text})
+    assert relaunched.status_code == 201, relaunched.text
+    assert relaunched.json()["config"] == bundle["config"]
+    refused = api.post("/runs/from-card", json={"card": "# a card without its bundle"})
+    assert refused.status_code == 422
+    assert refused.json()["detail"].startswith("holds no reproducibility bundle")
 
 
 def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):

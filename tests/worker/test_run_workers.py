@@ -290,6 +290,18 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
     assert cli("run", "delete", "3").stdout.strip() == "run 3 deleted"
     assert [r["id"] for r in runs.list_runs(settings)] == [2, 1]
 
+    # the same run again from the bundle its training process wrote: its config, its data
+    bundle = RunFolder.of(settings, 1).bundle
+    relaunched = cli("run", "launch", "--from-card", str(bundle))
+    assert relaunched.returncode == 0, relaunched.stdout + relaunched.stderr
+    run_id = int(relaunched.stdout.splitlines()[0].removeprefix("run "))
+    assert runs.get_run(settings, run_id)["config"] == runs.get_run(settings, 1)["config"]
+    assert _error_line(cli("run", "launch", "--from-card", str(good))).startswith(
+        f"studio: error: {good}: holds no reproducibility bundle: give a model card")
+    assert _error_line(cli("run", "launch", str(good), "--from-card", str(bundle))) == (
+        "studio: error: --from-card names the whole run: give it alone, without a run YAML "
+        "file or --preset")
+
 
 def test_a_gpu_worker_runs_at_most_one_job_per_gpu(tmp_path):
     env = {**studio_env(tmp_path), "CUDA_VISIBLE_DEVICES": "0,1"}

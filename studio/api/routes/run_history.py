@@ -1,5 +1,5 @@
 """What a run wrote, read back: metrics and rollouts page by page, one rollout's segments,
-several runs compared, and the run's YAML."""
+several runs compared, the run's YAML and its reproducibility bundle."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 
 from studio.api.deps import Id, Offset, Step, get_settings
-from studio.services import run_history
+from studio.services import reproduce, run_history
 from studio.services.run_history import RolloutFilter
 from studio.settings import Settings
 
@@ -52,6 +52,13 @@ def rollout(run_id: Id, rollout_id: Id, settings: Settings = Depends(get_setting
     """One rollout's segments, each with `source` (prompt, model, env), `tokens` and `trained`
     (false for what the loss ignores), and the token counts per source."""
     return run_history.rollout_detail(settings, run_id, rollout_id)
+
+
+@router.get("/runs/{run_id}/reproduce.json")
+def reproduction_bundle(run_id: Id, settings: Settings = Depends(get_settings)) -> dict:
+    """The run's reproducibility bundle (docs/export.md): `POST /runs/from-card` and `studio
+    run launch --from-card` take it back."""
+    return reproduce.run_bundle(settings, run_id)
 
 
 @router.get("/runs/{run_id}/config.yaml", response_class=PlainTextResponse)
