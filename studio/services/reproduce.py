@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import re
 from importlib import metadata
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
 
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.access import Actor
@@ -30,6 +33,32 @@ PACKAGES = ("torch", "transformers", "icrl-studio", "verl")
 _FENCED_JSON = re.compile(r"^```json[^\n]*\n(.*?)\n```\s*$", re.MULTILINE | re.DOTALL)
 
 
+class Pin(BaseModel):
+    """A data set as the run's plan pinned it."""
+
+    name: str
+    content_hash: str
+
+
+class PinnedData(BaseModel):
+    corpus: Pin
+    train: Pin
+    eval: list[Pin] = []
+    exemplars: Pin | None = None
+
+
+class Bundle(BaseModel):
+    """What `runs/<id>/reproduce.json` holds (docs/export.md)."""
+
+    format: Literal[BUNDLE_FORMAT]
+    seed: int
+    config: dict  # the full resolved run config
+    data: PinnedData
+    packages: dict[str, str | None]
+    device: dict | None  # {kind, name, dtype}; None before an attempt started
+    determinism: dict | None  # what the engine set; None before an attempt started
+
+
 def package_versions() -> dict[str, str | None]:
     versions = {}
     for name in PACKAGES:
@@ -40,24 +69,20 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _pin(ref: DataRef | None) -> dict | None:
-    return {"name": ref.name, "content_hash": ref.content_hash} if ref else None
+def _pin(ref: DataRef | None) -> Pin | None:
+    return Pin(name=ref.name, content_hash=ref.content_hash) if ref else None
 
 
 def make_bundle(plan: RunPlan, *, device: dict | None, determinism: dict | None) -> dict:
-    """The bundle of a run with this plan, trained on `device` ({kind, name, dtype}) with
-    `determinism` (what the engine set); None for both when no attempt has started."""
-    return {
-        "format": BUNDLE_FORMAT,
-        "seed": plan.config.seed,
-        "config": plan.config.model_dump(mode="json"),
-        "data": {"corpus": _pin(plan.corpus), "train": _pin(plan.train),
-                 "eval": [_pin(ref) for ref in plan.eval],
-                 "exemplars": _pin(plan.exemplar_set)},
-        "packages": package_versions(),
-        "device": device,
-        "determinism": determinism,
-    }
+    """The bundle of a run with this plan, trained on `device` with `determinism` (what the
+    engine set); None for both when no attempt has started."""
+    return Bundle(
+        format=BUNDLE_FORMAT, seed=plan.config.seed, config=plan.config.model_dump(mode="json"),
+        data=PinnedData(corpus=_pin(plan.corpus), train=_pin(plan.train),
+                        eval=[_pin(ref) for ref in plan.eval],
+                        exemplars=_pin(plan.exemplar_set)),
+        packages=package_versions(), device=device, determinism=determinism,
+    ).model_dump(mode="json")
 
 
 def write_bundle(settings: Settings, run_id: int, plan: RunPlan, *, device: dict,
@@ -85,45 +110,49 @@ def card_block(bundle: dict) -> str:
     return f"```json\n{text}\n```"
 
 
-def parse_bundle(text: str) -> dict:
-    """The bundle in a reproduce.json or in a model card's fenced JSON block."""
-    candidates = [text] + _FENCED_JSON.findall(text)
-    for candidate in candidates:
+def parse_bundle(text: str) -> Bundle:
+    """The bundle in a reproduce.json or in a model card's fenced JSON block; InvalidInput
+    when there is none, or it lacks a field."""
+    for candidate in [text] + _FENCED_JSON.findall(text):
         try:
             found = json.loads(candidate)
         except ValueError:
             continue
         if isinstance(found, dict) and found.get("format") == BUNDLE_FORMAT:
-            return found
+            try:
+                return Bundle.model_validate(found)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                field = ".".join(str(part) for part in error["loc"])
+                raise InvalidInput(f"the bundle's {field}: {error['msg']}") from None
     raise InvalidInput(
         "holds no reproducibility bundle: give a model card exported by the studio (its "
-        "README.md has a fenced JSON block with \"format\": \"" + BUNDLE_FORMAT + "\") or a "
-        "run's runs/<id>/reproduce.json")
+        f"README.md has a fenced JSON block with \"format\": \"{BUNDLE_FORMAT}\") or a run's "
+        "runs/<id>/reproduce.json")
 
 
-def _checked_plan(settings: Settings, bundle: dict) -> RunPlan:
+def _checked_plan(settings: Settings, bundle: Bundle) -> RunPlan:
     """The plan the bundle's config resolves to here; Conflict naming each data set whose
     stored content is not the one the run trained on."""
     try:
-        config = parse_run_config(bundle.get("config"))
+        config = parse_run_config(bundle.config)
     except RunConfigError as exc:
         raise InvalidInput(f"the bundle's config: {exc}") from None
     try:
         plan = resolve_plan(settings, config)
     except InvalidInput as exc:
-        raise Conflict(f"the data the run trained on is not all stored here: {exc} (the same "
-                       "content the bundle's \"data\" hashes name)") from None
-    pinned = bundle.get("data") or {}
-    pairs = [("data.corpus", "corpus", pinned.get("corpus"), plan.corpus),
-             ("data.train", "QA set", pinned.get("train"), plan.train),
-             ("data.exemplars", "exemplar set", pinned.get("exemplars"), plan.exemplar_set)]
-    eval_pins = pinned.get("eval") or []
+        raise Conflict(f"the data the run trained on is not all stored here: {exc} (with the "
+                       "content whose hashes the bundle's \"data\" gives)") from None
+    pinned = bundle.data
+    pairs = [("data.corpus", "corpus", pinned.corpus, plan.corpus),
+             ("data.train", "QA set", pinned.train, plan.train),
+             ("data.exemplars", "exemplar set", pinned.exemplars, plan.exemplar_set)]
     pairs += [(f"data.eval[{i}]", "QA set", pin, ref)
-              for i, (pin, ref) in enumerate(zip(eval_pins, plan.eval, strict=False))]
+              for i, (pin, ref) in enumerate(zip(pinned.eval, plan.eval, strict=False))]
     changed = [f"{field}: the {kind} '{ref.name}' stored here has other content (sha256 "
-               f"{ref.content_hash[:12]}) than the run trained on ({pin['content_hash'][:12]})"
+               f"{ref.content_hash[:12]}) than the run trained on ({pin.content_hash[:12]})"
                for field, kind, pin, ref in pairs
-               if pin and ref and pin.get("content_hash") != ref.content_hash]
+               if pin and ref and pin.content_hash != ref.content_hash]
     if changed:
         raise Conflict("; ".join(changed) + ". Upload the original content under a name of "
                        "its own and point the config at it, or launch the config (run.yaml) "
@@ -131,13 +160,12 @@ def _checked_plan(settings: Settings, bundle: dict) -> RunPlan:
     return plan
 
 
-def package_warnings(bundle: dict) -> list[str]:
+def package_warnings(bundle: Bundle) -> list[str]:
     """One warning per package whose version here is not the bundle's."""
     here = package_versions()
     return [f"packages: the run was trained with {name} {then or 'not installed'}; this studio "
-            f"has {here.get(name) or 'not installed'}: its metrics may differ"
-            for name, then in (bundle.get("packages") or {}).items()
-            if name in here and here[name] != then]
+            f"has {here[name] or 'not installed'}: its metrics may differ"
+            for name, then in bundle.packages.items() if name in here and here[name] != then]
 
 
 def launch_from_bundle(settings: Settings, actor: Actor, text: str, *,

@@ -124,7 +124,7 @@ def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)
-    bundle = parse_bundle(text)  # the one the trainer wrote when the run started
+    bundle = parse_bundle(text).model_dump(mode="json")  # as the trainer wrote it
     assert bundle == run_bundle(settings, run_id) and bundle["device"]["kind"] == "cpu"
     assert f"(cpu, float32), with seed {bundle['seed']} and torch " in text
     png = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card/reward-curves.png",

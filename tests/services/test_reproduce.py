@@ -8,7 +8,9 @@ import json
 from importlib import metadata
 
 import pytest
+from fastapi.testclient import TestClient
 
+from studio.api.app import create_api
 from studio.services import qa_sets, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import Conflict, InvalidInput
@@ -17,6 +19,7 @@ from studio.services.reproduce import launch_from_bundle, parse_bundle, run_bund
 from studio.services.run_folder import RunFolder
 from studio.services.run_plans import stored_plan
 from tests.support.actors import admin
+from tests.support.api_client import admin_headers
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import tiny_config
 from worker.engines.native.trainer import Trainer
@@ -28,8 +31,7 @@ def _repeatable(metrics: list[dict]) -> list[dict]:
             for m in metrics]
 
 
-def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings, api,
-                                                                        tmp_path):
+def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings, tmp_path):
     load_demo_pack(settings, admin(settings), index_now=True)
     model = build_tiny_model(tmp_path / "tiny")
     metrics = []
@@ -59,12 +61,15 @@ def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings
     assert run_bundle(settings, run["id"]) == bundle
 
     # the API serves it and launches it again
-    served = api.get(f"/runs/{run['id']}/reproduce.json")
+    client, headers = TestClient(create_api(settings)), admin_headers(settings)
+    served = client.get(f"/api/v1/runs/{run['id']}/reproduce.json", headers=headers)
     assert served.status_code == 200 and served.json() == bundle
-    relaunched = api.post("/runs/from-card", json={"card": served.text})
+    relaunched = client.post("/api/v1/runs/from-card", json={"card": served.text},
+                             headers=headers)
     assert relaunched.status_code == 201, relaunched.text
     assert relaunched.json()["config"] == bundle["config"]
-    refused = api.post("/runs/from-card", json={"card": "# a card without its bundle"})
+    refused = client.post("/api/v1/runs/from-card", headers=headers,
+                          json={"card": "# a card without its bundle"})
     assert refused.status_code == 422
     assert refused.json()["detail"].startswith("holds no reproducibility bundle")
 
@@ -78,7 +83,7 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
     run = runs.create_run(settings, actor, config, start=False)
     card = build_model_card(settings, run["id"]).markdown
     assert "## Reproduce" in card and "studio run launch --from-card README.md" in card
-    bundle = parse_bundle(card)
+    bundle = parse_bundle(card).model_dump(mode="json")
     assert bundle == run_bundle(settings, run["id"])  # no attempt yet: the plan's alone
     assert bundle["device"] is None and bundle["config"] == run["config"]
     assert bundle["config"]["name"] == config["name"]
@@ -95,6 +100,9 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
 
     with pytest.raises(InvalidInput, match="holds no reproducibility bundle: give a model card"):
         launch_from_bundle(settings, actor, "# a card\n\n```json\n{\"seed\": 3}\n```\n")
+    torn = {**bundle, "data": {"corpus": bundle["data"]["corpus"]}}
+    with pytest.raises(InvalidInput, match="^the bundle's data.train: Field required$"):
+        launch_from_bundle(settings, actor, json.dumps(torn))
     changed = {**bundle, "data": {**bundle["data"], "train": {"name": "demo",
                                                               "content_hash": "0" * 64}}}
     with pytest.raises(Conflict) as refused:
