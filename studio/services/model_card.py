@@ -345,26 +345,33 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         "## Reward curves\n\n" + curves,
         "## Evaluation\n\n" + _evaluation_section(latest),
         "## Intended use and limits\n\n" + _limits(config),
-        "## Reproduce\n\n" + _reproduce_section(run_bundle(settings, run_id)),
+        "## Reproduce\n\n" + _reproduce_section(run_bundle(settings, run_id), hub_id),
     ]
     front = yaml.safe_dump(metadata, sort_keys=False)
     return ModelCard(f"---\n{front}---\n\n" + "\n\n".join(sections) + "\n", metadata, png, step)
 
 
-def _reproduce_section(bundle: dict) -> str:
-    """How to start the same run again, and the run's reproducibility bundle to do it with."""
+def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
+    """How to start the same run again, and the run's reproducibility bundle to do it with. A
+    local base model is named by its folder's name only (no local path goes public)."""
     device = bundle["device"]
     trained_on = (f"It was trained on {markdown_text(device['name'])} ("
                   + ", ".join(filter(None, (device["kind"], device.get("dtype")))) + ")"
                   if device else "Its training had not started when this card was written")
     packages = ", ".join(f"{name} {version or 'not installed'}"
                          for name, version in bundle["packages"].items())
+    local = ""
+    if hub_id is None:
+        folder = Path(bundle["config"]["model"]).name
+        bundle = {**bundle, "config": {**bundle["config"], "model": folder}}
+        local = (" The base model was a local folder, named here by its name only: add "
+                 "`--model PATH` with its path.")
     return (f"{trained_on}, with seed {bundle['seed']} and {packages}. The block below holds "
             "the whole resolved config, the content hashes of its corpus, QA sets and "
             "exemplars, the device and the determinism settings; in an ICRL Studio that "
             "stores the same data, `studio run launch --from-card README.md` starts the same "
             "run (it refuses when the data differs, and warns when the package versions "
-            "do). On a CPU, the same config and seed give the same metrics.\n\n"
+            f"do).{local} On a CPU, the same config and seed give the same metrics.\n\n"
             + card_block(bundle))
 
 

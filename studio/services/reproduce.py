@@ -169,10 +169,12 @@ def package_warnings(bundle: Bundle) -> list[str]:
 
 
 def launch_from_bundle(settings: Settings, actor: Actor, text: str, *,
-                       start: bool = True) -> dict:
+                       model: str | None = None, start: bool = True) -> dict:
     """Launch the run a model card or reproduce.json describes, on the same data (checked by
-    content hash); its report's warnings name the packages whose versions differ."""
+    content hash); `model` replaces its base model (a card names a local folder by its name
+    only). The report's warnings name the packages whose versions differ."""
     bundle = parse_bundle(text)
-    plan = _checked_plan(settings, bundle)
-    run = create_run(settings, actor, plan.config.model_dump(mode="json"), start=start)
+    config = _checked_plan(settings, bundle).config.model_dump(mode="json")
+    run = create_run(settings, actor, {**config, "model": model or config["model"]},
+                     start=start)
     return {**run, "warnings": run["warnings"] + package_warnings(bundle)}

@@ -83,17 +83,20 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
     run = runs.create_run(settings, actor, config, start=False)
     card = build_model_card(settings, run["id"]).markdown
     assert "## Reproduce" in card and "studio run launch --from-card README.md" in card
+    assert str(model) not in card and "add `--model PATH` with its path" in card
     bundle = parse_bundle(card).model_dump(mode="json")
-    assert bundle == run_bundle(settings, run["id"])  # no attempt yet: the plan's alone
-    assert bundle["device"] is None and bundle["config"] == run["config"]
-    assert bundle["config"]["name"] == config["name"]
+    # no attempt yet: the plan's alone; the local model folder by its name
+    assert bundle == {**run_bundle(settings, run["id"]),
+                      "config": {**run["config"], "model": model.name}}
+    assert bundle["device"] is None and bundle["config"]["name"] == config["name"]
 
-    again = launch_from_bundle(settings, actor, card, start=False)
+    again = launch_from_bundle(settings, actor, card, model=str(model), start=False)
     assert again["id"] != run["id"] and again["config"] == run["config"]
     assert stored_plan(settings, again["id"]) == stored_plan(settings, run["id"])
     assert not any(w.startswith("packages:") for w in again["warnings"])
     older = {**bundle, "packages": {**bundle["packages"], "torch": "1.0.0"}}
-    warned = launch_from_bundle(settings, actor, json.dumps(older), start=False)
+    warned = launch_from_bundle(settings, actor, json.dumps(older), model=str(model),
+                                start=False)
     assert (f"packages: the run was trained with torch 1.0.0; this studio has "
             f"{metadata.version('torch')}: its metrics may differ") in warned["warnings"]
     launched = len(runs.list_runs(settings))
@@ -114,7 +117,7 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
         "original content under a name of its own")
     qa_sets.delete_qa_set(settings, actor, plan.train.id)
     with pytest.raises(Conflict) as refused:
-        launch_from_bundle(settings, actor, card)
+        launch_from_bundle(settings, actor, card, model=str(model))
     assert refused.value.status_code == 409 and str(refused.value).startswith(
         "the data the run trained on is not all stored here: data.train: 'demo' does not "
         "exist; upload it first")

@@ -64,6 +64,9 @@ MAX_CARD_CHARS = 1_000_000  # a model card is some kilobytes
 class FromCardRequest(BaseModel):
     card: str = Field(max_length=MAX_CARD_CHARS, description="A model card (README.md) or a "
                       "run's reproduce.json, as text")
+    model: str | None = Field(default=None, max_length=4096, description="The base model to "
+                              "train instead of the card's (a card names a local model folder "
+                              "by its name only)")
 
 
 @router.post("/runs/from-card", status_code=201)
@@ -72,7 +75,7 @@ def launch_from_card(body: FromCardRequest, actor: CurrentUser,
     """Launch the run a model card or reproduce.json describes, on the same data: 409 naming
     each data set stored with other content or no longer stored; `warnings` name the
     packages whose versions differ."""
-    return reproduce.launch_from_bundle(settings, actor, body.card)
+    return reproduce.launch_from_bundle(settings, actor, body.card, model=body.model)
 
 
 @router.post("/runs/validate")
