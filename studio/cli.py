@@ -527,14 +527,33 @@ def calibrate(model: str = typer.Option(None, help="Model: bundled name, HF id o
 
 
 @run_app.command("launch")
-def run_launch(config: Path = ConfigFile, preset: str = Preset, wait: bool = Wait,
-               data_dir: Path = DataDir) -> None:
-    """Validate a run YAML file (or a preset), queue the run and print its id (and warnings)."""
+def run_launch(config: Path = ConfigFile, preset: str = Preset,
+               from_card: Path = typer.Option(
+                   None, "--from-card", help="Start the same run as a model card (README.md) "
+                   "or a run's reproduce.json describes, on the same data (checked by content "
+                   "hash)."),
+               model: str = typer.Option(None, "--model", help="With --from-card: the base "
+                                         "model to train instead of the card's (a card names "
+                                         "a local model folder by its name only)."),
+               wait: bool = Wait, data_dir: Path = DataDir) -> None:
+    """Validate a run YAML file (or a preset, or a model card's run), queue the run and print
+    its id (and warnings)."""
+    from studio.services.reproduce import launch_from_bundle
     from studio.services.runs import create_run
 
     settings = _studio_ready(data_dir, queue=True)
-    source, prefix = _run_config(settings, config, preset)
-    run = _call(create_run, settings, _actor(settings), source, prefix=prefix)
+    if from_card is None:
+        if model is not None:
+            raise _fail(ValueError("--model goes with --from-card; a run YAML file names its "
+                                   "model itself"))
+        source, prefix = _run_config(settings, config, preset)
+        run = _call(create_run, settings, _actor(settings), source, prefix=prefix)
+    elif config is not None or preset is not None:
+        raise _fail(ValueError("--from-card names the whole run: give it alone, without a run "
+                               "YAML file or --preset"))
+    else:
+        run = _call(launch_from_bundle, settings, _actor(settings), _read_config(from_card),
+                    model=model, prefix=f"{from_card}: ")
     typer.echo(f"run {run['id']}")
     _print_report(run)
     if wait:

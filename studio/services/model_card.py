@@ -25,6 +25,7 @@ from studio.run_config import LoraSpec, RunConfig
 from studio.services import evaluations, qa_sets, runs
 from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
+from studio.services.reproduce import card_block, run_bundle
 from studio.services.run_plans import DataRef, RunPlan, pinned_row, stored_plan
 from studio.settings import Settings
 from studio.steps import MARK_POINTS_BELOW, shown_step, stage_line_x
@@ -340,14 +341,38 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         "## Training data\n\n" + _data_section(settings, plan),
         "## Curriculum\n\n" + _curriculum_section(config),
         "## Hyper-parameters\n\n" + _hyperparameters_section(config)
-        + "\n\nThe whole run config is `run.yaml` in this repository "
-          "(`studio run launch run.yaml` repeats the run).",
+        + "\n\nThe whole run config is `run.yaml` in this repository.",
         "## Reward curves\n\n" + curves,
         "## Evaluation\n\n" + _evaluation_section(latest),
         "## Intended use and limits\n\n" + _limits(config),
+        "## Reproduce\n\n" + _reproduce_section(run_bundle(settings, run_id), hub_id),
     ]
     front = yaml.safe_dump(metadata, sort_keys=False)
     return ModelCard(f"---\n{front}---\n\n" + "\n\n".join(sections) + "\n", metadata, png, step)
+
+
+def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
+    """How to start the same run again, and the run's reproducibility bundle to do it with. A
+    local base model is named by its folder's name only (no local path goes public)."""
+    device = bundle["device"]
+    trained_on = (f"It was trained on {markdown_text(device['name'])} ("
+                  + ", ".join(filter(None, (device["kind"], device.get("dtype")))) + ")"
+                  if device else "Its training had not started when this card was written")
+    packages = ", ".join(f"{name} {version or 'not installed'}"
+                         for name, version in bundle["packages"].items())
+    local = ""
+    if hub_id is None:
+        folder = Path(bundle["config"]["model"]).name
+        bundle = {**bundle, "config": {**bundle["config"], "model": folder}}
+        local = (" The base model was a local folder, named here by its name only: add "
+                 "`--model PATH` with its path.")
+    return (f"{trained_on}, with seed {bundle['seed']} and {packages}. The block below holds "
+            "the whole resolved config, the content hashes of its corpus, QA sets and "
+            "exemplars, the device and the determinism settings; in an ICRL Studio that "
+            "stores the same data, `studio run launch --from-card README.md` starts the same "
+            "run (it refuses when the data differs, and warns when the package versions "
+            f"do).{local} On a CPU, the same config and seed give the same metrics.\n\n"
+            + card_block(bundle))
 
 
 def _limits(config: RunConfig) -> str:

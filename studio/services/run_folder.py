@@ -2,6 +2,8 @@
 
     runs/<id>/
       train.log                   the training process's output, every attempt appended
+      reproduce.json              what it takes to start the same run again, as the latest
+                                  attempt wrote it when it started (studio.services.reproduce)
       checkpoints/step-<N>/       a complete checkpoint after N steps: a Hugging Face model
                                   folder (with LoRA, the adapter), and the native trainer's
                                   optimizer and scheduler state beside it
@@ -47,6 +49,10 @@ class RunFolder:
     @property
     def log(self) -> Path:
         return self.root / "train.log"
+
+    @property
+    def bundle(self) -> Path:
+        return self.root / "reproduce.json"
 
     @property
     def checkpoints(self) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from studio.services import (
     exemplar_sets,
     exports,
     qa_sets,
+    reproduce,
     runs,
 )
 from studio.services.access import Actor
@@ -206,6 +208,10 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
     # runs
     ("GET", f"{R}/runs"): ("read", lambda w, r: (f"{R}/runs", {})),
     ("POST", f"{R}/runs"): ("create", lambda w, r: (f"{R}/runs", {"json": w.config()})),
+    ("POST", f"{R}/runs/from-card"): ("create", lambda w, r: (f"{R}/runs/from-card", {
+        "json": {"card": json.dumps(reproduce.run_bundle(w.settings, w.run_id))}})),
+    ("GET", f"{R}/runs/{{run_id}}/reproduce.json"): ("read", lambda w, r: (
+        f"{R}/runs/{w.run_id}/reproduce.json", {})),
     ("POST", f"{R}/runs/validate"): ("read", lambda w, r: (
         f"{R}/runs/validate", {"json": w.config()})),
     ("GET", f"{R}/runs/{{run_id}}"): ("read", lambda w, r: (f"{R}/runs/{w.run_id}", {})),

@@ -21,6 +21,7 @@ from studio.api.app import create_api
 from studio.run_config import parse_run_config
 from studio.services import corpora, evaluations, exports, model_card, runs
 from studio.services.errors import Conflict, InvalidInput
+from studio.services.reproduce import parse_bundle, run_bundle
 from studio.tables import RunState
 from tests.support.actors import admin
 from tests.support.api_client import admin_headers
@@ -123,6 +124,11 @@ def test_the_model_card_has_front_matter_data_curriculum_curves_and_evaluations(
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)
+    bundle = parse_bundle(text).model_dump(mode="json")  # as the trainer wrote it, but the
+    written = run_bundle(settings, run_id)  # local model folder named by its name only
+    assert bundle == {**written, "config": {**written["config"], "model": model.name}}
+    assert bundle["device"]["kind"] == "cpu"
+    assert f"(cpu, float32), with seed {bundle['seed']} and torch " in text
     png = TestClient(api(settings)).get(f"/api/v1/runs/{run_id}/model-card/reward-curves.png",
                                         headers=admin_headers(settings))
     assert png.status_code == 200 and png.content[:4] == b"\x89PNG"

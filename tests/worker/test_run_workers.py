@@ -15,6 +15,7 @@ import yaml
 from studio import db
 from studio.queue import make_celery
 from studio.services import runs
+from studio.services.reproduce import run_bundle
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
 from studio.tables import Run, RunState
@@ -142,7 +143,7 @@ def test_a_deleted_runs_message_trains_no_other_run(studio, tmp_path):
 def test_the_quick_start_preset_from_the_command_line(tmp_path):
     """`--preset quick-start` instead of a file: the demo pack stored if missing, the studio's
     default model, the preset's stages; a file and a preset together, or an unknown preset,
-    are one error line."""
+    are one error line. `--from-card` launches a run's bundle again."""
     from studio.services.presets import QUICK_START, RUN_PRESETS
 
     model = build_tiny_model(tmp_path / "tiny")
@@ -177,6 +178,21 @@ def test_the_quick_start_preset_from_the_command_line(tmp_path):
     assert run["config"]["model"] == str(model) and run["config"]["data"]["eval"] == [
         "demo-heldout"]
     assert run["config"]["engine"]["evaluate_at_end"] is True and run["state"] == "queued"
+
+    # the same run again from its reproducibility bundle (a model card's, or reproduce.json)
+    bundle = tmp_path / "reproduce.json"
+    bundle.write_text(json.dumps(run_bundle(settings, run["id"])))
+    relaunched = cli("run", "launch", "--from-card", str(bundle))
+    assert relaunched.returncode == 0, relaunched.stdout + relaunched.stderr
+    assert relaunched.stdout.splitlines()[0] == "run 2"
+    assert runs.get_run(settings, 2)["config"] == run["config"]
+    assert _error_line(cli("run", "launch", "--from-card", str(run_file))) == (
+        f"studio: error: {run_file}: holds no reproducibility bundle: give a model card "
+        "exported by the studio (its README.md has a fenced JSON block with \"format\": "
+        "\"icrl-studio/reproduce/1\") or a run's runs/<id>/reproduce.json")
+    assert _error_line(cli("run", "launch", str(run_file), "--from-card", str(bundle))) == (
+        "studio: error: --from-card names the whole run: give it alone, without a run YAML "
+        "file or --preset")
 
 
 def _error_line(done) -> str:

@@ -1,5 +1,5 @@
 """What a run wrote, read back: metrics and rollouts page by page, one rollout's segments,
-several runs compared, and the run's YAML."""
+several runs compared, the run's YAML and its reproducibility bundle."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 
 from studio.api.deps import Id, Offset, Step, get_settings
-from studio.services import run_history
+from studio.services import reproduce, run_history
 from studio.services.run_history import RolloutFilter
 from studio.settings import Settings
 
@@ -62,6 +62,13 @@ def rollout_tokens(run_id: Id, rollout_id: Id, settings: Settings = Depends(get_
     the environment), `logprob` and `entropy` under the policy that sampled it (null where
     masked), `advantage`; `recorded` false (arrays empty) where the engine kept none."""
     return run_history.rollout_tokens(settings, run_id, rollout_id)
+
+
+@router.get("/runs/{run_id}/reproduce.json")
+def reproduction_bundle(run_id: Id, settings: Settings = Depends(get_settings)) -> dict:
+    """The run's reproducibility bundle (docs/export.md): `POST /runs/from-card` and `studio
+    run launch --from-card` take it back."""
+    return reproduce.run_bundle(settings, run_id)
 
 
 @router.get("/runs/{run_id}/config.yaml", response_class=PlainTextResponse)

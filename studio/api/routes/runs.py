@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, get_settings
 from studio.run_config import RunConfig
-from studio.services import evaluations, run_validation, runs
+from studio.services import evaluations, reproduce, run_validation, runs
 from studio.services.evaluations import (
     BaseVsTrained,
     EvaluationView,
@@ -56,6 +56,26 @@ def launch(actor: CurrentUser, config: dict = RunConfigBody,
     adds `stages` (each stage's longest prompt in tokens and seconds per step),
     `time_estimate` and `warnings`."""
     return runs.create_run(settings, actor, config)
+
+
+MAX_CARD_CHARS = 1_000_000  # a model card is some kilobytes
+
+
+class FromCardRequest(BaseModel):
+    card: str = Field(max_length=MAX_CARD_CHARS, description="A model card (README.md) or a "
+                      "run's reproduce.json, as text")
+    model: str | None = Field(default=None, max_length=4096, description="The base model to "
+                              "train instead of the card's (a card names a local model folder "
+                              "by its name only)")
+
+
+@router.post("/runs/from-card", status_code=201)
+def launch_from_card(body: FromCardRequest, actor: CurrentUser,
+                     settings: Settings = Depends(get_settings)) -> LaunchedRun:
+    """Launch the run a model card or reproduce.json describes, on the same data: 409 naming
+    each data set stored with other content or no longer stored; `warnings` name the
+    packages whose versions differ."""
+    return reproduce.launch_from_bundle(settings, actor, body.card, model=body.model)
 
 
 @router.post("/runs/validate")

@@ -13,6 +13,7 @@ from studio.method.protocol import fit_observation
 from studio.method.tags import corrective_message
 from studio.method.tools import SearchTool
 from studio.services import corpora
+from studio.services.reproduce import run_bundle
 from tests.support.tiny_server import TinyGenerationServer
 from worker.engines.verl.config import compose
 from worker.engines.verl.launcher import VerlLaunch
@@ -125,6 +126,13 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     text = tokenizer.apply_chat_template(prompt.messages, tokenize=False,
                                          add_generation_prompt=True) + prompt.assistant_prefix
     assert out.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # the run's bundle, written by the launcher: veRL's seeds as it set them
+    bundle = run_bundle(settings, launch.run_id)
+    assert bundle["config"] == config.model_dump(mode="json")
+    assert bundle["determinism"] == {"engine": "verl", "seed_overrides": [
+        f"data.seed={config.seed}", f"actor_rollout_ref.actor.data_loader_seed={config.seed}",
+        f"actor_rollout_ref.rollout.seed={config.seed}"]}
 
 
 @pytest.mark.parametrize(("split", "global_steps", "exemplars"), [

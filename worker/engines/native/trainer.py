@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
+from studio.devices import cpu_name
 from studio.ingest import QARow
 from studio.method.curriculum import (
     AdaptiveController,
@@ -38,6 +39,7 @@ from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
+from studio.services.reproduce import write_bundle
 from studio.services.run_folder import Checkpoint, RunFolder
 from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
@@ -71,6 +73,22 @@ def load_training_data(settings: Settings, plan: RunPlan) -> TrainingData:
     return TrainingData(questions=qa_sets.load_rows(settings, plan.train.id),
                         exemplars=plan.exemplar_list(),
                         index=corpora.open_index(settings, plan.corpus.id))
+
+
+def device_facts(device: torch.device, dtype: torch.dtype) -> dict:
+    """The device a run trains on, as its reproducibility bundle names it."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return {"kind": device.type, "name": name, "dtype": str(dtype).removeprefix("torch.")}
+
+
+def determinism_settings() -> dict:
+    """What decides whether a run repeats exactly, as PyTorch has it now (after `setup`)."""
+    return {"torch_threads": torch.get_num_threads(),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "seeding": "every draw (question order, exemplar sampling, rollouts, LoRA "
+                       "initialisation) has its own generator seeded from (seed, step, what)"}
 
 
 def search_fn(index: SearchIndex, k: int):
@@ -157,6 +175,8 @@ class Trainer:
         self.device, dtype = self._device_and_dtype()
         data_dir = self.settings.resolved_data_dir
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
+        write_bundle(self.settings, self.run_id, self.plan,
+                     device=device_facts(self.device, dtype), determinism=determinism_settings())
         resume = self.folder.latest_checkpoint()
         self._load_policy(resume, dtype)
         self.grpo = GrpoConfig(clip=cfg.grpo.clip, kl_coef=cfg.grpo.kl_coef,

@@ -27,7 +27,9 @@ import yaml
 from studio.api import API_PREFIX
 from studio.base_models import load_tokenizer, resolve_model
 from studio.db import session_scope
+from studio.devices import queue_device
 from studio.services.auth import create_process_token, revoke_tokens
+from studio.services.reproduce import write_bundle
 from studio.services.run_folder import RunFolder
 from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
@@ -114,6 +116,11 @@ class VerlLaunch:
                               "check verl.overrides and the grpo batch sizes") from None
         files.attempt_dir(self.number).mkdir(parents=True, exist_ok=True)
         (files.attempt_dir(self.number) / "overrides.txt").write_text("\n".join(overrides) + "\n")
+        device = queue_device(cfg.queue)
+        write_bundle(self.settings, self.run_id, self.plan,
+                     device={"kind": device["kind"], "name": device["name"]},
+                     determinism={"engine": "verl", "seed_overrides": [
+                         o for o in overrides if o.split("=", 1)[0].endswith("seed")]})
         return overrides
 
     def _resume_point(self) -> None:
