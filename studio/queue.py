@@ -48,9 +48,14 @@ def make_celery(settings: Settings, *, include: tuple[str, ...] = ()) -> Celery:
 
 
 def check_broker(url: str, timeout: float = 3.0) -> None:
-    """Raise if the broker cannot be reached (start-up checks and /healthz)."""
+    """Raise if the broker cannot be reached (start-up checks and /healthz). The embedded
+    broker's tables are made here, once: workers started together on a new data folder each
+    made them otherwise, and the one that lost the race logged "table kombu_queue already
+    exists"."""
     with Connection(url, connect_timeout=timeout) as conn:
         conn.ensure_connection(max_retries=1, timeout=timeout)
+        if url.startswith("sqla+"):
+            conn.default_channel.session  # noqa: B018 (opening it creates the tables)
 
 
 @lru_cache(maxsize=4)
