@@ -149,6 +149,73 @@ class GrpoSpec(_Strict):
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
     reset_each_stage: bool = Field(
         default=False, description="Upstream's behaviour: new optimizer and reference per stage")
+    # The GRPO family's options (docs/engine.md, "GRPO options"); their defaults are
+    # method.md's update, which they leave unchanged bit for bit.
+    norm_adv_by_std: bool = Field(
+        default=True, title="Divide advantages by the group's spread",
+        description="GRPO divides each answer's advantage by its group's standard deviation; "
+        "off (Dr. GRPO) weights easy and hard questions alike by their reward gaps.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        Field(default="token-mean", title="Loss averaging",
+              description="token-mean: every token counts the same (long answers weigh "
+              "more); seq-mean-token-mean: every answer counts the same; "
+              "seq-mean-token-sum-norm (Dr. GRPO): token sums over a fixed length, no "
+              "length bias."))
+    clip_high: float | None = Field(
+        default=None, gt=0, le=10, title="Clip range, upwards",
+        description="DAPO's clip-higher: a wider upper clip (e.g. 0.28) lets rare good tokens "
+        "grow faster and keeps exploring; empty: the clip range both ways.")
+    dual_clip: float | None = Field(
+        default=None, gt=1, le=100, title="Dual clip",
+        description="Bounds the loss of a negative-advantage token whose ratio is huge "
+        "(e.g. 3.0); empty: no bound (method.md).")
+    ratio_level: Literal["token", "sequence"] = Field(
+        default="token", title="Importance ratio per",
+        description="token: PPO's ratio per token; sequence (GSPO): one length-normalised "
+        "ratio per answer, steadier for long answers; use a small clip range (e.g. 3e-4).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3", title="KL estimator",
+        description="k3 (low-variance, method.md), k2 (squared log-ratio) or k1 (log-ratio, "
+        "unbiased but noisy).")
+    kl_in: Literal["loss", "reward"] = Field(
+        default="loss", title="KL penalty in",
+        description="loss: a term of the loss (method.md); reward: subtracted from each "
+        "answer's reward before the advantages (PPO's original place).")
+    dynamic_sampling: bool = Field(
+        default=False, title="Resample groups that teach nothing",
+        description="DAPO: drop groups whose answers all got the same reward (no learning "
+        "signal) and sample more questions, up to the bound below.")
+    dynamic_sampling_max_batches: int = Field(
+        default=3, ge=1, le=20, title="Sampling rounds per step, at most",
+        description="With dynamic sampling: how many batches one step may sample before it "
+        "trains on what it has.")
+    overlong_buffer: int = Field(
+        default=0, ge=0, le=MAX_TOKENS, title="Overlong buffer (tokens)",
+        description="DAPO's soft length penalty: an answer within this many tokens of the "
+        "length limit loses reward in proportion; 0: off.")
+    overlong_penalty: float = Field(
+        default=1.0, ge=0, le=10, title="Overlong penalty",
+        description="The reward lost by an answer that reaches the length limit.")
+    ppo_epochs: int = Field(
+        default=1, ge=1, le=16, title="Passes over each batch",
+        description="PPO epochs: more reuse each batch of answers (cheaper learning per "
+        "answer) but drift from the policy that sampled them; 1 in the paper.")
+
+    @model_validator(mode="after")
+    def _options_fit_together(self) -> GrpoSpec:
+        problems = []
+        if self.dual_clip is not None and self.ratio_level == "sequence":
+            problems.append("dual_clip is not used with ratio_level: sequence (GSPO has no "
+                            "dual clip); remove one of them")
+        if self.overlong_buffer >= self.max_response_tokens:
+            problems.append(f"overlong_buffer must be smaller than max_response_tokens "
+                            f"({self.max_response_tokens})")
+        if self.dynamic_sampling and self.group_size < 2:
+            problems.append("dynamic_sampling needs groups of two answers or more "
+                            "(group_size)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     def limits(self, response_length: int | None = None) -> Limits:
         """The tag protocol's budgets; `response_length` (veRL's) can only lower the

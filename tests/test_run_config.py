@@ -35,6 +35,26 @@ def test_defaults_are_the_methods():
             g.max_obs_tokens) == (4, 1e-6, 0.001, 0.2, 1.0, 6, 3, 500)
     assert (config.reward.acc_weight, config.reward.format_weight) == (0.8, 0.2)
     assert config.total_steps == 300  # 3-2-0 x 100 steps
+    # The GRPO family's options default to method.md's update: std-normalised advantages,
+    # token-mean, symmetric clip without a dual clip, token ratios, k3 KL in the loss.
+    assert (g.norm_adv_by_std, g.loss_agg_mode, g.clip_high, g.dual_clip, g.ratio_level,
+            g.kl_estimator, g.kl_in, g.dynamic_sampling, g.overlong_buffer, g.ppo_epochs) == (
+        True, "token-mean", None, None, "token", "k3", "loss", False, 0, 1)
+
+
+@pytest.mark.parametrize(("grpo", "message"), [
+    ({"dual_clip": 3.0, "ratio_level": "sequence"},
+     "grpo: dual_clip is not used with ratio_level: sequence"),
+    ({"overlong_buffer": 512}, "grpo: overlong_buffer must be smaller than max_response_tokens"),
+    ({"dynamic_sampling": True, "group_size": 1}, "grpo: dynamic_sampling needs groups of two"),
+    ({"dual_clip": 1.0}, "grpo.dual_clip: Input should be greater than 1"),
+    ({"loss_agg_mode": "seq-sum"}, "grpo.loss_agg_mode: Input should be 'token-mean'"),
+    ({"kl_estimator": "k4"}, "grpo.kl_estimator: Input should be 'k1', 'k2' or 'k3'"),
+])
+def test_grpo_options_that_cannot_work_together_name_the_fields(grpo, message):
+    with pytest.raises(RunConfigError) as err:
+        parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, "grpo": grpo})
+    assert message in str(err.value)
 
 
 @pytest.mark.parametrize(("data", "message"), [
