@@ -153,38 +153,46 @@ class GrpoSpec(_Strict):
     # method.md's update, which they leave unchanged bit for bit.
     norm_adv_by_std: bool = Field(
         default=True, title="Divide advantages by the group's spread",
-        description="GRPO divides each answer's advantage by its group's standard deviation; "
-        "off (Dr. GRPO) weights easy and hard questions alike by their reward gaps.")
+        description="GRPO divides each answer's advantage by its group's standard deviation. "
+        "Untick it (Dr. GRPO) when questions differ much in difficulty: a nearly solved "
+        "question's small spread would blow its advantages up.")
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
         Field(default="token-mean", title="Loss averaging",
               description="token-mean: every token counts the same (long answers weigh "
               "more); seq-mean-token-mean: every answer counts the same; "
               "seq-mean-token-sum-norm (Dr. GRPO): token sums over a fixed length, no "
-              "length bias."))
+              "length bias; use it when answers drift longer or shorter for no reason."))
     clip_high: float | None = Field(
         default=None, gt=0, le=10, title="Clip range, upwards",
         description="DAPO's clip-higher: a wider upper clip (e.g. 0.28) lets rare good tokens "
-        "grow faster and keeps exploring; empty: the clip range both ways.")
+        "grow faster and keeps exploring; use it when answers become all alike "
+        "(entropy falling). Empty: the clip range both ways.")
     dual_clip: float | None = Field(
         default=None, gt=1, le=100, title="Dual clip",
         description="Bounds the loss of a negative-advantage token whose ratio is huge "
-        "(e.g. 3.0); empty: no bound (method.md).")
+        "(e.g. 3.0); use it when the loss or gradient norm spikes. Empty: no bound "
+        "(method.md).")
     ratio_level: Literal["token", "sequence"] = Field(
         default="token", title="Importance ratio per",
         description="token: PPO's ratio per token; sequence (GSPO): one length-normalised "
         "ratio per answer, steadier for long answers; use a small clip range (e.g. 3e-4).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         default="k3", title="KL estimator",
-        description="k3 (low-variance, method.md), k2 (squared log-ratio) or k1 (log-ratio, "
-        "unbiased but noisy).")
+        description="How the distance to the starting model is measured: k3 (low-variance, "
+        "method.md) suits nearly every run; k2 (half the squared log-ratio) when k3's "
+        "penalty explodes on rare tokens; k1 (the log-ratio, unbiased but noisy) to compare "
+        "with papers that use it.")
     kl_in: Literal["loss", "reward"] = Field(
         default="loss", title="KL penalty in",
         description="loss: a term of the loss (method.md); reward: subtracted from each "
-        "answer's reward before the advantages (PPO's original place).")
+        "answer's reward before the advantages (PPO's original place), so answers that "
+        "drift far are the ones ranked down; use it to compare with such runs.")
     dynamic_sampling: bool = Field(
         default=False, title="Resample groups that teach nothing",
         description="DAPO: drop groups whose answers all got the same reward (no learning "
-        "signal) and sample more questions, up to the bound below.")
+        "signal) and sample more questions, up to the bound below. Use it when most groups "
+        "score all alike (the no-learning-signal share on the curves is high); it costs "
+        "more sampling per step.")
     dynamic_sampling_max_batches: int = Field(
         default=3, ge=1, le=20, title="Sampling rounds per step, at most",
         description="With dynamic sampling: how many batches one step may sample before it "
@@ -192,14 +200,16 @@ class GrpoSpec(_Strict):
     overlong_buffer: int = Field(
         default=0, ge=0, le=MAX_TOKENS, title="Overlong buffer (tokens)",
         description="DAPO's soft length penalty: an answer within this many tokens of the "
-        "length limit loses reward in proportion; 0: off.")
+        "length limit loses reward in proportion; use it when answers run into the limit. "
+        "0: off.")
     overlong_penalty: float = Field(
         default=1.0, ge=0, le=10, title="Overlong penalty",
         description="The reward lost by an answer that reaches the length limit.")
     ppo_epochs: int = Field(
         default=1, ge=1, le=16, title="Passes over each batch",
         description="PPO epochs: more reuse each batch of answers (cheaper learning per "
-        "answer) but drift from the policy that sampled them; 1 in the paper.")
+        "answer) but drift from the policy that sampled them; try 2-4 when sampling is the "
+        "slow part of a step. 1 in the paper.")
 
     @model_validator(mode="after")
     def _options_fit_together(self) -> GrpoSpec:

@@ -12,6 +12,7 @@ import copy
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import gradio as gr
 
@@ -86,6 +87,7 @@ class Setting:
     label: str
     explain: str
     choices: tuple[str, ...] = ()  # a setting with choices is picked among them
+    optional: bool = False  # an empty box leaves it unset
 
 
 FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef", "grpo.clip",
@@ -99,8 +101,26 @@ SENTINEL_SETTINGS = [Setting(f"sentinel.{name}.action", signal.title,
                              f"{signal.advice}.", ACTIONS)
                      for name, signal in SIGNALS.items()]
 """What the collapse sentinel does at each signal (its windows and thresholds: YAML)."""
-SETTINGS = [Setting(path, field.title, field.description)
-            for path in FORM_SETTINGS for field in [config_field(path)]] + SENTINEL_SETTINGS
+GRPO_OPTIONS = ("grpo.norm_adv_by_std", "grpo.loss_agg_mode", "grpo.clip_high",
+                "grpo.dual_clip", "grpo.ratio_level", "grpo.kl_estimator", "grpo.kl_in",
+                "grpo.dynamic_sampling", "grpo.dynamic_sampling_max_batches",
+                "grpo.overlong_buffer", "grpo.overlong_penalty", "grpo.ppo_epochs")
+"""The GRPO family's options (Dr. GRPO, DAPO, GSPO, ...), folded away: the defaults are the
+paper's update."""
+GRPO_OPTION_WORDS = ("**GRPO variants**: the options of Dr. GRPO, DAPO and GSPO. Leave them "
+                     "as they are to train as the paper does; docs/engine.md has a table of "
+                     "what each changes and its veRL key.")
+
+
+def _form_setting(path: str) -> Setting:
+    """A config field as the form shows it: a choice among a Literal's values, or a box."""
+    field = config_field(path)
+    values = get_args(field.annotation) if get_origin(field.annotation) is Literal else ()
+    return Setting(path, field.title, field.description, tuple(values),
+                   optional=type(None) in get_args(field.annotation))
+
+
+SETTINGS = [_form_setting(path) for path in FORM_SETTINGS + GRPO_OPTIONS] + SENTINEL_SETTINGS
 SENTINEL_WORDS = ("The **collapse sentinel** watches signs that training is breaking down "
                   "before the reward shows it. *warn* marks the step on the curves; *pause* "
                   "also stops the run at a checkpoint, and *Resume* continues it. Windows and "
@@ -220,9 +240,18 @@ def assemble(base: dict, design: dict | None, name: str, source: str, typed_mode
                           exemplars=exemplars or None)
     config["prompt"]["layout"] = layout
     for setting, value in zip(SETTINGS, values, strict=True):
-        default = get_path(base, setting.path)
-        set_path(config, setting.path, default if value is None else type(default)(value))
+        set_path(config, setting.path,
+                 form_value(setting, get_path(base, setting.path), value))
     return config
+
+
+def form_value(setting: Setting, default, value):
+    """A form field's value in its config type: an empty box unsets an optional setting
+    (such as the upward clip) and keeps the base's value of any other; a number box's float
+    becomes an int where the setting is one."""
+    if value is None:
+        return None if setting.optional else default
+    return value if default is None else type(default)(value)
 
 
 def form_values(config: RunConfig) -> tuple:
@@ -447,6 +476,11 @@ def build(settings: Settings) -> None:
                 with gr.Row(equal_height=True):
                     for setting in shown[pair:pair + 2]:
                         values.append(setting_field(setting, get_path(defaults, setting.path)))
+            with gr.Accordion("GRPO variants", open=False, elem_id="grpo-variants"):
+                gr.Markdown(GRPO_OPTION_WORDS)
+                values += [setting_field(s, get_path(defaults, s.path))
+                           for s in SETTINGS[len(FORM_SETTINGS):len(FORM_SETTINGS)
+                                             + len(GRPO_OPTIONS)]]
             with gr.Accordion("Collapse sentinel", open=False, elem_id="sentinel"):
                 gr.Markdown(SENTINEL_WORDS)
                 values += [setting_field(s, get_path(defaults, s.path))

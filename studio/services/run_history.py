@@ -282,13 +282,21 @@ def _flatten(config: dict | None, prefix: str = "") -> dict:
 def unused_keys(config: dict | None) -> set[str]:
     """Dotted keys of a config that its own settings override, so their values did nothing:
     the curriculum's preset and steps per stage beside explicit stages (its stages without
-    them), and every `verl.` setting on another backend."""
+    them), every `verl.` setting on another backend, and a GRPO option's companion while
+    the option is off (the sampling bound without dynamic sampling, the overlong penalty
+    without its buffer, the KL estimator and place without a KL coefficient)."""
     flat = _flatten(config)
     curriculum = (config or {}).get("curriculum") or {}
     unused = ({"curriculum.preset", "curriculum.steps_per_stage"} if curriculum.get("stages")
               else {"curriculum.stages"})
     if (config or {}).get("backend") != "verl":
         unused |= {key for key in flat if key.startswith("verl.")}
+    if not flat.get("grpo.dynamic_sampling"):
+        unused.add("grpo.dynamic_sampling_max_batches")
+    if not flat.get("grpo.overlong_buffer"):
+        unused.add("grpo.overlong_penalty")
+    if flat.get("grpo.kl_coef") == 0:
+        unused |= {"grpo.kl_estimator", "grpo.kl_in"}
     return unused & set(flat)
 
 

@@ -182,6 +182,28 @@ def test_the_sentinel_accordion_sets_each_signals_action():
     assert launch.SENTINEL_SETTINGS[1].explain.startswith("Search calls per rollout fell")
 
 
+def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_one():
+    base = launch.default_config()
+    base["grpo"]["dual_clip"] = 3.0  # an uploaded config's value, cleared on the form
+    form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
+            False, None, None, *[None] * len(launch.SETTINGS)]
+    paths = [s.path for s in launch.SETTINGS]
+    chosen = {"grpo.norm_adv_by_std": False, "grpo.loss_agg_mode": "seq-mean-token-sum-norm",
+              "grpo.clip_high": 0.28, "grpo.kl_estimator": "k2", "grpo.kl_in": "reward",
+              "grpo.dynamic_sampling": True, "grpo.overlong_buffer": 64.0,
+              "grpo.ppo_epochs": 2.0}
+    for path, value in chosen.items():
+        form[15 + paths.index(path)] = value
+    grpo = parse_run_config(launch.assemble(*form)).grpo
+    assert (grpo.norm_adv_by_std, grpo.loss_agg_mode, grpo.clip_high, grpo.kl_estimator,
+            grpo.kl_in, grpo.dynamic_sampling, grpo.overlong_buffer, grpo.ppo_epochs) == (
+        False, "seq-mean-token-sum-norm", 0.28, "k2", "reward", True, 64, 2)
+    assert grpo.dual_clip is None and grpo.ratio_level == "token"
+    choices = {s.path: s.choices for s in launch.SETTINGS}
+    assert choices["grpo.ratio_level"] == ("token", "sequence")  # picked, not typed
+    assert all(launch.config_field(p).description for p in launch.GRPO_OPTIONS)
+
+
 def launch_form(model, name: str, design: dict) -> list:
     """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
     return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],

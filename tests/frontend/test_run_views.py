@@ -31,6 +31,7 @@ from frontend.rollout_view import (
 )
 from studio.method.reward import PENALTY_NAMES
 from studio.method.rollouts import Rollout, Segment, rollout_segments
+from studio.run_config import parse_run_config
 from studio.services.errors import InvalidInput
 from studio.services.model_card import reward_curves_figure
 from studio.services.run_history import config_differences, unused_keys
@@ -177,6 +178,28 @@ def test_config_table_marks_the_settings_that_differ():
     assert rows.loc["curriculum.stages"].tolist()[1] == "3 (2 steps)"
     only = config_table(labels, configs, differences, only_differences=True).data
     assert list(only["setting"]) == ["grpo.lr", "queue"]
+
+
+def test_compare_shows_the_grpo_options_like_any_setting_and_their_unused_companions():
+    """Two runs stored with full configs, one plain GRPO, one DAPO-like: the options that
+    differ come first; a companion of an option that is off says it was not used."""
+    plain, dapo = (parse_run_config({"name": n, "data": {"corpus": "c", "train": "t"},
+                                     "grpo": grpo}).model_dump(mode="json")
+                   for n, grpo in [("grpo", {}),
+                                   ("dapo", {"clip_high": 0.28, "dynamic_sampling": True,
+                                             "overlong_buffer": 64,
+                                             "loss_agg_mode": "token-mean"})])
+    configs = [plain, dapo]
+    labels = ["#1 grpo · succeeded", "#2 dapo · succeeded"]
+    differences = config_differences(configs)
+    assert {"grpo.clip_high", "grpo.dynamic_sampling", "grpo.overlong_buffer",
+            "grpo.dynamic_sampling_max_batches", "grpo.overlong_penalty"} <= set(differences)
+    assert "grpo.loss_agg_mode" not in differences
+    unused = [sorted(unused_keys(c)) for c in configs]
+    rows = config_table(labels, configs, differences, True, unused).data.set_index("setting")
+    assert rows.loc["grpo.clip_high"].tolist() == [DIFFERS, "–", "0.28"]
+    assert rows.loc["grpo.dynamic_sampling_max_batches"].tolist() == [DIFFERS, NOT_USED, "3"]
+    assert rows.loc["grpo.overlong_penalty"].tolist() == [DIFFERS, NOT_USED, "1.0"]
 
 
 def _curriculum(stages: list[tuple[int, int]] | None, preset: str | None = None) -> dict:
