@@ -206,6 +206,187 @@ def test_kl_estimator_is_zero_at_equality_and_guarded_against_overflow():
 
 
 # --------------------------------------------------------------------------
+# The GRPO family's options, each against a direct computation
+# --------------------------------------------------------------------------
+
+# Four sequences of six positions: 4, 2, 5 and 0 scored tokens (the last one fully
+# masked); ratios chosen so that every clip branch is hit somewhere.
+OPTION_MASK = [[0, 1, 1, 1, 1, 0], [0, 0, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1], [0] * 6]
+OPTION_RATIOS = [[1.0, 1.0, 1.25, 1.5, 0.7, 1.0], [1.0, 1.0, 4.0, 0.5, 1.0, 1.0],
+                 [1.0, 0.9, 1.1, 1.3, 0.6, 1.0], [1.0] * 6]
+OPTION_OLD = [[-0.3, -1.0, -2.0, -0.5, -3.0, -0.2], [-0.7, -1.2, -2.2, -0.1, -0.9, -1.5],
+              [-1.4, -0.6, -0.8, -2.5, -1.1, -0.4], [-1.0] * 6]
+OPTION_REF = [[-0.2, -1.3, -1.6, -0.9, -2.4, -0.1], [-0.5, -1.0, -1.9, -0.6, -1.0, -1.2],
+              [-1.2, -0.9, -0.5, -2.0, -1.6, -0.7], [-1.0] * 6]
+OPTION_ADV = [1.5, -2.0, -0.5, 1.0]
+
+
+def option_inputs():
+    """(logp as a leaf, old, ref, advantages, mask), float64."""
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    old = t(OPTION_OLD)
+    logp = (old + torch.log(t(OPTION_RATIOS))).requires_grad_(True)
+    return logp, old, t(OPTION_REF), t(OPTION_ADV), t(OPTION_MASK)
+
+
+def direct_loss(logp, old, ref, adv, mask, cfg: G.GrpoConfig) -> torch.Tensor:
+    """The objective written out token by token, as veRL 0.9.1's core_algos defines it."""
+    high = cfg.clip if cfg.clip_high is None else cfg.clip_high
+    sequences = []
+    for i in range(len(OPTION_MASK)):
+        tokens = [j for j in range(len(OPTION_MASK[i])) if mask[i, j] > 0]
+        if not tokens:
+            continue
+        a = float(adv[i])
+        seq_log_ratio = sum(float(logp[i, j].detach() - old[i, j]) for j in tokens) / len(tokens)
+        terms = []
+        for j in tokens:
+            if cfg.ratio_level == "sequence":  # sg[s_i] * p / sg[p]
+                r = math.exp(seq_log_ratio) * torch.exp(logp[i, j] - logp[i, j].detach())
+            else:
+                r = torch.exp(logp[i, j] - old[i, j])
+            pg = torch.maximum(-a * r, -a * torch.clamp(r, 1 - cfg.clip, 1 + high))
+            if cfg.dual_clip is not None and a < 0:
+                pg = torch.minimum(pg, torch.tensor(-a * cfg.dual_clip, dtype=pg.dtype))
+            log_q = ref[i, j] - logp[i, j]
+            kl = {"k1": -log_q, "k2": log_q**2 / 2, "k3": torch.exp(log_q) - log_q - 1}
+            if cfg.kl_in == "loss":
+                pg = pg + cfg.kl_coef * kl[cfg.kl_estimator]
+            terms.append(pg)
+        sequences.append(terms)
+    if cfg.loss_agg_mode == "token-mean":
+        return sum(sum(terms) for terms in sequences) / sum(len(t) for t in sequences)
+    if cfg.loss_agg_mode == "seq-mean-token-mean":
+        return sum(sum(terms) / len(terms) for terms in sequences) / len(sequences)
+    return sum(sum(terms) for terms in sequences) / len(sequences) / cfg.norm_length
+
+
+OPTION_CASES = {
+    "token-mean": {},
+    "seq-mean-token-mean": {"loss_agg_mode": "seq-mean-token-mean"},
+    "seq-mean-token-sum-norm": {"loss_agg_mode": "seq-mean-token-sum-norm", "norm_length": 8},
+    "clip-high": {"clip_high": 0.28},
+    "dual-clip": {"dual_clip": 3.0},
+    "gspo": {"ratio_level": "sequence", "clip": 0.05},
+    "gspo-seq-mean-token-mean": {"ratio_level": "sequence", "clip": 0.05, "clip_high": 0.5,
+                                 "loss_agg_mode": "seq-mean-token-mean"},
+    "k1": {"kl_estimator": "k1"},
+    "k2": {"kl_estimator": "k2"},
+    "k3": {"kl_estimator": "k3"},
+    "kl-in-reward": {"kl_in": "reward"},
+}
+
+
+@pytest.mark.parametrize("case", OPTION_CASES)
+def test_each_option_gives_the_loss_and_gradient_of_a_direct_computation(case):
+    cfg = G.GrpoConfig(kl_coef=0.3, **OPTION_CASES[case])
+    logp, old, ref, adv, mask = option_inputs()
+    loss, stats = G.grpo_loss(logp, old, ref, adv, mask, cfg)
+    (grad,) = torch.autograd.grad(loss, logp)
+    leaf = logp.detach().requires_grad_(True)
+    want = direct_loss(leaf, old, ref, adv, mask, cfg)
+    (want_grad,) = torch.autograd.grad(want, leaf)
+    assert loss.item() == pytest.approx(want.item(), rel=1e-12)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-12, atol=1e-15)
+    assert stats["loss"] == pytest.approx(loss.item(), rel=1e-12)
+    assert grad[3].abs().sum() == 0 and grad[:, 0].abs().sum() == 0  # masked: no gradient
+
+
+def test_clip_high_widens_only_the_upper_bound():
+    """A > 0 at ratio 1.25 is clipped by 0.2 (no gradient) but not by clip_high 0.28;
+    A < 0 at ratio 0.6 stays clipped below (the lower bound is still clip)."""
+    logp, old, ref, adv, mask = option_inputs()
+    grads, stats = {}, {}
+    for name, high in (("sym", None), ("high", 0.28)):
+        cfg = G.GrpoConfig(kl_coef=0.0, clip_high=high)
+        loss, stats[name] = G.grpo_loss(logp, old, ref, adv, mask, cfg)
+        (grads[name],) = torch.autograd.grad(loss, logp)
+    assert grads["sym"][0, 2] == 0 and grads["high"][0, 2] < 0
+    assert grads["sym"][2, 4] == 0 and grads["high"][2, 4] == 0
+    # clipped: (0,2) and (0,3) above, (1,3) and (2,4) below, out of 11 tokens
+    assert stats["sym"]["clip_frac_high"] == pytest.approx(2 / 11)
+    assert stats["high"]["clip_frac_high"] == pytest.approx(1 / 11)
+    assert stats["sym"]["clip_frac_low"] == stats["high"]["clip_frac_low"] == pytest.approx(2 / 11)
+    assert stats["sym"]["clip_frac"] == pytest.approx(4 / 11)
+
+
+def test_dual_clip_bounds_a_negative_advantage_token_with_a_huge_ratio():
+    """A = -2 at ratio 4: PPO's loss is -A * 4 = 8 with gradient; dual clip 3 caps it at 6, flat."""
+    logp, old, ref, adv, mask = option_inputs()
+    plain = G.GrpoConfig(kl_coef=0.0)
+    dual = G.GrpoConfig(kl_coef=0.0, dual_clip=3.0)
+    loss_p, stats_p = G.grpo_loss(logp, old, ref, adv, mask, plain)
+    loss_d, stats_d = G.grpo_loss(logp, old, ref, adv, mask, dual)
+    (grad_p,) = torch.autograd.grad(loss_p, logp)
+    (grad_d,) = torch.autograd.grad(loss_d, logp)
+    assert loss_p.item() - loss_d.item() == pytest.approx((8.0 - 6.0) / 11)
+    assert grad_p[1, 2] > 0 and grad_d[1, 2] == 0
+    assert stats_d["dual_clip_frac"] == pytest.approx(1 / 11) and stats_p["dual_clip_frac"] == 0
+
+
+def test_sequence_ratio_is_the_length_normalised_ratio_with_token_gradients():
+    """GSPO: every token of sequence i carries s_i = exp(mean log-ratio); unclipped, the
+    gradient at each of its tokens is -A_i * s_i / (|y_i| * sequences) (seq-mean-token-mean)."""
+    logp, old, ref, adv, mask = option_inputs()
+    cfg = G.GrpoConfig(kl_coef=0.0, ratio_level="sequence", clip=10.0,
+                       loss_agg_mode="seq-mean-token-mean")
+    loss, stats = G.grpo_loss(logp, old, ref, adv, mask, cfg)
+    (grad,) = torch.autograd.grad(loss, logp)
+    for i, ratios in enumerate(OPTION_RATIOS[:3]):
+        tokens = [j for j in range(6) if OPTION_MASK[i][j]]
+        s = math.exp(sum(math.log(ratios[j]) for j in tokens) / len(tokens))
+        for j in tokens:
+            want = -OPTION_ADV[i] * s / (len(tokens) * 3)
+            assert grad[i, j].item() == pytest.approx(want, rel=1e-12)
+    assert stats["ratio_max"] == pytest.approx(math.sqrt(4.0 * 0.5), rel=1e-12)
+
+
+def test_kl_in_the_reward_leaves_the_loss_without_kl_but_logs_it():
+    logp, old, ref, adv, mask = option_inputs()
+    in_loss, s_loss = G.grpo_loss(logp, old, ref, adv, mask, G.GrpoConfig(kl_coef=0.3))
+    in_reward, s_reward = G.grpo_loss(logp, old, ref, adv, mask,
+                                      G.GrpoConfig(kl_coef=0.3, kl_in="reward"))
+    no_ref, _ = G.grpo_loss(logp, old, None, adv, mask, G.GrpoConfig(kl_coef=0.3))
+    assert in_reward.item() == no_ref.item() != in_loss.item()
+    assert s_reward["kl"] == s_loss["kl"] > 0
+    assert in_loss.item() - in_reward.item() == pytest.approx(0.3 * s_loss["kl"], rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", G.LOSS_AGG_MODES)
+def test_micro_batches_add_up_to_the_one_shot_aggregate(mode):
+    """Each aggregation: the losses of row slices, given the whole batch's token and sequence
+    counts, add up to the loss of all rows at once, and so do their gradients."""
+    cfg = G.GrpoConfig(kl_coef=0.3, clip_high=0.28, dual_clip=3.0, loss_agg_mode=mode,
+                       norm_length=8)
+    logp, old, ref, adv, mask = option_inputs()
+    whole, _ = G.grpo_loss(logp, old, ref, adv, mask, cfg)
+    (whole_grad,) = torch.autograd.grad(whole, logp)
+    tokens, sequences = float(mask.sum()), float((mask.sum(1) > 0).sum())
+    parts = 0.0
+    for rows in ([0], [1, 3], [2]):
+        part, _ = G.grpo_loss(logp[rows], old[rows], ref[rows], adv[rows], mask[rows], cfg,
+                              num_tokens=tokens, num_sequences=sequences)
+        parts = parts + part
+    (part_grad,) = torch.autograd.grad(parts, logp)
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-12)
+    torch.testing.assert_close(part_grad, whole_grad, rtol=1e-12, atol=1e-15)
+
+
+def test_options_that_cannot_work_are_refused():
+    with pytest.raises(ValueError, match="norm_length"):
+        G.GrpoConfig(loss_agg_mode="seq-mean-token-sum-norm")
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        G.GrpoConfig(loss_agg_mode="token-sum")
+    with pytest.raises(ValueError, match="dual_clip"):
+        G.GrpoConfig(dual_clip=1.0)
+    with pytest.raises(ValueError, match="GSPO"):
+        G.GrpoConfig(ratio_level="sequence", dual_clip=3.0)
+    with pytest.raises(ValueError, match="kl_estimator"):
+        G.GrpoConfig(kl_estimator="k4")
+    with pytest.raises(ValueError, match="ppo_epochs"):
+        G.GrpoConfig(ppo_epochs=0)
+
+# --------------------------------------------------------------------------
 # make_batch and the mask
 # --------------------------------------------------------------------------
 
@@ -557,9 +738,11 @@ def run_sgd(tiny_dir, batch, config, lr=0.5, ref=True):
     return deltas, stats
 
 
-def test_gradient_accumulation_equals_one_big_batch(tiny_dir):
+@pytest.mark.parametrize("mode", G.LOSS_AGG_MODES)
+def test_gradient_accumulation_equals_one_big_batch(tiny_dir, mode):
     b = batch_of(6, 6)
-    cfg = dict(kl_coef=0.5, entropy_coef=0.05, max_grad_norm=None)
+    cfg = dict(kl_coef=0.5, entropy_coef=0.05, max_grad_norm=None, loss_agg_mode=mode,
+               norm_length=16)
     big, s_big = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=6, **cfg))
     for size in (1, 4):
         small, s_small = run_sgd(tiny_dir, b, G.GrpoConfig(micro_batch_size=size, **cfg))
@@ -582,6 +765,70 @@ def test_mini_batches_take_one_optimizer_step_each(tiny_dir):
     assert s["ratio_max"] > 1.0 + 1e-4 and s["approx_kl"] != 0.0
     assert s_whole["ratio_mean"] == pytest.approx(1.0) and s_whole["approx_kl"] == 0.0
 
+
+def cat_batches(a: G.PolicyBatch, b: G.PolicyBatch) -> G.PolicyBatch:
+    """``a``'s rows then ``b``'s (same width)."""
+    return G.PolicyBatch(*(torch.cat([getattr(a, f), getattr(b, f)]) for f in (
+        "input_ids", "attention_mask", "loss_mask", "advantages", "prompt_lengths")))
+
+
+def test_ppo_epochs_pass_over_the_batch_again_with_the_old_log_probs_of_before(tiny_dir):
+    """Two epochs over a batch = one epoch over the batch twice in two mini-batches: the old
+    log-probs of both passes come from the weights before the first optimizer step."""
+    b = batch_of(12, 4)
+    cfg = dict(micro_batch_size=2, kl_coef=0.5, max_grad_norm=None, clip_high=0.28,
+               loss_agg_mode="seq-mean-token-mean")
+    epochs, s_epochs = run_sgd(tiny_dir, b, G.GrpoConfig(ppo_epochs=2, **cfg), lr=2.0)
+    twice, s_twice = run_sgd(tiny_dir, cat_batches(b, b),
+                             G.GrpoConfig(mini_batch_size=4, **cfg), lr=2.0)
+    for x, y in zip(epochs, twice, strict=True):  # old log-probs from other micro-batches
+        torch.testing.assert_close(x, y, atol=2e-5, rtol=1e-3)
+    assert s_epochs["optimizer_steps"] == 2
+    assert s_epochs["num_tokens"] == float(b.loss_mask.sum()) == s_twice["num_tokens"] / 2
+    assert s_epochs["ratio_max"] > 1.0 + 1e-3  # the second pass sees the moved weights
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean", "approx_kl"):
+        assert s_epochs[key] == pytest.approx(s_twice[key], rel=1e-4, abs=1e-7), key
+
+
+def test_default_config_is_method_md_update_bit_for_bit(tiny_dir):
+    """GrpoConfig() against method.md's update written plainly: token log-probs of the whole
+    batch in one pass, ratio exp(logp - sg[logp]), PPO clip 0.2, k3 KL (clamped) at 0.001,
+    token mean, gradient norm clipped to 1, one AdamW step: the same parameters, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    prompts, responses, masks = rollouts(13, 4)
+    order = sorted(range(4), key=lambda i: -(len(prompts[i]) + len(responses[i])))
+    b = G.make_batch(*([x[i] for i in order] for x in (prompts, responses, masks)),
+                     [0.9, -1.3, 0.4, -0.2], PAD)  # longest first: the engine's own order
+    ref_logp = full_reference_logprobs(
+        AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32), b) - 0.05
+
+    engine = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    optimizer, scheduler = G.make_optimizer(engine, lr=1e-3)
+    stats = G.update_step(engine, optimizer, scheduler, b, ref_logp, G.GrpoConfig())
+
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).train()
+    optimizer, scheduler = G.make_optimizer(plain, lr=1e-3)
+    scored = b.loss_mask[:, 1:] > 0
+    hidden = plain.model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                         use_cache=False).last_hidden_state[:, :-1][scored]
+    logits = plain.lm_head(hidden).float()
+    targets = b.input_ids[:, 1:][scored]
+    logp = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=-1)
+    adv = b.advantages.unsqueeze(1).expand_as(scored)[scored]
+    ratio = torch.exp(logp - logp.detach())
+    pg = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - 0.2, 1 + 0.2))
+    d = torch.clamp(ref_logp[:, 1:][scored] - logp, -10.0, 10.0)
+    loss = (pg + 0.001 * (torch.exp(d) - d - 1.0)).sum() / float(scored.sum())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(plain.parameters()), 1.0)
+    optimizer.step()
+    scheduler.step()
+
+    assert stats["optimizer_steps"] == 1 and stats["grad_norm"] > 0
+    for x, y in zip(engine.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(x, y)
+    assert stats["loss"] == pytest.approx(loss.item(), rel=1e-6)
 
 def test_gradient_clipping_is_honoured(tiny_dir):
     b = batch_of(8, 4)

@@ -177,6 +177,38 @@ def test_a_lora_run_killed_mid_way_resumes_from_its_adapter_exactly(studio):
     assert measured(after[2]) == measured(before[2]), "step 2 ran again identically"
 
 
+# The GRPO family's options, away from method.md's defaults; an entropy bonus gives a
+# gradient even when every group's rewards are equal.
+GRPO_OPTIONS = {
+    "dapo-like": {"loss_agg_mode": "seq-mean-token-mean", "clip_high": 0.28, "dual_clip": 3.0,
+                  "kl_estimator": "k2", "ppo_epochs": 2, "entropy_coef": 0.01},
+    "gspo": {"ratio_level": "sequence", "clip": 3e-4, "loss_agg_mode": "seq-mean-token-sum-norm",
+             "kl_estimator": "k1", "entropy_coef": 0.01},
+}
+
+
+@pytest.mark.parametrize("options", GRPO_OPTIONS.values(), ids=GRPO_OPTIONS)
+def test_a_run_with_the_grpo_familys_options_trains(studio, options):
+    settings, model = studio
+    run = runs.create_run(settings, admin(settings), tiny_config(model, steps=2, **options),
+                          start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+
+    assert {key: getattr(trainer.grpo, key) for key in options} == options
+    assert trainer.grpo.norm_length == 48  # tiny_config's max_response_tokens
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in metrics] == [0, 1]
+    for m in metrics:
+        assert m["optimizer_steps"] == options.get("ppo_epochs", 1)
+        for key in ("loss", "pg_loss", "kl", "clip_frac", "clip_frac_high", "dual_clip_frac",
+                    "ratio_mean", "grad_norm"):
+            assert m[key] is not None, key
+        assert m["grad_norm"] > 0
+    moved = trainer.model.state_dict()
+    start = AutoModelForCausalLM.from_pretrained(model).state_dict()
+    assert any(not torch.equal(moved[name], start[name]) for name in start)
+
 @pytest.mark.slow
 def test_the_worker_trains_in_a_spawned_process_and_records_failures(studio, tmp_path):
     settings, model = studio

@@ -8,12 +8,13 @@ The pieces, in the order a training step uses them:
    right-padded :class:`PolicyBatch`.
 2. :func:`reference_logprobs` scores the batch with the frozen reference
    (:func:`frozen_copy` of the initial weights), without gradients.
-3. :func:`update_step` runs one PPO epoch over the batch: mini-batches (one
-   optimizer step each), micro-batches inside them (gradient accumulation),
-   the loss of :func:`grpo_loss`, gradient clipping, ``optimizer.step`` and
-   ``scheduler.step``.
+3. :func:`update_step` runs ``ppo_epochs`` (default one) PPO epochs over the
+   batch: mini-batches (one optimizer step each), micro-batches inside them
+   (gradient accumulation), the loss of :func:`grpo_loss`, gradient
+   clipping, ``optimizer.step`` and ``scheduler.step``.
 
-The loss, per unmasked response token ``t`` of sequence ``i``::
+The loss with the default :class:`GrpoConfig` (method.md), per unmasked
+response token ``t`` of sequence ``i``::
 
     ratio   = exp(logp - old_logp)
     pg      = max(-A_i * ratio, -A_i * clip(ratio, 1 - clip, 1 + clip))
@@ -21,6 +22,10 @@ The loss, per unmasked response token ``t`` of sequence ``i``::
     loss_t  = pg + kl_coef * kl - entropy_coef * entropy
 
     loss    = sum_t(loss_t * mask_t) / sum_t(mask_t)       (token mean over the mini-batch)
+
+The GRPO family's options (an upper clip range, dual clip, GSPO's sequence
+ratio, the k1/k2 estimators, the KL in the reward instead, per-sequence
+aggregations) follow veRL 0.9.1's ``core_algos``; :func:`grpo_loss` says how.
 
 The mask (``PolicyBatch.loss_mask``) is 0 on prompt tokens, environment
 tokens (information blocks, corrective messages) and padding, so none of the
@@ -94,6 +99,12 @@ _PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 # --------------------------------------------------------------------------
 
 
+#: ``GrpoConfig.loss_agg_mode``'s values: veRL's ``actor.loss_agg_mode`` names.
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: ``GrpoConfig.kl_estimator``'s values: veRL's ``kl_loss_type`` names (Schulman's k1/k2/k3).
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
 @dataclass
 class GrpoConfig:
     """Hyper-parameters of one GRPO update (defaults: method.md, "GRPO").
@@ -106,6 +117,16 @@ class GrpoConfig:
     prompt prefix once (:func:`step_prefix`) and the rest of a group's prompt
     once for all its responses in a micro-batch (see :func:`token_logprobs`);
     same result up to float rounding.
+
+    The GRPO family's options (run config ``grpo.*``; :func:`grpo_loss` says
+    what each computes): ``loss_agg_mode`` (one of :data:`LOSS_AGG_MODES`),
+    ``norm_length`` (the fixed length of ``seq-mean-token-sum-norm``, required
+    there: the run's ``max_response_tokens``), ``clip_high`` (upper clip
+    range; None: ``clip``), ``dual_clip`` (None: none), ``ratio_level``
+    (``token`` or ``sequence``), ``kl_estimator`` (one of
+    :data:`KL_ESTIMATORS`), ``kl_in`` (``loss``: the KL is a loss term;
+    ``reward``: the caller put it in the reward, the loss only logs it),
+    ``ppo_epochs`` (passes of :func:`update_step` over the batch).
     """
 
     clip: float = 0.2
@@ -115,16 +136,46 @@ class GrpoConfig:
     mini_batch_size: int | None = None
     max_grad_norm: float = 1.0
     share_prompt: bool = True
+    loss_agg_mode: str = "token-mean"
+    norm_length: int | None = None
+    clip_high: float | None = None
+    dual_clip: float | None = None
+    ratio_level: str = "token"
+    kl_estimator: str = "k3"
+    kl_in: str = "loss"
+    ppo_epochs: int = 1
 
     def __post_init__(self) -> None:
         if not self.clip >= 0:
             raise ValueError(f"clip must be >= 0, got {self.clip}")
+        if self.clip_high is not None and not self.clip_high >= 0:
+            raise ValueError(f"clip_high must be >= 0 or None, got {self.clip_high}")
         if not self.kl_coef >= 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be >= 1 or None, got {self.mini_batch_size}")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, "
+                             f"got {self.loss_agg_mode!r}")
+        if self.loss_agg_mode == "seq-mean-token-sum-norm" and not (
+                self.norm_length is not None and self.norm_length >= 1):
+            raise ValueError("seq-mean-token-sum-norm needs norm_length >= 1 (the run's "
+                             f"max_response_tokens), got {self.norm_length}")
+        if self.dual_clip is not None and not self.dual_clip > 1:
+            raise ValueError(f"dual_clip must be > 1 or None, got {self.dual_clip}")
+        if self.ratio_level not in ("token", "sequence"):
+            raise ValueError(f"ratio_level must be 'token' or 'sequence', got {self.ratio_level!r}")
+        if self.ratio_level == "sequence" and self.dual_clip is not None:
+            raise ValueError("dual_clip is not used with ratio_level 'sequence' (GSPO has none)")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, "
+                             f"got {self.kl_estimator!r}")
+        if self.kl_in not in ("loss", "reward"):
+            raise ValueError(f"kl_in must be 'loss' or 'reward', got {self.kl_in!r}")
+        if self.ppo_epochs < 1:
+            raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
 
 
 @dataclass
@@ -625,6 +676,46 @@ def reference_logprobs(
 # --------------------------------------------------------------------------
 
 
+def kl_estimate(d: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from ``d = ref_logp - logp``.
+
+    As veRL's ``kl_penalty``: ``k1`` = ``-d`` (unbiased, noisy, can be
+    negative), ``k2`` = ``d**2 / 2``, ``k3`` = ``exp(d) - d - 1``
+    (low-variance, never negative; method.md) with ``d`` clamped to
+    :data:`KL_LOG_RATIO_CLAMP` (veRL clamps ``d`` to 20 and the estimate to
+    10; both only guard overflow).
+    """
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.square()
+    if estimator == "k3":
+        d = torch.clamp(d, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+        return torch.exp(d) - d - 1.0
+    raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+#: GSPO's log sequence ratio is clamped above at this value (veRL's ``compute_policy_loss_gspo``).
+SEQUENCE_LOG_RATIO_MAX = 10.0
+
+
+def _sequence_ratio(
+    logp: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """GSPO's ratio ``[N, T]``: each sequence's length-normalised ratio, on each of its tokens.
+
+    ``s_i = exp(mean_t(logp - old_logp))`` over the sequence's scored tokens;
+    the token's value is ``sg[log s_i] + logp - sg[logp]``, exponentiated
+    (the stop-gradient trick of veRL's gspo loss), so it equals ``s_i`` and
+    its gradient is ``s_i * d logp`` per token (the sequence's gradient once
+    token means are taken).
+    """
+    lengths = mask.sum(dim=-1).clamp(min=1.0)
+    seq = (log_ratio * mask).sum(dim=-1) / lengths
+    log_seq = logp - logp.detach() + seq.detach().unsqueeze(-1)
+    return torch.exp(torch.clamp(log_seq, max=SEQUENCE_LOG_RATIO_MAX))
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -635,51 +726,97 @@ def grpo_loss(
     *,
     entropy: torch.Tensor | None = None,
     num_tokens: float | None = None,
+    num_sequences: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO-clip loss + ``kl_coef`` * KL - ``entropy_coef`` * entropy, token mean over the mask.
+    """PPO-clip loss + ``kl_coef`` * KL - ``entropy_coef`` * entropy, aggregated over the mask.
 
     ``logp``, ``old_logp``, ``ref_logp``, ``entropy``, ``loss_mask``: ``[N, T]``;
     ``advantages``: ``[N]`` (or already ``[N, T]``). ``ref_logp`` None (or
     ``kl_coef`` 0) drops the KL term; ``entropy`` None drops the bonus.
-    ``num_tokens``: the denominator of the token mean; default
-    ``loss_mask.sum()``. Gradient accumulation passes the whole mini-batch's
-    count so that the micro-batch losses add up to its token mean.
 
-    Stats (plain floats, means over this call's unmasked tokens): ``loss``,
-    ``pg_loss``, ``kl`` (0 without a reference), ``entropy`` (NaN when not
-    given), ``clip_frac`` (share of tokens where the clipped term is the one
-    used), ``ratio_mean``, ``ratio_max``, ``approx_kl`` (mean of
-    ``old_logp - logp``, the drift from the sampling policy), ``num_tokens``.
+    Per token (veRL 0.9.1's ``compute_policy_loss_vanilla``; ``high`` is
+    ``clip_high``, or ``clip`` when None)::
+
+        pg = max(-A * ratio, -A * clamp(ratio, 1 - clip, 1 + high))
+        pg = min(pg, -A * dual_clip)   where A < 0, when dual_clip is set
+
+    ``ratio`` is ``exp(logp - old_logp)``; with ``ratio_level`` "sequence"
+    it is GSPO's (:func:`_sequence_ratio`, veRL's ``compute_policy_loss_gspo``,
+    no dual clip). The KL term is :func:`kl_estimate` of ``kl_estimator``,
+    in the loss only when ``kl_in`` is "loss" (else it is only logged).
+
+    Aggregation (veRL's ``agg_loss``; the policy, KL and entropy terms alike):
+    ``token-mean`` = sum over scored tokens / ``num_tokens``;
+    ``seq-mean-token-mean`` = sum over sequences of each one's token mean /
+    ``num_sequences``; ``seq-mean-token-sum-norm`` (Dr. GRPO) = sum over
+    sequences of each one's token sum / ``num_sequences`` / ``norm_length``,
+    a fixed length (veRL's ``loss_scale_factor``, whose default is the padded
+    response length; the run gives its ``max_response_tokens``). Defaults:
+    this call's scored tokens and the sequences with at least one (veRL's
+    ``agg_loss`` without global counts; its trainer passes the mini-batch's
+    size, the same number since every answer starts with a token the model
+    wrote); gradient accumulation passes the whole mini-batch's counts so
+    that the micro-batch losses add up to the mini-batch's aggregate.
+
+    Stats (plain floats, means over this call's unmasked tokens): ``loss``
+    (this call's own aggregate), ``pg_loss``, ``kl`` (0 without a
+    reference), ``entropy`` (NaN when not given), ``clip_frac`` (share of
+    tokens where the clipped term is the one used; ``clip_frac_low`` and
+    ``clip_frac_high``: by the lower / upper bound), ``dual_clip_frac``
+    (share bounded by the dual clip), ``ratio_mean``, ``ratio_max``,
+    ``approx_kl`` (mean of ``old_logp - logp``, the drift from the sampling
+    policy), ``num_tokens``.
     """
     mask = loss_mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)
     if adv.dim() == 1:
         adv = adv.unsqueeze(1)
     count = float(mask.sum().item())
-    denom = float(num_tokens) if num_tokens is not None else count
-    denom = max(denom, 1.0)
 
     # Masked entries are replaced (not multiplied) by 0, so whatever a caller
     # leaves there (even inf or NaN) reaches neither the loss nor the gradient.
     valid = mask > 0
     zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
     log_ratio = torch.where(valid, logp - old_logp, zero)
-    ratio = torch.exp(log_ratio)
+    if config.ratio_level == "sequence":
+        ratio = _sequence_ratio(torch.where(valid, logp, zero), log_ratio, mask)
+    else:
+        ratio = torch.exp(log_ratio)
+    high = config.clip if config.clip_high is None else config.clip_high
     unclipped = -adv * ratio
-    clipped = -adv * torch.clamp(ratio, 1.0 - config.clip, 1.0 + config.clip)
+    clipped = -adv * torch.clamp(ratio, 1.0 - config.clip, 1.0 + high)
     pg = torch.maximum(unclipped, clipped)
+    dual = None
+    if config.dual_clip is not None:
+        bound = -adv * config.dual_clip
+        dual = (adv < 0) & (pg > bound)
+        pg = torch.where(adv < 0, torch.minimum(pg, bound), pg)
     per_token = pg
 
     use_kl = ref_logp is not None and config.kl_coef > 0
     if use_kl:
-        d = torch.where(valid, ref_logp - logp, zero)
-        d = torch.clamp(d, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
-        kl = torch.exp(d) - d - 1.0
-        per_token = per_token + config.kl_coef * kl
+        kl = kl_estimate(torch.where(valid, ref_logp - logp, zero), config.kl_estimator)
+        if config.kl_in == "loss":
+            per_token = per_token + config.kl_coef * kl
     if entropy is not None and config.entropy_coef != 0:
         per_token = per_token - config.entropy_coef * entropy
 
-    loss = (torch.where(valid, per_token, zero) * mask).sum() / denom
+    masked = torch.where(valid, per_token, zero) * mask
+    if config.loss_agg_mode == "token-mean":
+        denom = max(float(num_tokens) if num_tokens is not None else count, 1.0)
+        loss = masked.sum() / denom
+        own = max(count, 1.0)
+    else:
+        lengths = mask.sum(dim=-1)
+        sequences = float((lengths > 0).sum().item())
+        denom = max(float(num_sequences) if num_sequences is not None else sequences, 1.0)
+        per_sequence = masked.sum(dim=-1)
+        if config.loss_agg_mode == "seq-mean-token-mean":
+            per_sequence = per_sequence / lengths.clamp(min=1.0)
+        loss = per_sequence.sum() / denom
+        if config.loss_agg_mode == "seq-mean-token-sum-norm":
+            loss = loss / config.norm_length
+        own = max(sequences, 1.0)
 
     with torch.no_grad():
         n = max(count, 1.0)
@@ -687,12 +824,16 @@ def grpo_loss(
         def mean(x: torch.Tensor) -> float:
             return float((torch.where(valid, x, zero) * mask).sum().item() / n)
 
+        bounded_low = (clipped > unclipped) & (adv < 0)
         stats = {
-            "loss": float(loss.item()) * denom / n,
+            "loss": float(loss.item()) * denom / own,
             "pg_loss": mean(pg),
             "kl": mean(kl) if use_kl else 0.0,
             "entropy": mean(entropy) if entropy is not None else math.nan,
             "clip_frac": mean((clipped > unclipped).to(mask.dtype)),
+            "clip_frac_low": mean(bounded_low.to(mask.dtype)),
+            "clip_frac_high": mean(((clipped > unclipped) & ~bounded_low).to(mask.dtype)),
+            "dual_clip_frac": mean(dual.to(mask.dtype)) if dual is not None else 0.0,
             "ratio_mean": mean(ratio),
             "ratio_max": float(ratio[valid].max().item()) if count else 1.0,
             "approx_kl": mean(old_logp - logp),
@@ -706,6 +847,11 @@ def grpo_loss(
 # --------------------------------------------------------------------------
 
 
+#: The stats of :func:`grpo_loss` that :func:`update_step` averages over all scored tokens.
+_TOKEN_MEAN_STATS = ("pg_loss", "kl", "entropy", "clip_frac", "clip_frac_low", "clip_frac_high",
+                     "dual_clip_frac", "ratio_mean", "approx_kl")
+
+
 def update_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -714,37 +860,42 @@ def update_step(
     ref_logp: torch.Tensor | None,
     config: GrpoConfig,
 ) -> dict[str, float]:
-    """One PPO epoch of GRPO over ``batch``; returns the step's stats.
+    """``config.ppo_epochs`` PPO epochs of GRPO over ``batch``; returns the step's stats.
 
     The batch is cut, in order, into mini-batches of ``config.mini_batch_size``
-    sequences (all of it when None); each gets one optimizer step. A
+    sequences (all of it when None); each gets one optimizer step, and each
+    epoch goes through them all in the same order. A
     mini-batch is run in micro-batches of ``config.micro_batch_size``
     sequences (a group's sequences together, sharing one pass over their
     prompt when ``config.share_prompt``; the others sorted by length), whose
     gradients accumulate; with ``share_prompt`` the mini-batch's common prompt
     prefix runs once before them and takes its gradient once after them
     (:class:`StepPrefix`). Each micro-batch's loss is divided by the token
-    count of the *whole* mini-batch, so the accumulated gradient is the
-    gradient of the token mean over the mini-batch. Then the gradient norm is clipped to
+    (or, for the ``seq-mean-*`` aggregations, sequence) count of the *whole*
+    mini-batch, so the accumulated gradient is the gradient of the
+    mini-batch's aggregate (:func:`grpo_loss`). Then the gradient norm is clipped to
     ``max_grad_norm``, ``optimizer.step()`` and ``scheduler.step()`` run (a
     non-finite gradient norm skips both and is counted in ``skipped_steps``).
 
-    Old log-probs: with one mini-batch (one PPO epoch), the policy that
+    Old log-probs: with one mini-batch and one PPO epoch, the policy that
     sampled the rollouts *is* the current one, so ``old_logp`` is the
     detached log-prob of the same forward: the ratio is exactly 1 and no
-    extra forward pass is spent. With several mini-batches the weights move
-    between them, so ``old_logp`` is computed once for the whole batch,
-    without gradients, before the first optimizer step.
+    extra forward pass is spent. With several mini-batches or epochs the
+    weights move between them, so ``old_logp`` is computed once for the
+    whole batch, without gradients, before the first optimizer step.
 
     ``ref_logp``: ``[N, T]`` from :func:`reference_logprobs`, or None to drop
     the KL term (also dropped when ``kl_coef`` is 0).
 
-    Stats: ``loss``, ``pg_loss``, ``kl``, ``entropy``, ``clip_frac``,
+    Stats: ``pg_loss``, ``kl``, ``entropy``, ``clip_frac``,
+    ``clip_frac_low``, ``clip_frac_high``, ``dual_clip_frac``,
     ``ratio_mean``, ``ratio_max``, ``approx_kl`` (token means over the whole
-    batch); ``grad_norm`` (before clipping; mean over the optimizer steps),
-    ``grad_norm_max``, ``lr`` (of the first optimizer step), ``num_tokens``
-    (scored tokens), ``num_sequences``, ``optimizer_steps``, ``skipped_steps``,
-    ``advantage_mean``, ``advantage_abs_mean``. (The share of tokens the environment
+    batch and all epochs); ``loss`` (each mini-batch's aggregate, their mean
+    weighted by tokens); ``grad_norm`` (before clipping; mean over the
+    optimizer steps), ``grad_norm_max``, ``lr`` (of the first optimizer
+    step), ``num_tokens`` (scored tokens of the batch), ``num_sequences``,
+    ``optimizer_steps``, ``skipped_steps``, ``advantage_mean``,
+    ``advantage_abs_mean``. (The share of tokens the environment
     wrote is the rollouts' figure: `studio.method.rollouts.rollout_metrics`.)
     """
     n, t = batch.input_ids.shape
@@ -759,7 +910,7 @@ def update_step(
     was_training = model.training
     model.train()
     old_all = None
-    if len(starts) > 1:
+    if len(starts) > 1 or config.ppo_epochs > 1:
         old_all, _ = token_logprobs(
             model, batch, config.micro_batch_size, share_prompt=config.share_prompt
         )
@@ -771,9 +922,10 @@ def update_step(
     lrs: list[float] = []
     skipped = 0
     try:
-        for start in starts:
+        for start in starts * config.ppo_epochs:
             rows_all = torch.arange(start, min(start + mini, n))
             mb_tokens = float(batch.loss_mask[rows_all].sum().item())
+            mb_sequences = float((batch.loss_mask[rows_all].sum(dim=1) > 0).sum().item())
             optimizer.zero_grad(set_to_none=True)
             plan = _micro_batches(batch, rows_all, config.micro_batch_size, config.share_prompt)
             context = (step_prefix(model, batch, rows_all, grad=True)
@@ -807,6 +959,7 @@ def update_step(
                     config,
                     entropy=entropy if want_entropy else None,
                     num_tokens=max(mb_tokens, 1.0),
+                    num_sequences=max(mb_sequences, 1.0),
                 )
                 loss.backward()
                 if not want_entropy:  # logged, not in the loss
@@ -815,7 +968,7 @@ def update_step(
                     )
                 k = stats["num_tokens"]
                 total_tokens += k
-                for key in ("pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "approx_kl"):
+                for key in _TOKEN_MEAN_STATS:
                     sums[key] = sums.get(key, 0.0) + stats[key] * k
                 sums["loss"] = sums.get("loss", 0.0) + float(loss.item()) * max(mb_tokens, 1.0)
                 sums["ratio_max"] = max(sums.get("ratio_max", -math.inf), stats["ratio_max"])
@@ -840,10 +993,7 @@ def update_step(
         model.train(was_training)
 
     denom = max(total_tokens, 1.0)
-    out = {
-        key: sums.get(key, 0.0) / denom
-        for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "approx_kl")
-    }
+    out = {key: sums.get(key, 0.0) / denom for key in ("loss", *_TOKEN_MEAN_STATS)}
     if total_tokens == 0:
         out["ratio_mean"] = 1.0
     out.update(
@@ -851,7 +1001,7 @@ def update_step(
         grad_norm=sum(grad_norms) / len(grad_norms) if grad_norms else 0.0,
         grad_norm_max=max(grad_norms) if grad_norms else 0.0,
         lr=lrs[0] if lrs else float(optimizer.param_groups[0]["lr"]),
-        num_tokens=total_tokens,
+        num_tokens=total_tokens / config.ppo_epochs,
         num_sequences=float(n),
         optimizer_steps=float(len(grad_norms) - skipped),
         skipped_steps=float(skipped),

@@ -183,7 +183,13 @@ class Trainer:
                                entropy_coef=cfg.grpo.entropy_coef,
                                micro_batch_size=cfg.grpo.micro_batch_size,
                                mini_batch_size=cfg.grpo.mini_batch_size,
-                               max_grad_norm=cfg.grpo.max_grad_norm)
+                               max_grad_norm=cfg.grpo.max_grad_norm,
+                               loss_agg_mode=cfg.grpo.loss_agg_mode,
+                               norm_length=cfg.grpo.limits().max_response_tokens,
+                               clip_high=cfg.grpo.clip_high, dual_clip=cfg.grpo.dual_clip,
+                               ratio_level=cfg.grpo.ratio_level,
+                               kl_estimator=cfg.grpo.kl_estimator, kl_in=cfg.grpo.kl_in,
+                               ppo_epochs=cfg.grpo.ppo_epochs)
         self.rollout_config = RolloutConfig(**asdict(cfg.grpo.limits()),
                                             temperature=cfg.grpo.temperature,
                                             top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
