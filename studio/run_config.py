@@ -480,6 +480,11 @@ class RunConfig(_Strict):
                             "checkpoint yet; use warn or backend: native")
         if self.lora is not None and self.lora.dropout:
             problems.append("lora.dropout: veRL's LoRA has no dropout; use 0 or backend: native")
+        bound = GrpoSpec.model_fields["dynamic_sampling_max_batches"].default
+        if self.grpo.dynamic_sampling and self.grpo.dynamic_sampling_max_batches != bound:
+            problems.append("grpo.dynamic_sampling_max_batches: the verl backend cannot bound "
+                            "the sampling rounds (veRL's trainer resamples until the batch is "
+                            f"full); leave it at {bound} or use backend: native")
         if problems:
             raise ValueError("; ".join(problems))
         return self

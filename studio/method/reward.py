@@ -218,3 +218,20 @@ def score(
         answer=answer,
         penalties=penalties,
     )
+
+
+def overlong_penalty(length: int, max_length: int, buffer: int, penalty: float) -> float:
+    """DAPO's soft overlong punishment, added to a response's reward (0 or negative).
+
+    As veRL's DAPO reward manager: with ``expected = max_length - buffer``, the
+    reward gains ``min(-(length - expected) / buffer * penalty, 0)``, so nothing up
+    to ``expected`` tokens, then a linear fall to ``-penalty`` at ``max_length``.
+    ``length`` is the whole response, the tool's tokens included, because the
+    response budget (``grpo.max_response_tokens``) counts them too and veRL counts
+    the response's attention mask, which covers them. ``buffer`` 0: off.
+    """
+    if buffer <= 0:
+        return 0.0
+    if buffer > max_length:
+        raise ValueError(f"overlong buffer {buffer} exceeds the length limit {max_length}")
+    return min(-(length - (max_length - buffer)) / buffer * penalty, 0.0)

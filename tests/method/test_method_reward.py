@@ -14,6 +14,7 @@ from studio.method.reward import (
     format_penalties,
     multi_answer_match,
     normalize_answer,
+    overlong_penalty,
     score,
     substring_match,
     token_f1,
@@ -332,3 +333,23 @@ def test_score_independent_of_prompt_property(response, k, seed):
     a, b = score(response, ["Paris"]), score(response, ["Paris"])
     assert a == b
     assert 0.0 <= a.score <= 1.0 and 0.0 <= a.format <= 1.0
+
+
+@pytest.mark.parametrize("length", [0, 100, 383, 384, 385, 400, 447, 448, 512, 520])
+@pytest.mark.parametrize("buffer, factor", [(64, 1.0), (128, 0.5), (1, 2.0)])
+def test_overlong_penalty_is_dapos_formula(length, buffer, factor):
+    """veRL's DAPO reward manager: expected = max - buffer; min(-(L - expected) / buffer *
+    factor, 0): nothing up to `expected`, then linear down to -factor at the limit."""
+    limit = 512
+    expected_len = limit - buffer
+    want = 0.0 if length <= expected_len else -(length - expected_len) / buffer * factor
+    assert overlong_penalty(length, limit, buffer, factor) == pytest.approx(want)
+    if length == limit:
+        assert overlong_penalty(length, limit, buffer, factor) == pytest.approx(-factor)
+
+
+def test_overlong_penalty_off_and_bounds():
+    assert overlong_penalty(10_000, 512, 0, 1.0) == 0.0
+    assert overlong_penalty(480, 512, 64, 0.0) == 0.0
+    with pytest.raises(ValueError):
+        overlong_penalty(10, 8, 16, 1.0)

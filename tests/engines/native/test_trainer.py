@@ -301,3 +301,71 @@ def test_logged_rollouts_keep_exact_token_logprobs_entropies_and_advantages(stud
         assert {view["logprob"][i] for i in masked} == {None}
         assert {view["advantage"][i] for i in masked} == {0.0}
         assert row["advantage"] == pytest.approx(advantage)
+
+
+def _groups(rollouts):
+    """The logged rollouts by (step, group), each in sample order."""
+    out = {}
+    for r in sorted(rollouts, key=lambda r: (r["step"], r["group"], r["sample"])):
+        out.setdefault((r["step"], r["group"]), []).append(r)
+    return out
+
+
+def test_dr_grpo_with_overlong_shaping_and_the_kl_in_the_reward_trains(studio):
+    """norm_adv_by_std off, DAPO's overlong penalty and kl_in: reward: two steps train, the
+    new figures are logged, and each logged advantage is its shaped reward (score +
+    overlong penalty - KL penalty) minus its group's mean, not divided by the spread."""
+    settings, model = studio
+    config = tiny_config(model, steps=2, norm_adv_by_std=False, overlong_buffer=40,
+                         overlong_penalty=0.5, kl_in="reward", kl_coef=0.1,
+                         kl_estimator="k2")
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    Trainer(settings, run["id"]).run()
+
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in metrics] == [0, 1]
+    for m in metrics:
+        assert -0.5 <= m["overlong_penalty"] <= 0.0 and m["kl_reward_penalty"] >= 0.0
+        assert m["kl"] == 0.0, "the KL is in the reward, not in the loss"
+    assert metrics[0]["kl_reward_penalty"] == 0.0, "step 0 samples with the reference itself"
+    assert any(m["overlong_penalty"] < 0 for m in metrics), "48-token limit, 40-token buffer"
+
+    groups = _groups(runs.run_rollouts(settings, run["id"], limit=100))
+    assert sorted(groups) == [(0, 0), (1, 0)]
+    for group in groups.values():
+        shaped = [r["reward"] + r["breakdown"]["overlong_penalty"] - r["breakdown"]["kl_penalty"]
+                  for r in group]
+        mean = sum(shaped) / len(shaped)
+        assert [r["advantage"] for r in group] == pytest.approx([s - mean for s in shaped],
+                                                                abs=1e-6)
+        for r in group:
+            length = sum(s["tokens"] for s in r["segments"] if s["source"] != "prompt")
+            assert r["breakdown"]["overlong_penalty"] == pytest.approx(
+                min(-(length - 8) / 40 * 0.5, 0.0))
+
+
+def test_dynamic_sampling_resamples_groups_that_teach_nothing(studio):
+    """Up to three rounds of questions a step; the step trains on the groups whose rewards
+    differ (with the overlong penalty, answers of different lengths differ), at most
+    batch_size of them, and logs the rounds and groups. The tiny model's step 0 keeps one
+    group in three rounds, its step 1 none (it then trains on its first round)."""
+    settings, model = studio
+    config = tiny_config(model, steps=2, dynamic_sampling=True, dynamic_sampling_max_batches=3,
+                         overlong_buffer=40)
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    Trainer(settings, run["id"]).run()
+
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in metrics] == [0, 1]
+    for m in metrics:
+        assert 1 <= m["sampling_rounds"] <= 3
+        assert m["groups_sampled"] == 2 * m["sampling_rounds"]
+        assert 0 <= m["groups_kept"] <= 2
+        if m["sampling_rounds"] < 3:
+            assert m["groups_kept"] == 2, "it stops sampling once the batch is full"
+        # no group with a spread in three rounds: it trains on the first round's
+        assert m["num_sequences"] == 2 * (m["groups_kept"] or 2)
+    assert any(m["groups_kept"] for m in metrics)
+    for (step, _), group in _groups(runs.run_rollouts(settings, run["id"], limit=100)).items():
+        shaped = {r["reward"] + r["breakdown"]["overlong_penalty"] for r in group}
+        assert (len(shaped) > 1) == bool(metrics[step]["groups_kept"]), "kept groups first"

@@ -91,6 +91,7 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     n = len(out.response_ids)
     assert n == len(out.response_mask) == len(out.response_logprobs) > 0
     assert n <= config.grpo.max_response_tokens == cfg.actor_rollout_ref.rollout.response_length
+    assert out.extra_fields["response_tokens"] == n  # the overlong penalty's length
     # every token with mask 1 is a token the model generated, in order, with its log-prob
     model_ids = [t for c in server.calls for t in c.token_ids]
     model_lp = [p for c in server.calls for p in c.log_probs]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from studio.run_config import RunConfigError, parse_run_config
@@ -50,7 +52,8 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert a.rollout.agent.default_agent_loop == "icrl_search"
     assert cfg.reward.custom_reward_function.path == "pkg://worker.engines.verl.reward"
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
-        "acc_weight": 0.8, "format_weight": 0.2}
+        "acc_weight": 0.8, "format_weight": 0.2, "overlong_buffer": 0, "overlong_penalty": 1.0,
+        "max_response_tokens": 2048}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)
@@ -122,3 +125,117 @@ def test_lora_maps_onto_verls_fsdp_lora_keys_and_composes(verl, tmp_path):
     assert full.actor_rollout_ref.rollout.load_format == "dummy"
     with pytest.raises(RunConfigError, match="lora.dropout: veRL's LoRA has no dropout"):
         run_config(PRESETS["1 GPU"], lora={"dropout": 0.1})
+
+
+def with_grpo(**options):
+    """The 1-GPU preset with some GRPO options set."""
+    base = run_config(PRESETS["1 GPU"]).model_dump(mode="json")
+    base["grpo"].update(options)
+    return parse_run_config(base)
+
+
+def resolved(verl, tmp_path, **options):
+    files = RunFiles(tmp_path / "verl")
+    return compose(hydra_overrides(with_grpo(**options), files, model_path="m",
+                                   metrics_log=files.metrics_log(1)))
+
+
+ACTOR = "actor_rollout_ref.actor."
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs."
+# Per GRPO option: settings of it, and the veRL keys and values they resolve to.
+GRPO_OPTIONS = {
+    "norm_adv_by_std": [({"norm_adv_by_std": False},
+                         {"algorithm.norm_adv_by_std_in_grpo": False})],
+    "loss_agg_mode": [
+        ({"loss_agg_mode": "seq-mean-token-mean"},
+         {ACTOR + "loss_agg_mode": "seq-mean-token-mean", ACTOR + "loss_scale_factor": None}),
+        ({"loss_agg_mode": "seq-mean-token-sum-norm"},
+         {ACTOR + "loss_agg_mode": "seq-mean-token-sum-norm", ACTOR + "loss_scale_factor": 2048}),
+    ],
+    "clip": [({"clip": 0.1}, {ACTOR + "clip_ratio": 0.1, ACTOR + "clip_ratio_low": 0.1,
+                               ACTOR + "clip_ratio_high": 0.1})],
+    "clip_high": [({"clip_high": 0.28}, {ACTOR + "clip_ratio_low": 0.2,
+                                          ACTOR + "clip_ratio_high": 0.28})],
+    "dual_clip": [({"dual_clip": 3.0}, {ACTOR + "clip_ratio_c": 3.0}),
+                  ({"dual_clip": None}, {ACTOR + "clip_ratio_c": 1e9})],
+    "ratio_level": [({"ratio_level": "sequence", "clip": 3e-4, "clip_high": 4e-4},
+                     {ACTOR + "policy_loss.loss_mode": "gspo", ACTOR + "clip_ratio_low": 3e-4,
+                      ACTOR + "clip_ratio_high": 4e-4}),
+                    ({"ratio_level": "token"}, {ACTOR + "policy_loss.loss_mode": "vanilla"})],
+    "kl_estimator": [({"kl_estimator": k}, {ACTOR + "kl_loss_type": name,
+                                            "algorithm.kl_penalty": name})
+                     for k, name in (("k1", "kl"), ("k2", "mse"), ("k3", "low_var_kl"))],
+    "kl_in": [({"kl_in": "reward", "kl_coef": 0.01},
+               {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "fixed",
+                "algorithm.kl_ctrl.kl_coef": 0.01, ACTOR + "use_kl_loss": False}),
+              ({"kl_in": "loss", "kl_coef": 0.01},
+               {"algorithm.use_kl_in_reward": False, ACTOR + "use_kl_loss": True,
+                ACTOR + "kl_loss_coef": 0.01}),
+              ({"kl_in": "reward", "kl_coef": 0.0},
+               {"algorithm.use_kl_in_reward": False, ACTOR + "use_kl_loss": False})],
+    "dynamic_sampling": [({"dynamic_sampling": True},
+                          {"algorithm.filter_groups.enable": True,
+                           "algorithm.filter_groups.metric": "reward"})],
+    "overlong_buffer": [({"overlong_buffer": 512, "overlong_penalty": 0.5},
+                         {REWARD_KWARGS + "overlong_buffer": 512,
+                          REWARD_KWARGS + "overlong_penalty": 0.5,
+                          REWARD_KWARGS + "max_response_tokens": 2048})],
+    "ppo_epochs": [({"ppo_epochs": 2}, {ACTOR + "ppo_epochs": 2})],
+}
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    pytest.param(options, expected, id=f"{name}-{i}")
+    for name, cases in GRPO_OPTIONS.items() for i, (options, expected) in enumerate(cases)])
+def test_each_grpo_option_reaches_its_verl_key(verl, tmp_path, options, expected):
+    from omegaconf import OmegaConf
+
+    cfg = resolved(verl, tmp_path, **options)
+    for key, value in expected.items():
+        assert OmegaConf.select(cfg, key, default="missing") == value, key
+
+
+def test_the_default_grpo_options_are_method_md_in_verl(verl, tmp_path):
+    """GRPO divided by the std, token mean, clip 0.2 both ways, no dual clip, token ratios,
+    k3 as a loss term, no group filter, one epoch, no overlong penalty."""
+    cfg = resolved(verl, tmp_path)
+    a = cfg.actor_rollout_ref.actor
+    assert cfg.algorithm.norm_adv_by_std_in_grpo and not cfg.algorithm.use_kl_in_reward
+    assert not cfg.algorithm.filter_groups.enable
+    assert (a.loss_agg_mode, a.clip_ratio_low, a.clip_ratio_high) == ("token-mean", 0.2, 0.2)
+    assert a.policy_loss.loss_mode == "vanilla" and a.ppo_epochs == 1
+    assert a.use_kl_loss and a.kl_loss_type == "low_var_kl" and a.kl_loss_coef == 0.001
+    assert a.clip_ratio_c > math.exp(20), "veRL's ratio cannot reach the bound: no dual clip"
+    assert cfg.reward.custom_reward_function.reward_kwargs.overlong_buffer == 0
+
+
+def test_every_grpo_key_is_one_of_verls_own(verl):
+    """Each key the GRPO options set is in veRL 0.9.1's shipped trainer config (the
+    reward function's kwargs are the studio's own: their parent is veRL's)."""
+    from omegaconf import OmegaConf
+
+    from worker.engines.verl.config import grpo_overrides, verl_config_dir
+
+    assert verl.__version__ == "0.9.1"
+    shipped = OmegaConf.load(verl_config_dir() / "_generated_ppo_trainer.yaml")
+    keys = set()
+    for cases in GRPO_OPTIONS.values():
+        for options, _ in cases:
+            keys |= set(grpo_overrides(with_grpo(**options).grpo))
+    assert {k.removeprefix("+") for k in keys} >= {k for c in GRPO_OPTIONS.values()
+                                                   for _, e in c for k in e}
+    for key in keys:
+        if key.startswith("+"):
+            parent, _, name = key[1:].rpartition(".")
+            assert parent == REWARD_KWARGS.rstrip(".")
+            assert OmegaConf.select(shipped, parent.rpartition(".")[0] + ".path",
+                                    default="missing") != "missing", key
+            continue
+        assert OmegaConf.select(shipped, key, default="missing") != "missing", key
+
+
+def test_dynamic_sampling_cannot_bound_its_rounds_on_verl():
+    assert with_grpo(dynamic_sampling=True, dynamic_sampling_max_batches=3).grpo.dynamic_sampling
+    with pytest.raises(RunConfigError, match="grpo.dynamic_sampling_max_batches: the verl "
+                       "backend cannot bound"):
+        with_grpo(dynamic_sampling=True, dynamic_sampling_max_batches=5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from studio.method.reward import PENALTY_NAMES, score
+from studio.method.reward import PENALTY_NAMES, overlong_penalty, score
 from studio.method.tags import corrective_message, format_information
 from studio.run_config import RunConfig
 from studio.services.run_plans import load_plan
@@ -85,3 +85,28 @@ def test_the_reward_called_the_way_verl_calls_it_is_the_studios(verl, verl_run, 
     assert {k: v for k, v in got.items() if k.startswith("penalty_")} == {
         f"penalty_{name}": float(name in want.penalties) for name in PENALTY_NAMES}
     assert all(isinstance(v, float) for v in got.values())  # veRL stacks them into arrays
+
+
+@pytest.mark.parametrize("tokens", [10, 120, 140, 160])
+def test_the_overlong_penalty_is_added_as_the_native_engine_adds_it(verl, verl_run, tokens):
+    """grpo.overlong_buffer reaches veRL's reward loop as reward kwargs; the length is the
+    agent loop's `response_tokens` (tool tokens included), merged into extra_info."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(grpo={"overlong_buffer": 40, "overlong_penalty": 0.5})
+    _, cfg = composed(settings, run, files, model)
+    compute = get_custom_reward_fn(cfg)
+    response, golds = RESPONSES[0]
+    info = {"index": 0, "split": "train", "assistant_prefix": "<think>", "num_turns": 3,
+            "rollout_reward_scores": {}, "response_tokens": tokens}
+    got = compute(data_source="demo", solution_str=response,
+                  ground_truth={"target": golds, "question": "q?"}, extra_info=info)
+    plain = score("<think>" + response, golds).score
+    penalty = overlong_penalty(tokens, 160, 40, 0.5)  # max_response_tokens 160
+    assert got["overlong_penalty"] == penalty == min(-(tokens - 120) / 40 * 0.5, 0.0)
+    assert got["score"] == pytest.approx(plain + penalty)
+    assert (got["score"] < plain) == (tokens > 120)
+    with pytest.raises(ValueError, match="response_tokens"):
+        compute(data_source="demo", solution_str=response,
+                ground_truth={"target": golds, "question": "q?"},
+                extra_info={k: v for k, v in info.items() if k != "response_tokens"})

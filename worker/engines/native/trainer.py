@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -30,10 +30,15 @@ from studio.method.curriculum import (
     premature_message,
 )
 from studio.method.exemplars import Exemplar
-from studio.method.grpo import group_advantages, zero_spread_share
+from studio.method.grpo import (
+    group_advantages,
+    groups_with_spread,
+    sequence_kl,
+    zero_spread_share,
+)
 from studio.method.prompt import derive_seed
-from studio.method.reward import score
-from studio.method.rollouts import rollout_metrics, rollout_segments
+from studio.method.reward import RewardBreakdown, overlong_penalty, score
+from studio.method.rollouts import Rollout, rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.retrieval import SearchIndex
@@ -110,6 +115,16 @@ def questions_for_step(n_questions: int, batch_size: int, seed: int, step: int) 
     return picked
 
 
+def resampled_questions(n_questions: int, batch_size: int, seed: int, step: int,
+                        round_: int) -> list[int]:
+    """Row indices of dynamic sampling's later round `round_` (1, 2, ...) of a step: a
+    seeded draw of its own, so the epochs' order (`questions_for_step`) stays the same
+    whatever earlier steps resampled, and a resumed run repeats nothing."""
+    order = torch.randperm(n_questions, generator=torch.Generator().manual_seed(
+        derive_seed(seed, step, "resample", round_)))
+    return [int(order[i % n_questions]) for i in range(batch_size)]
+
+
 @dataclass
 class StepPrompts:
     rows: list[QARow]
@@ -119,19 +134,58 @@ class StepPrompts:
 
 
 def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: list[QARow],
-                       k: int, step: int) -> StepPrompts:
+                       k: int, draw: int | tuple[int, int]) -> StepPrompts:
     """The step's prompts; one over `grpo.max_prompt_tokens` keeps its last tokens (the
     question and the assistant prefix), as veRL's left truncation does. Launching warns
-    when the first stage's prompts would be cut (`studio.services.run_validation`)."""
+    when the first stage's prompts would be cut (`studio.services.run_validation`).
+    `draw`: the step, or (step, round) for dynamic sampling's later rounds; it seeds the
+    exemplar samples."""
     limit = config.grpo.max_prompt_tokens
     ids, cut = [], 0
     for i, row in enumerate(rows):
         prompt = config.prompt.build(row.question, data.exemplars, k,
-                                     sample_seed=derive_seed(config.seed, step, i))
+                                     sample_seed=derive_seed(config.seed, draw, i))
         prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
         ids.append(prompt_ids[-limit:])
     return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, cut)
+
+
+@dataclass
+class StepSample:
+    """Whole groups of a step's rollouts: per question its row and prompt, per rollout
+    (`group` of them per question, in order) the rollout, its reward and its overlong
+    penalty (`studio.method.reward.overlong_penalty`; 0 when off)."""
+
+    group: int
+    rows: list[QARow] = field(default_factory=list)
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    rollouts: list[Rollout] = field(default_factory=list)
+    rewards: list[RewardBreakdown] = field(default_factory=list)
+    overlong: list[float] = field(default_factory=list)
+    prompts_cut: int = 0
+
+    @property
+    def group_ids(self) -> list[int]:
+        return [i // self.group for i in range(len(self.rollouts))]
+
+    @property
+    def shaped_rewards(self) -> list[float]:
+        """What the advantages start from (before a KL in the reward): score + penalty."""
+        return [r.score + o for r, o in zip(self.rewards, self.overlong, strict=True)]
+
+    def extend(self, other: StepSample) -> None:
+        for name in ("rows", "prompt_ids", "rollouts", "rewards", "overlong"):
+            getattr(self, name).extend(getattr(other, name))
+        self.prompts_cut += other.prompts_cut
+
+    def groups(self, indices: list[int]) -> StepSample:
+        """The groups at `indices`, in that order."""
+        rollouts = [q * self.group + j for q in indices for j in range(self.group)]
+        return StepSample(self.group, [self.rows[q] for q in indices],
+                          [self.prompt_ids[q] for q in indices],
+                          [self.rollouts[i] for i in rollouts], [self.rewards[i] for i in rollouts],
+                          [self.overlong[i] for i in rollouts])
 
 
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
@@ -268,50 +322,124 @@ class Trainer:
     def step(self, step: int) -> dict[str, float]:
         cfg, tokenizer = self.config, self.tokenizer
         k = self.controller.exemplars
-        rows = [self.data.questions[i] for i in questions_for_step(
-            len(self.data.questions), cfg.grpo.batch_size, cfg.seed, step)]
-        prompts = build_step_prompts(cfg, tokenizer, self.data, rows, k, step)
-        group = cfg.grpo.group_size
-        prompt_ids = [ids for ids in prompts.ids for _ in range(group)]
-        rolling_out, scoring, updating = STEP_PHASES
-        self.recorder.phase(rolling_out, step)
+        updating = STEP_PHASES[2]
         t0 = time.perf_counter()
         self.model.eval()
-        rollouts = generate_rollouts(
-            self.model, tokenizer, prompt_ids, self.search, self.rollout_config,
-            generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, step, "roll")),
-            eos_token_id=tokenizer.eos_token_id)
+        sampled, trained, rounds = self._sample(step, k)
         t1 = time.perf_counter()
-        self.recorder.phase(scoring, step)
-        rewards = [score(prompts.prefix + r.response_text, rows[i // group].golden_answers,
-                         acc_weight=cfg.reward.acc_weight,
-                         format_weight=cfg.reward.format_weight)
-                   for i, r in enumerate(rollouts)]
-        group_ids = [i // group for i in range(len(rollouts))]
-        advantages = group_advantages([r.score for r in rewards], group_ids)
-        batch = make_batch(prompt_ids, [r.response_ids for r in rollouts],
-                           [r.response_mask for r in rollouts], advantages,
-                           tokenizer.pad_token_id)
+        prompt_ids = [ids for ids in trained.prompt_ids for _ in range(cfg.grpo.group_size)]
+        batch = make_batch(prompt_ids, [r.response_ids for r in trained.rollouts],
+                           [r.response_mask for r in trained.rollouts],
+                           [0.0] * len(trained.rollouts), tokenizer.pad_token_id)
         ref_logp = self._reference_logprobs(batch)
-        arrays = self._token_arrays(batch, rollouts, self._logged(len(rollouts)))
+        kl_penalties = self._kl_penalties(batch, ref_logp)
+        shaped = [r - p for r, p in zip(trained.shaped_rewards, kl_penalties, strict=True)]
+        advantages = group_advantages(shaped, trained.group_ids,
+                                      norm_by_std=cfg.grpo.norm_adv_by_std)
+        batch = replace(batch, advantages=torch.tensor(advantages, dtype=torch.float32))
+        arrays = self._token_arrays(batch, trained.rollouts, self._logged(len(trained.rollouts)))
         t2 = time.perf_counter()
         self.recorder.phase(updating, step)
         self.model.train()
-        update = update_step(self.model, self.optimizer, self.scheduler, batch, ref_logp,
-                             self.grpo)
+        update = update_step(self.model, self.optimizer, self.scheduler, batch,
+                             None if cfg.grpo.kl_in == "reward" else ref_logp, self.grpo)
         t3 = time.perf_counter()
-        metrics = rollout_metrics(rollouts, rewards)
-        metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards], group_ids)
+        metrics = rollout_metrics(sampled.rollouts, sampled.rewards)
+        metrics["zero_spread_groups"] = zero_spread_share(sampled.shaped_rewards,
+                                                          sampled.group_ids)
+        metrics.update(self._shaping_metrics(sampled, trained, kl_penalties, rounds))
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
-                        "prompt_tokens": statistics.fmean(len(ids) for ids in prompts.ids),
-                        "prompts_cut": prompts.cut / len(rows),
+                        "prompt_tokens": statistics.fmean(len(ids) for ids in sampled.prompt_ids),
+                        "prompts_cut": sampled.prompts_cut / len(sampled.rows),
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})
-        logged = self._rollout_rows(step, rows, rollouts, rewards, advantages, prompts.prefix, k,
-                                    arrays)
+        logged = self._rollout_rows(step, trained, advantages, kl_penalties, k, arrays)
         self.recorder.write_step(step, metrics, logged)
         return metrics
+
+    def _sample(self, step: int, k: int) -> tuple[StepSample, StepSample, int]:
+        """Everything the step sampled, the groups it trains on, and how many rounds it took.
+
+        One round: `grpo.batch_size` questions x `group_size` rollouts, scored. With
+        `grpo.dynamic_sampling` (DAPO) a group whose rewards (score + overlong penalty, as
+        veRL's `filter_groups` metric "reward") are all equal is dropped and another
+        round of questions is sampled, until `batch_size` groups have a spread or
+        `dynamic_sampling_max_batches` rounds ran; the step trains on the first
+        `batch_size` of them, or, when no group had a spread, on the first round's."""
+        g = self.config.grpo
+        sampled = StepSample(g.group_size)
+        kept = StepSample(g.group_size)
+        rounds = 0
+        for round_ in range(g.dynamic_sampling_max_batches if g.dynamic_sampling else 1):
+            rounds += 1
+            batch = self._sample_round(step, k, round_)
+            sampled.extend(batch)
+            if not g.dynamic_sampling:
+                return sampled, batch, rounds
+            kept.extend(batch.groups(groups_with_spread(batch.shaped_rewards, batch.group_ids)))
+            if len(kept.rows) >= g.batch_size:
+                break
+        if not kept.rows:
+            return sampled, sampled.groups(list(range(g.batch_size))), rounds
+        return sampled, kept.groups(list(range(min(len(kept.rows), g.batch_size)))), rounds
+
+    def _sample_round(self, step: int, k: int, round_: int) -> StepSample:
+        """One batch of questions rolled out and scored; round 0 is the step's own batch
+        (`questions_for_step`, seeded by the step as without dynamic sampling)."""
+        cfg, tokenizer, g = self.config, self.tokenizer, self.config.grpo
+        n = len(self.data.questions)
+        if round_ == 0:
+            draw, picked = step, questions_for_step(n, g.batch_size, cfg.seed, step)
+        else:
+            draw = (step, round_)
+            picked = resampled_questions(n, g.batch_size, cfg.seed, step, round_)
+        rows = [self.data.questions[i] for i in picked]
+        prompts = build_step_prompts(cfg, tokenizer, self.data, rows, k, draw)
+        rolling_out, scoring, _ = STEP_PHASES
+        self.recorder.phase(rolling_out, step)
+        rollouts = generate_rollouts(
+            self.model, tokenizer, [ids for ids in prompts.ids for _ in range(g.group_size)],
+            self.search, self.rollout_config,
+            generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, draw, "roll")),
+            eos_token_id=tokenizer.eos_token_id)
+        self.recorder.phase(scoring, step)
+        limit = self.rollout_config.max_response_tokens
+        return StepSample(
+            g.group_size, rows, prompts.ids, rollouts,
+            [score(prompts.prefix + r.response_text, rows[i // g.group_size].golden_answers,
+                   acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight)
+             for i, r in enumerate(rollouts)],
+            [overlong_penalty(len(r.response_ids), limit, g.overlong_buffer, g.overlong_penalty)
+             for r in rollouts],
+            prompts.cut)
+
+    def _kl_penalties(self, batch, ref_logp: torch.Tensor | None) -> list[float]:
+        """With `grpo.kl_in: reward`, per rollout `kl_coef` x its KL to the reference (the
+        sampling policy's log-probs, one pass without gradients; `grpo.kl_estimator`, summed
+        over the model's tokens); else 0 each."""
+        g = self.config.grpo
+        if g.kl_in != "reward" or ref_logp is None:
+            return [0.0] * len(batch)
+        logp, _ = token_logprobs(self.model, batch, g.micro_batch_size)
+        scored = batch.loss_mask > 0
+        return [g.kl_coef * sequence_kl(logp[i][scored[i]].tolist(),
+                                        ref_logp[i][scored[i]].tolist(), g.kl_estimator)
+                for i in range(len(batch))]
+
+    def _shaping_metrics(self, sampled: StepSample, trained: StepSample,
+                         kl_penalties: list[float], rounds: int) -> dict[str, float]:
+        """The figures of the options that change rewards or sampling, when they are on."""
+        g, out = self.config.grpo, {}
+        if g.overlong_buffer:
+            out["overlong_penalty"] = statistics.fmean(sampled.overlong)
+        if g.kl_in == "reward":
+            out["kl_reward_penalty"] = statistics.fmean(kl_penalties)
+        if g.dynamic_sampling:
+            kept = groups_with_spread(trained.shaped_rewards, trained.group_ids)
+            out.update(sampling_rounds=float(rounds), groups_sampled=float(len(sampled.rows)),
+                       groups_kept=float(len(kept)))
+        return out
 
     def _reference_logprobs(self, batch) -> torch.Tensor | None:
         if self.config.grpo.kl_coef == 0:
@@ -353,16 +481,27 @@ class Trainer:
         decoded = [self.tokenizer.decode(ids[:n]) for n in range(1, len(ids) + 1)]
         return char_counts(token_ends(segment.text, decoded))
 
-    def _rollout_rows(self, step, rows, rollouts, rewards, advantages, prefix, k, arrays):
-        group = self.config.grpo.group_size
+    def _rollout_rows(self, step, trained: StepSample, advantages, kl_penalties, k, arrays):
+        group, prefix = self.config.grpo.group_size, self.config.prompt.assistant_prefix or ""
         return [RolloutRow(
             run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
-            stage=self.controller.stage, exemplars=k, question=rows[i // group].question,
-            golden_answers=rows[i // group].golden_answers,
-            segments=rollout_segments(rollouts[i], prefix), reward=rewards[i].score,
-            breakdown=rewards[i].to_dict(), advantage=float(advantages[i]),
-            token_arrays=arrays[i].pack())
+            stage=self.controller.stage, exemplars=k, question=trained.rows[i // group].question,
+            golden_answers=trained.rows[i // group].golden_answers,
+            segments=rollout_segments(trained.rollouts[i], prefix),
+            reward=trained.rewards[i].score,
+            breakdown=self._breakdown(trained.rewards[i], trained.overlong[i], kl_penalties[i]),
+            advantage=float(advantages[i]), token_arrays=arrays[i].pack())
             for i in range(len(arrays))]
+
+    def _breakdown(self, reward: RewardBreakdown, overlong: float, kl: float) -> dict:
+        """The reward's parts; with overlong shaping or the KL in the reward, also what
+        each took off before the advantage."""
+        out = reward.to_dict()
+        if self.config.grpo.overlong_buffer:
+            out["overlong_penalty"] = overlong
+        if self.config.grpo.kl_in == "reward":
+            out["kl_penalty"] = kl
+        return out
 
     def _event(self, step: int, kind: str, message: str, data: dict | None = None) -> None:
         self.recorder.event(step, kind, message, data)

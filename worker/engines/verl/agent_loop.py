@@ -76,5 +76,8 @@ class IcrlSearchAgentLoop(AgentLoopBase):
             response_logprobs=result.response_logprobs,
             num_turns=1 + result.model_turns + result.env_turns,
             metrics=metrics,
-            extra_fields={"turn_scores": [], "tool_rewards": []},
+            # veRL's reward loop merges these into the reward function's extra_info: the
+            # overlong penalty counts the whole response, the tool's tokens included.
+            extra_fields={"turn_scores": [], "tool_rewards": [],
+                          "response_tokens": len(result.response_ids)},
         )

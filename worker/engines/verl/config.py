@@ -1,7 +1,7 @@
 """A run config as veRL sees it: Hydra overrides of veRL's own `ppo_trainer` config.
 
 `hydra_overrides` maps the studio's hyper-parameters onto veRL's keys (GRPO,
-the group size, KL low_var_kl as a loss term, PPO clip, lengths, turns,
+the group size, the GRPO family's options of `grpo_overrides`, lengths, turns,
 GPUs and nodes, the Ray address, LoRA) and points veRL's file logger, rollout
 dumps and checkpoints at the run's folder (`RunFiles`). `compose` loads
 veRL's config with them and runs veRL's `validate_config`, the check
@@ -14,13 +14,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from studio.run_config import LoraSpec, RunConfig
+from studio.run_config import GrpoSpec, LoraSpec, RunConfig
 
 AGENT_NAME = "icrl_search"
 AGENT_LOOP_TARGET = "worker.engines.verl.agent_loop.IcrlSearchAgentLoop"
 REWARD_MODULE = "worker.engines.verl.reward"
 PROJECT_NAME = "icrl-studio"
 FILE_LOGGER_ENV = "VERL_FILE_LOGGER_PATH"
+
+#: veRL's names of the KL estimators (`kl_penalty_forward` takes both spellings).
+KL_ESTIMATORS = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+
+#: `clip_ratio_c` when `grpo.dual_clip` is empty. veRL's vanilla loss always applies its
+#: dual clip (3.0 by default); it clamps the log-ratio to +-20 first, so no ratio exceeds
+#: e^20 (4.9e8), and a bound above that never binds: method.md's loss, no dual clip.
+NO_DUAL_CLIP = 1e9
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,46 @@ def lora_overrides(lora: LoraSpec) -> dict[str, object]:
     }
 
 
+def grpo_overrides(g: GrpoSpec) -> dict[str, object]:
+    """The GRPO family's options (docs/verl.md, "GRPO options") as veRL 0.9.1's keys.
+
+    The KL goes either into the loss (`actor.use_kl_loss`) or into the reward
+    (`algorithm.use_kl_in_reward`, a fixed `kl_ctrl`), never both; dynamic sampling is
+    the V1 trainer's `filter_groups` on the reward; the overlong penalty is the studio's
+    reward function's (`reward_kwargs`, see `worker.engines.verl.reward`).
+    """
+    kl_in_loss = g.kl_in == "loss" and g.kl_coef > 0
+    kl_in_reward = g.kl_in == "reward" and g.kl_coef > 0
+    sum_norm = g.loss_agg_mode == "seq-mean-token-sum-norm"
+    return {
+        "algorithm.norm_adv_by_std_in_grpo": g.norm_adv_by_std,
+        "algorithm.use_kl_in_reward": kl_in_reward,
+        "algorithm.kl_penalty": KL_ESTIMATORS[g.kl_estimator],
+        "algorithm.kl_ctrl.type": "fixed",
+        "algorithm.kl_ctrl.kl_coef": g.kl_coef,
+        "algorithm.filter_groups.enable": g.dynamic_sampling,
+        "algorithm.filter_groups.metric": "reward",
+        "actor_rollout_ref.actor.ppo_epochs": g.ppo_epochs,
+        "actor_rollout_ref.actor.clip_ratio": g.clip,
+        "actor_rollout_ref.actor.clip_ratio_low": g.clip,
+        "actor_rollout_ref.actor.clip_ratio_high": g.clip if g.clip_high is None else g.clip_high,
+        "actor_rollout_ref.actor.clip_ratio_c": g.dual_clip or NO_DUAL_CLIP,
+        "actor_rollout_ref.actor.policy_loss.loss_mode":
+            "gspo" if g.ratio_level == "sequence" else "vanilla",
+        "actor_rollout_ref.actor.loss_agg_mode": g.loss_agg_mode,
+        # Dr. GRPO's fixed length: the response budget (veRL's default, the padded width,
+        # changes with each micro-batch).
+        "actor_rollout_ref.actor.loss_scale_factor": g.max_response_tokens if sum_norm else None,
+        "actor_rollout_ref.actor.use_kl_loss": kl_in_loss,
+        "actor_rollout_ref.actor.kl_loss_coef": g.kl_coef,
+        "actor_rollout_ref.actor.kl_loss_type": KL_ESTIMATORS[g.kl_estimator],
+        "+reward.custom_reward_function.reward_kwargs.overlong_buffer": g.overlong_buffer,
+        "+reward.custom_reward_function.reward_kwargs.overlong_penalty": g.overlong_penalty,
+        "+reward.custom_reward_function.reward_kwargs.max_response_tokens":
+            g.max_response_tokens,
+    }
+
+
 def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
                     metrics_log: Path) -> list[str]:
     """The overrides `python -m verl.trainer.main_ppo` runs this config with.
@@ -120,8 +168,6 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
     mini_batch = g.mini_batch_size or g.batch_size
     values: dict[str, object] = {
         "algorithm.adv_estimator": "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": True,
-        "algorithm.use_kl_in_reward": False,
         "data.train_files": str(files.train_data),
         "data.val_files": str(files.val_data if has_val else files.train_data),
         "data.train_batch_size": g.batch_size,
@@ -141,17 +187,9 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "actor_rollout_ref.actor.optim.weight_decay": g.weight_decay,
         "actor_rollout_ref.actor.ppo_mini_batch_size": mini_batch,
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": g.micro_batch_size,
-        "actor_rollout_ref.actor.ppo_epochs": 1,
-        "actor_rollout_ref.actor.clip_ratio": g.clip,
-        "actor_rollout_ref.actor.clip_ratio_low": g.clip,
-        "actor_rollout_ref.actor.clip_ratio_high": g.clip,
         "actor_rollout_ref.actor.grad_clip": g.max_grad_norm,
-        "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
         "actor_rollout_ref.actor.entropy_coeff": g.entropy_coef,
         "actor_rollout_ref.actor.calculate_entropy": True,
-        "actor_rollout_ref.actor.use_kl_loss": g.kl_coef > 0,
-        "actor_rollout_ref.actor.kl_loss_coef": g.kl_coef,
-        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
         "actor_rollout_ref.actor.data_loader_seed": config.seed,
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": g.micro_batch_size,
         "actor_rollout_ref.rollout.name": v.rollout_engine,
@@ -194,6 +232,7 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "trainer.validation_data_dir": str(files.validation),
         "trainer.max_actor_ckpt_to_keep": 2,
         "+ray_kwargs.ray_init.runtime_env.env_vars." + FILE_LOGGER_ENV: str(metrics_log),
+        **grpo_overrides(g),
     }
     if config.lora:
         values.update(lora_overrides(config.lora))

@@ -261,7 +261,10 @@ class Ingestor:
                                  self._rollout_rows(step, k, dump, rollouts, rewards), events)
 
     def _rollout_rows(self, step, k, dump, rollouts, rewards) -> list[RolloutRow]:
-        advantages = group_advantages([r.score for r in rewards], [r.group for r in dump])
+        # veRL's own reward (the overlong penalty included, any KL in the reward not), with
+        # the run's GRPO rule
+        advantages = group_advantages([r.score for r in dump], [r.group for r in dump],
+                                      norm_by_std=self.config.grpo.norm_adv_by_std)
         groups = list(dict.fromkeys(r.group for r in dump))
         kept = set(groups[: self.config.engine.log_groups_per_step])
         return [RolloutRow(

@@ -7,11 +7,19 @@ included). The pre-filled assistant prefix (e.g. `<think>`) is part of the
 prompt there, so it is put back in front, as the native engine scores it.
 veRL keeps the `score` as the reward and every other key as
 `reward_extra_info` (`acc` also gives validation its `val-core/.../acc`).
+
+DAPO's overlong penalty (`grpo.overlong_buffer`) is added here, the native engine's
+`studio.method.reward.overlong_penalty`, rather than by veRL's DAPO reward manager:
+the length is the response's token count, the tool's tokens included, which the agent
+loop hands over as `extra_info["response_tokens"]` (veRL's reward loop merges each
+rollout's `extra_fields` into its `extra_info`). The `score` is then the penalised
+reward (what GRPO and `filter_groups` see) and `overlong_penalty` says how much.
 """
 
 from __future__ import annotations
 
 from studio.method.reward import PENALTY_NAMES, score
+from studio.method.reward import overlong_penalty as length_penalty
 
 
 def golden_answers(ground_truth) -> list[str]:
@@ -24,12 +32,23 @@ def golden_answers(ground_truth) -> list[str]:
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None,
-                  acc_weight: float = 0.8, format_weight: float = 0.2, **_: object) -> dict:
-    """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each."""
-    prefix = (extra_info or {}).get("assistant_prefix") or ""
+                  acc_weight: float = 0.8, format_weight: float = 0.2, overlong_buffer: int = 0,
+                  overlong_penalty: float = 1.0, max_response_tokens: int = 0,
+                  **_: object) -> dict:
+    """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each;
+    with `overlong_buffer` also `overlong_penalty`, already added to `score`."""
+    extra_info = extra_info or {}
+    prefix = extra_info.get("assistant_prefix") or ""
     result = score(prefix + solution_str, golden_answers(ground_truth),
                    acc_weight=acc_weight, format_weight=format_weight)
     out = {"score": result.score, "acc": result.acc, "format": result.format, "em": result.em,
            "subem": result.subem, "f1": result.f1}
     out.update({f"penalty_{name}": float(name in result.penalties) for name in PENALTY_NAMES})
+    if overlong_buffer:
+        if "response_tokens" not in extra_info:
+            raise ValueError("overlong_buffer needs the response's token count: the studio's "
+                             "agent loop passes extra_info['response_tokens']")
+        penalty = length_penalty(int(extra_info["response_tokens"]), max_response_tokens,
+                                 overlong_buffer, overlong_penalty)
+        out.update(score=result.score + penalty, overlong_penalty=penalty)
     return out
