@@ -47,7 +47,7 @@ class Limits:
     cpu_seconds: int = 5
     wall_seconds: float = 10.0
     memory_mb: int = 512  # address space: Python raises MemoryError past it
-    processes: int = 32
+    processes: int = 8  # tasks, threads included; memory is per process
     output_bytes: int = 16_384  # per stream; more ends the run
     tmp_mb: int = 64  # each of /tmp and /dev/shm; also the largest file
     code_bytes: int = 100_000  # a command-line argument holds at most 128 KiB
