@@ -3,10 +3,13 @@ filesystem, a private /tmp, no network, rlimits (docs/sandbox.md)."""
 
 from __future__ import annotations
 
-from studio.settings import Settings
+from typing import TYPE_CHECKING
 
 from .bwrap import Limits, SandboxUnavailable
 from .runner import Execution, Sandbox
+
+if TYPE_CHECKING:  # the sandbox itself needs nothing of the studio's settings
+    from studio.settings import Settings
 
 
 def studio_sandbox(settings: Settings, limits: Limits | None = None,

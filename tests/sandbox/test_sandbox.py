@@ -3,9 +3,12 @@ to get out. Each escape must fail, leave no trace on this machine, and end in se
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -234,6 +237,50 @@ def test_huge_output_is_cut_and_ends_the_run(sandbox, code):
 def test_a_memory_blow_up_is_refused(sandbox, code):
     run = sandbox.run(code)
     assert run.error == "memory" and run.seconds < QUICK
+
+
+AS_PLAIN_USER = """
+import json, sys
+sys.path.insert(0, {root!r})
+from studio.sandbox import Limits, Sandbox
+sandbox = Sandbox(Limits(wall_seconds=4, processes=8), python="/usr/bin/python3")
+print(json.dumps([run.stdout for run in sandbox.run_batch(sys.argv[1:])]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="run by a plain user, every test here covers it")
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a system Python")
+def test_run_by_a_plain_user_the_sandbox_is_a_user_namespace_and_holds_too():
+    """The tests run as root, where bwrap builds no user namespace; a studio run by a plain
+    user gets the other mode (`isolation`): the package, copied where `nobody` can read it,
+    is run by `nobody` with the system's Python."""
+    root, name = tempfile.mkdtemp(), marker()
+    try:
+        os.chmod(root, 0o755)
+        shutil.copytree(Path(__file__).resolve().parents[2] / "studio" / "sandbox",
+                        Path(root) / "studio" / "sandbox")
+        (Path(root) / "studio" / "__init__.py").touch()
+        snippets = [
+            "print(open('/proc/self/uid_map').read().split()[0])",
+            "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+            "            time.sleep(60)\n            os._exit(0)\n        n += 1\n"
+            "except OSError as exc:\n    print(n, type(exc).__name__)",
+            NETWORK.format(key=name),
+            WRITE.format(paths=[f"/tmp/{name}", str(Path(root) / name)]),
+        ]
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "/usr/bin/python3", "-c", AS_PLAIN_USER.format(root=root),
+                               *snippets], capture_output=True, text=True, timeout=60,
+                              cwd=root, env={"PATH": ENVIRONMENT["PATH"]})
+        assert done.returncode == 0, done.stderr
+        uid, forks, network, writes = json.loads(done.stdout)
+        assert uid.strip() == "65534"  # a user namespace; as root the map would start at 0
+        assert int(forks.split()[0]) < 8 and forks.split()[1] == "BlockingIOError"
+        assert "reached" not in network and "refused 6379 ConnectionRefusedError" in network
+        assert f"wrote /tmp/{name}" in writes and f"refused {root}/{name}" in writes
+        assert not (Path("/tmp") / name).exists() and not (Path(root) / name).exists()
+    finally:
+        shutil.rmtree(root)
 
 
 def test_no_bwrap_means_a_refusal_naming_what_to_install(tmp_path):
