@@ -106,6 +106,7 @@ class Sandbox:
             return list(pool.map(self.run, codes))
 
     def run(self, code: str) -> Execution:
+        """Run one snippet in a fresh sandbox and say how it ended."""
         limits = self.limits
         if len(code.encode("utf-8", "surrogatepass")) > limits.code_bytes:
             return Execution("", "", None, False, False, "code too long", 0.0)
@@ -118,6 +119,9 @@ class Sandbox:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, pass_fds=(status_write,),
                                     start_new_session=True, env={"PATH": ENVIRONMENT["PATH"]})
+        except BaseException:
+            os.close(status_read)
+            raise
         finally:
             os.close(status_write)
         out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
