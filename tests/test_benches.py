@@ -89,3 +89,17 @@ def test_the_sandbox_benchmark_compares_a_sandboxed_call_with_a_plain_one(capsys
     assert [r.split("|")[1].strip() for r in rows[1:]] == [
         "plain python -c", "sandboxed", "sandboxed, batch of 8"]
     assert all(float(r.split("|")[2]) > 0 for r in rows[1:])
+
+
+def test_the_grpo_options_benchmark_trains_each_family_it_is_given(tmp_path, capsys):
+    """Two families that change the most (DAPO resamples and shapes the reward; GSPO takes
+    sequence ratios), two steps each on a tiny random model: one row each, every step."""
+    bench = _load("grpo_options")
+    assert bench.main(["--quick", "--family", "DAPO", "--family", "GSPO",
+                       "--data-dir", str(tmp_path)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("| DAPO |", "| GSPO |"))]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == "2" and float(cells[-1]) > 0
