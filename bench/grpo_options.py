@@ -1,12 +1,13 @@
 """Each GRPO option family trains: a few steps of the native engine per family, on CPU.
 
-    .venv/bin/python bench/grpo_options.py              # the bundled SmolLM2, 3 steps a family
+    .venv/bin/python bench/grpo_options.py              # the bundled SmolLM2, 2 steps a family
     .venv/bin/python bench/grpo_options.py --steps 5 --family dapo --family gspo
     .venv/bin/python bench/grpo_options.py --quick      # a tiny random model: checks the script
 
 Every family starts from the quick-start preset (`studio.services.presets`: the demo pack,
-LoRA, 2 questions x 4 answers a step) with one stage of 3 exemplars, so that rewards spread
-from the first step, and changes only its own `grpo:` keys (docs/engine.md, "GRPO options").
+LoRA, 2 questions x 4 answers a step) with one stage of `--exemplars` (default 1, so that
+rewards can spread from the first step without the 3-exemplar prompt's cost), and changes
+only its own `grpo:` keys (docs/engine.md, "GRPO options").
 Same seed for all: the first step's rollouts are the same in every family, so its reward
 column differs only where a family reshapes the reward. Prints one row per family: its
 options, the last step's metrics and the median seconds per step.
@@ -43,12 +44,13 @@ FAMILIES: dict[str, dict] = {
 COLUMNS = ("reward_mean", "loss", "pg_loss", "kl", "clip_frac", "entropy", "grad_norm")
 
 
-def family_config(settings, grpo: dict, steps: int, model: str | None, name: str) -> dict:
+def family_config(settings, grpo: dict, steps: int, exemplars: int, model: str | None,
+                  name: str) -> dict:
     from studio.services.presets import QUICK_START, preset_config
 
     config = preset_config(QUICK_START, settings)
     config["name"] = f"grpo-options-{name}"
-    config["curriculum"] = {"stages": [{"exemplars": 3, "steps": steps}]}
+    config["curriculum"] = {"stages": [{"exemplars": exemplars, "steps": steps}]}
     config["grpo"].update(grpo)
     config["engine"].update(evaluate_at_end=False, checkpoint_every=steps)
     if model:
@@ -73,7 +75,8 @@ def options_words(grpo: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--exemplars", type=int, default=1)
     parser.add_argument("--family", action="append", choices=list(FAMILIES),
                         help="default: every family")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
@@ -102,15 +105,16 @@ def main(argv: list[str] | None = None) -> int:
 
     chosen = args.family or list(FAMILIES)
     print(f"# GRPO option families: {args.model or 'the bundled SmolLM2'}, quick-start preset "
-          f"(LoRA, 2 questions x 4 answers), 3 exemplars, {args.steps} steps each, "
+          f"(LoRA, 2 questions x 4 answers), {args.exemplars} exemplar(s), {args.steps} steps "
+          "each, "
           f"{args.threads} threads; metrics of the last step\n")
     print("| family | options | steps | " + " | ".join(COLUMNS) + " | s/step (median) |")
     print("|---|---|---|" + "---|" * len(COLUMNS) + "---|")
     for i, family in enumerate(chosen):
         grpo = FAMILIES[family]
         t0 = time.time()
-        rows, step_seconds = train(settings, family_config(settings, grpo, args.steps,
-                                                           args.model, str(i)))
+        rows, step_seconds = train(settings, family_config(
+            settings, grpo, args.steps, args.exemplars, args.model, str(i)))
         last = rows[-1]
         cells = " | ".join(f"{last[key]:.4g}" for key in COLUMNS)
         print(f"| {family} | {options_words(grpo)} | {len(rows)} | {cells} | "
