@@ -47,8 +47,8 @@ sees the training process exit, which can take a while to free a large model).""
 
 def run_protocol(config: RunConfig) -> dict:
     """The zero-shot protocol for a run's end-of-training evaluation: the run's own token
-    budgets, layout and instruction; k = 0 and temperature 0.1 as always, and a pre-filled
-    reply of at most `<think>` whatever the run pre-filled in training."""
+    budgets, layout, instruction and answer matching; k = 0 and temperature 0.1 as always, and
+    a pre-filled reply of at most `<think>` whatever the run pre-filled in training."""
     grpo, prompt = config.grpo, config.prompt
     think = EVAL_PREFIXES[-1]
     prefix = think if (prompt.assistant_prefix or "").lstrip().startswith(think) else None
@@ -56,7 +56,8 @@ def run_protocol(config: RunConfig) -> dict:
             "max_response_tokens": grpo.max_response_tokens,
             "max_obs_tokens": grpo.max_obs_tokens, "top_k": grpo.top_k,
             "layout": prompt.layout, "assistant_prefix": prefix,
-            "instruction": prompt.instruction, "seed": config.seed}
+            "instruction": prompt.instruction, "seed": config.seed,
+            "answer_match": config.reward.answer_match}
 
 
 def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:

@@ -53,7 +53,7 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert cfg.reward.custom_reward_function.path == "pkg://worker.engines.verl.reward"
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
         "acc_weight": 0.8, "format_weight": 0.2, "overlong_buffer": 0, "overlong_penalty": 1.0,
-        "max_response_tokens": 2048}
+        "max_response_tokens": 2048, "answer_match": "exact"}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)
@@ -61,6 +61,23 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert cfg.trainer.total_training_steps == 300 and cfg.trainer.save_freq == 50
     assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == str(
         files.metrics_log(1))
+
+
+def test_numeric_answer_matching_reaches_the_reward_function(verl, tmp_path):
+    """reward.answer_match goes to compute_score's kwargs; "1,200 apples" then scores as 1200."""
+    from worker.engines.verl.reward import compute_score
+
+    files = RunFiles(tmp_path / "verl")
+    response = "<think>t</think><code>print(3 * 400)</code>\n\n<output>1200</output>\n\n" \
+        "<answer>1,200 apples</answer>"
+    for match, acc in (("exact", 0.0), ("numeric", 1.0)):
+        config = run_config({}, reward={"answer_match": match})
+        cfg = compose(hydra_overrides(config, files, model_path="m",
+                                      metrics_log=files.metrics_log(1)))
+        kwargs = dict(cfg.reward.custom_reward_function.reward_kwargs)
+        assert kwargs["answer_match"] == match
+        result = compute_score("math", response, {"target": ["1200"]}, {}, **kwargs)
+        assert (result["acc"], result["em"]) == (acc, acc), match
 
 
 def test_veRL_rejects_a_bad_extra_override_and_batches_that_do_not_divide(verl, tmp_path):
