@@ -150,6 +150,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded.update(name="round-trip", model="/models/tiny", seed=7)
     uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
     uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
+    uploaded["reward"].update(answer_match="numeric")  # a choice on the form
     uploaded["sentinel"]["kl_spike"].update(action="pause", threshold=20.0)  # a threshold: YAML
     uploaded["curriculum"] = {"preset": None, "steps_per_stage": 100, "adaptive": None,
                               "stages": [{"exemplars": 2, "steps": 5},
