@@ -19,6 +19,7 @@ from studio.db import session_scope
 from studio.method import failures
 from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
+from studio.method.reward import ANSWER_MATCHES
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
@@ -157,6 +158,8 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         check_eval_prefix((protocol or {}).get("assistant_prefix"))
     except ValueError as exc:
         raise InvalidInput(f"protocol.{exc}") from None
+    if (protocol or {}).get("answer_match", "exact") not in ANSWER_MATCHES:
+        raise InvalidInput(f"protocol.answer_match: use one of {', '.join(ANSWER_MATCHES)}")
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")
