@@ -63,23 +63,6 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
         files.metrics_log(1))
 
 
-def test_numeric_answer_matching_reaches_the_reward_function(verl, tmp_path):
-    """reward.answer_match goes to compute_score's kwargs; "1,200 apples" then scores as 1200."""
-    from worker.engines.verl.reward import compute_score
-
-    files = RunFiles(tmp_path / "verl")
-    response = "<think>t</think><code>print(3 * 400)</code>\n\n<output>1200</output>\n\n" \
-        "<answer>1,200 apples</answer>"
-    for match, acc in (("exact", 0.0), ("numeric", 1.0)):
-        config = run_config({}, reward={"answer_match": match})
-        cfg = compose(hydra_overrides(config, files, model_path="m",
-                                      metrics_log=files.metrics_log(1)))
-        kwargs = dict(cfg.reward.custom_reward_function.reward_kwargs)
-        assert kwargs["answer_match"] == match
-        result = compute_score("math", response, {"target": ["1200"]}, {}, **kwargs)
-        assert (result["acc"], result["em"]) == (acc, acc), match
-
-
 def test_veRL_rejects_a_bad_extra_override_and_batches_that_do_not_divide(verl, tmp_path):
     files = RunFiles(tmp_path / "verl")
     config = run_config({"overrides": ["actor_rollout_ref.actor.no_such_key=1"]})
