@@ -298,25 +298,30 @@ def user_reset_password(name: str = typer.Argument(...), password_env: str = Pas
 
 
 @app.command()
-def demo(data_dir: Path = DataDir) -> None:
+def demo(data_dir: Path = DataDir,
+         math: bool = typer.Option(False, "--math", help="Load the math pack for the python "
+                                   "tool instead: QA sets `math` and `math-heldout`, exemplar "
+                                   "set `math`, no corpus.")) -> None:
     """Load the demo pack: a corpus, a QA set and an exemplar set named `demo`, and the
-    held-out questions as the QA set `demo-heldout`."""
-    from studio.services.demo import load_demo_pack
+    held-out questions as the QA set `demo-heldout` (with --math: the math pack)."""
+    from studio.services.demo import load_demo_pack, load_math_pack
     from studio.services.errors import UserError
 
     settings = _studio_ready(data_dir)
     try:
-        pack = load_demo_pack(settings, _actor(settings), index_now=True)
+        pack = load_math_pack(settings, _actor(settings)) if math else \
+            load_demo_pack(settings, _actor(settings), index_now=True)
     except UserError as exc:
         raise _fail(exc) from None
-    corpus, qa, exemplars = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
-    heldout = pack["heldout_qa_set"]
-    typer.echo(f"corpus 'demo': {corpus['num_documents']} documents, "
-               f"{corpus['num_passages']} passages, {corpus['status']}")
-    typer.echo(f"QA set 'demo': {qa['num_rows']} questions to train on")
+    qa, exemplars, heldout = pack["qa_set"], pack["exemplar_set"], pack["heldout_qa_set"]
+    if "corpus" in pack:
+        corpus = pack["corpus"]
+        typer.echo(f"corpus '{corpus['name']}': {corpus['num_documents']} documents, "
+                   f"{corpus['num_passages']} passages, {corpus['status']}")
+    typer.echo(f"QA set '{qa['name']}': {qa['num_rows']} questions to train on")
     typer.echo(f"QA set '{heldout['name']}': {heldout['num_rows']} held-out questions to "
-               "evaluate on (never in 'demo')")
-    typer.echo(f"exemplar set 'demo': {exemplars['size']} exemplars, "
+               f"evaluate on (never in '{qa['name']}')")
+    typer.echo(f"exemplar set '{exemplars['name']}': {exemplars['size']} exemplars, "
                f"{exemplars['errors']} errors, {exemplars['warnings']} warnings")
 
 

@@ -26,6 +26,7 @@ from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt
 from studio.method.protocol import Limits
+from studio.method.reward import AnswerMatch
 from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
 
 MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
@@ -243,6 +244,11 @@ class RewardSpec(_Strict):
     format_weight: float = Field(default=0.2, ge=0, le=1, title="Reward for good form",
                                  description="Share of the reward for using the tags correctly "
                                  "(0.2).")
+    answer_match: AnswerMatch = Field(
+        default="exact", title="How answers are matched",
+        description="exact: the answer's words must equal a gold answer's (method.md). numeric: "
+        "for number answers, the answer must hold one number equal to the gold one, however it "
+        "is written (12 = 12.0 = $12 = 12 apples, 1,200 = 1200, 0.5 = .5 = 1/2).")
 
 
 class EngineSpec(_Strict):

@@ -35,7 +35,7 @@ from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
 from studio.services import corpora, data_doctor, exemplar_sets, qa_sets
 from studio.services.access import Actor
-from studio.services.demo import load_demo_pack
+from studio.services.demo import load_demo_pack, load_math_pack
 from studio.services.errors import UserError
 from studio.settings import Settings
 
@@ -48,7 +48,9 @@ It trains on **a QA set** (questions with their answers) and starts from a few
 **exemplars** (worked examples of searching), which the curriculum then removes.
 New here? Click **Load the demo pack**: a small made-up corpus, 196 questions to
 train on, 60 held-out questions to evaluate on (the QA set `demo-heldout`) and
-3 exemplars, enough to launch a first run.
+3 exemplars, enough to launch a first run. **Load the math pack** stores word problems
+with numeric answers for the python tool (QA sets `math` and `math-heldout`, exemplars
+that run code; no corpus).
 """
 
 CORPUS_COLUMNS = [("id", "#"), ("name", "Name"), ("source_filename", "File"),
@@ -174,20 +176,32 @@ def upload_exemplars(settings: Settings, actor: Actor, path: str | None, name: s
     return message
 
 
-def load_demo(settings: Settings, actor: Actor) -> str:
+def _load_pack(load, settings: Settings, actor: Actor, title: str, next_words: str) -> str:
+    """Store a pack with `load` (a service) and say what is stored, then what to do next."""
     try:
-        pack = load_demo_pack(settings, actor)
+        pack = load(settings, actor)
     except UserError as exc:
-        return error_markdown(str(exc), "The demo pack was not loaded")
-    corpus, qa, ex = pack["corpus"], pack["qa_set"], pack["exemplar_set"]
-    heldout = pack["heldout_qa_set"]
-    return ok_markdown(
-        f"Demo pack loaded: corpus '{corpus['name']}' ({corpus['num_documents']} documents), "
-        f"QA set '{qa['name']}' ({qa['num_rows']} questions to train on), QA set "
-        f"'{heldout['name']}' ({heldout['num_rows']} held-out questions to evaluate on), "
-        f"exemplar set '{ex['name']}' ({ex['size']} exemplars)") + (
-        "\n\nNext: when the corpus index is done, try a search below; then design the "
-        "curriculum and launch a run.")
+        return error_markdown(str(exc), f"The {title.lower()} was not loaded")
+    qa, heldout, ex = pack["qa_set"], pack["heldout_qa_set"], pack["exemplar_set"]
+    corpus = pack.get("corpus")
+    stored = [f"corpus '{corpus['name']}' ({corpus['num_documents']} documents)"] \
+        if corpus else []
+    stored += [f"QA set '{qa['name']}' ({qa['num_rows']} questions to train on)",
+               f"QA set '{heldout['name']}' ({heldout['num_rows']} held-out questions to "
+               "evaluate on)", f"exemplar set '{ex['name']}' ({ex['size']} exemplars)"]
+    return ok_markdown(f"{title} loaded: {', '.join(stored)}") + f"\n\nNext: {next_words}"
+
+
+def load_demo(settings: Settings, actor: Actor) -> str:
+    return _load_pack(load_demo_pack, settings, actor, "Demo pack",
+                      "when the corpus index is done, try a search below; then design the "
+                      "curriculum and launch a run.")
+
+
+def load_math(settings: Settings, actor: Actor) -> str:
+    return _load_pack(load_math_pack, settings, actor, "Math pack",
+                      "train with the python tool (its exemplars run Python) and numeric "
+                      "answer matching (`reward.answer_match: numeric`).")
 
 
 # --- previews ---------------------------------------------------------------------------
@@ -324,6 +338,8 @@ def build(settings: Settings) -> None:
     with gr.Row():
         demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
                                 min_width=220, elem_id="load-demo")
+        math_button = gr.Button("Load the math pack", scale=0, min_width=220,
+                                elem_id="load-math")
         demo_message = gr.Markdown(elem_id="demo-message")
 
     corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model searches",
@@ -414,6 +430,8 @@ def build(settings: Settings) -> None:
     on_show(everything, None, all_outputs, with_page=True)
     index_timer.timer.tick(corpora_tick, shown, corpus_outputs)
     demo_button.click(acting(settings, load_demo), outputs=demo_message).then(
+        everything, shown, all_outputs)
+    math_button.click(acting(settings, load_math), outputs=demo_message).then(
         everything, shown, all_outputs)
     corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(

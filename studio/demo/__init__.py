@@ -17,6 +17,10 @@ to search for them.
 * ``exemplars.jsonl``: 3 worked traces ``{"question", "solution", "answer"}`` whose
   information blocks are the top-3 BM25 passages of the corpus for each query
   (scripts/demo_exemplar_blocks.py rebuilds them after the corpus changes).
+
+``math/`` is a second pack, for the python tool: invented word problems with numeric
+answers and worked exemplars that run code (``math/README.md``; scripts/math_pack.py
+writes it). It has no corpus.
 """
 
 from pathlib import Path
@@ -25,3 +29,7 @@ DEMO_DIR = Path(__file__).parent
 CORPUS = DEMO_DIR / "corpus.jsonl"
 QA = DEMO_DIR / "qa.jsonl"
 EXEMPLARS = DEMO_DIR / "exemplars.jsonl"
+
+MATH_DIR = DEMO_DIR / "math"
+MATH_QA = MATH_DIR / "qa.jsonl"
+MATH_EXEMPLARS = MATH_DIR / "exemplars.jsonl"

@@ -1,8 +1,9 @@
 """The zero-shot evaluation protocol (method.md, "Evaluation protocol") as one typed value.
 
 k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool calls, top-3
-passages. The API checks a request's overrides against its fields (`PROTOCOL_KEYS`), the
-evaluation process builds its rollouts from it (`limits`).
+passages; answers matched as the run's reward matches them (`answer_match`). The API checks
+a request's overrides against its fields (`PROTOCOL_KEYS`), the evaluation process builds
+its rollouts from it (`limits`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, fields
 
 from .prompt import check_eval_prefix
 from .protocol import Limits
+from .reward import ANSWER_MATCHES, AnswerMatch
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,13 @@ class EvalConfig:
     assistant_prefix: str | None = "<think>"
     instruction: str | None = None
     seed: int = 0
+    answer_match: AnswerMatch = "exact"
 
     def __post_init__(self) -> None:
         check_eval_prefix(self.assistant_prefix)
+        if self.answer_match not in ANSWER_MATCHES:
+            raise ValueError(f"answer_match must be one of {', '.join(ANSWER_MATCHES)}, got "
+                             f"{self.answer_match!r}")
 
     def limits(self) -> Limits:
         return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,

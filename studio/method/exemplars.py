@@ -329,10 +329,15 @@ def validate_exemplar(
                     f"the <{want}> block after the <{s.kind}> on line {line} is empty; paste "
                     "what the tool returned"
                 )
-    if n_calls == 0 and calls:
+    if n_calls == 0 and len(calls) == 1:
         error(
             f"no <{calls[0]}> call: an exemplar must show at least one, followed by its "
             f"<{result_for[calls[0]]}> block"
+        )
+    elif n_calls == 0 and calls:
+        error(
+            f"no tool call ({' or '.join(f'<{c}>' for c in calls)}): an exemplar must show at "
+            "least one, followed by the block the tool returned"
         )
 
     # ends with a non-empty answer that matches the gold answer

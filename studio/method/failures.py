@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .reward import accuracy, substring_match
+from .reward import AnswerMatch, accuracy, substring_match
 from .tags import DEFAULT_TOOLS, SEARCH_TOOL, TEXT, ToolSpec, final_answer, parse, search_queries
 
 CORRECT = "correct"
@@ -72,7 +72,8 @@ def retrieved_texts(response: str, tools: Sequence[ToolSpec] = DEFAULT_TOOLS) ->
 
 
 def failure_label(response: str, golden_answers: str | Iterable[str],
-                  tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> str:
+                  tools: Sequence[ToolSpec] = DEFAULT_TOOLS,
+                  answer_match: AnswerMatch = "exact") -> str:
     """The label of one evaluated response (one of :data:`LABELS`; precedence above).
 
     ``response`` as the reward reads it: the model's turns with the environment's blocks,
@@ -80,7 +81,7 @@ def failure_label(response: str, golden_answers: str | Iterable[str],
     """
     golds = [golden_answers] if isinstance(golden_answers, str) else list(golden_answers)
     answer = final_answer(response, tools)
-    if accuracy(answer, golds):
+    if accuracy(answer, golds, answer_match):
         return CORRECT
     if answer is None or not answer.strip():
         return FORMAT_MISS

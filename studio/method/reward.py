@@ -5,6 +5,10 @@ last model-written ``<answer>`` (plus the upstream multi-answer rule); fmt is
 1 minus the penalties of :data:`PENALTY_TABLE`, clipped to [0, 1].  Unlike
 upstream, the prompt is never scored, and nothing inside an ``<information>``
 block counts as a tag or as the answer.
+
+``answer_match="numeric"`` (opt-in, for questions whose answer is a number) swaps
+exact match for numeric equivalence (:func:`numeric_match`); ``"exact"``, the
+default, is method.md's rule unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
 
 from .tags import ANSWER, DEFAULT_TOOLS, THINK, ToolSpec, count_tags, final_answer, parse
 
@@ -72,15 +78,15 @@ def token_f1(prediction: str | None, golden_answers: str | Iterable[str]) -> flo
     if prediction is None:
         return 0.0
     pred_tokens = normalize_answer(prediction).split()
-    best = 0.0
-    for gold in _golds(golden_answers):
-        gold_tokens = gold.split()
-        same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-        if same == 0:
-            continue
-        precision, recall = same / len(pred_tokens), same / len(gold_tokens)
-        best = max(best, 2 * precision * recall / (precision + recall))
-    return best
+    return max((_f1(pred_tokens, gold.split()) for gold in _golds(golden_answers)), default=0.0)
+
+
+def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def multi_answer_match(prediction: str | None, golden_answers: str | Iterable[str]) -> bool:
@@ -98,8 +104,106 @@ def multi_answer_match(prediction: str | None, golden_answers: str | Iterable[st
     return len(golds) > 1 and all(g in pred for g in golds)
 
 
-def accuracy(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
-    """acc: 1.0 on exact match or the multi-answer rule, else 0.0 (method.md, "The reward")."""
+AnswerMatch = Literal["exact", "numeric"]
+ANSWER_MATCHES: tuple[AnswerMatch, ...] = ("exact", "numeric")
+
+_NUMBER = re.compile(
+    r"(?<![\w.])(?P<sign>[-+]?)[$€£]?"
+    r"(?P<digits>\d+/\d+(?![\d/])"  # a fraction 1/2
+    r"|(?:\d{1,3}(?:,\d{3})+(?!\d|,\d)|\d+)(?:\.\d+)?"  # 1,200.50 or 1200.5 or 12
+    r"|\.\d+)"  # .5
+    r"(?P<exponent>[eE][-+]?\d+)?(?![\d.]\d)"
+)
+"""A number written in digits: sign, a currency sign after it (``-$12``), thousands commas
+(groups of exactly three), decimals, a leading-dot decimal, a fraction of two integers, an
+exponent."""
+
+
+def numbers(text: str) -> list[Fraction]:
+    """Every number written in digits in ``text``, exactly (``"1,200"`` -> 1200, ``".5"`` and
+    ``"1/2"`` -> 1/2); a fraction over 0 is skipped."""
+    found = []
+    for m in _NUMBER.finditer(str(text)):
+        spelled = m["sign"] + m["digits"].replace(",", "") + (m["exponent"] or "")
+        try:
+            found.append(Fraction(spelled))
+        except ZeroDivisionError:
+            continue
+    return found
+
+
+def the_number(text: str) -> Fraction | None:
+    """The one number ``text`` holds (words around it ignored: ``"$12"``, ``"12 apples"``),
+    or None when it holds none or several (``"12 or 13"``)."""
+    found = numbers(text)
+    return found[0] if len(found) == 1 else None
+
+
+def _numeric_golds(golden_answers: str | Iterable[str]) -> tuple[list[Fraction], list[str]]:
+    """Gold answers split into numbers and (normalised) texts that hold no single number."""
+    if isinstance(golden_answers, str):
+        golden_answers = [golden_answers]
+    values, texts = [], []
+    for gold in golden_answers:
+        value = the_number(gold)
+        if value is not None:
+            values.append(value)
+        elif normalize_answer(gold):
+            texts.append(normalize_answer(gold))
+    return values, texts
+
+
+def numeric_match(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """1.0 if the prediction holds exactly one number and it equals a gold answer's number,
+    exactly as a fraction (``12`` = ``12.0`` = ``$12`` = ``12 apples``; ``1,200`` = ``1200``;
+    ``0.5`` = ``.5`` = ``1/2``; ``12`` != ``120``, ``1.2``, ``12 or 13``); a gold answer that
+    holds no single number is matched exactly, as :func:`exact_match` does."""
+    if prediction is None:
+        return 0.0
+    values, texts = _numeric_golds(golden_answers)
+    value = the_number(prediction)
+    if value is not None and value in values:
+        return 1.0
+    return exact_match(prediction, texts) if texts else 0.0
+
+
+def numeric_substring_match(prediction: str | None,
+                            golden_answers: str | Iterable[str]) -> float:
+    """SubEM in numeric mode: any number of the prediction equals a gold number (a text gold:
+    :func:`substring_match`)."""
+    if prediction is None:
+        return 0.0
+    values, texts = _numeric_golds(golden_answers)
+    if set(numbers(prediction)) & set(values):
+        return 1.0
+    return substring_match(prediction, texts) if texts else 0.0
+
+
+def _numeric_tokens(text: str) -> list[str]:
+    """The numbers of ``text`` in one spelling each (``1,200.0`` -> ``1200``), then its other
+    words normalised."""
+    rest = _NUMBER.sub(" ", str(text))
+    return [str(v) for v in numbers(text)] + normalize_answer(rest).split()
+
+
+def numeric_token_f1(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
+    """F1 in numeric mode: :func:`token_f1` with each number one token, whatever its spelling."""
+    if prediction is None:
+        return 0.0
+    golds = [golden_answers] if isinstance(golden_answers, str) else list(golden_answers)
+    return max((_f1(_numeric_tokens(prediction), _numeric_tokens(g)) for g in golds),
+               default=0.0)
+
+
+def accuracy(prediction: str | None, golden_answers: str | Iterable[str],
+             answer_match: AnswerMatch = "exact") -> float:
+    """acc: 1.0 on exact match or the multi-answer rule, else 0.0 (method.md, "The reward");
+    with ``answer_match="numeric"``, :func:`numeric_match` alone (no multi-answer rule: a
+    numeric question has one answer, and ``"12"`` would be found inside ``"120"``)."""
+    if answer_match == "numeric":
+        return numeric_match(prediction, golden_answers)
+    if answer_match != "exact":
+        raise ValueError(f"answer_match must be one of {ANSWER_MATCHES}, got {answer_match!r}")
     return 1.0 if exact_match(prediction, golden_answers) \
         or multi_answer_match(prediction, golden_answers) else 0.0
 
@@ -190,13 +294,16 @@ def score(
     acc_weight: float = 0.8,
     format_weight: float = 0.2,
     tools: Sequence[ToolSpec] = DEFAULT_TOOLS,
+    answer_match: AnswerMatch = "exact",
 ) -> RewardBreakdown:
     """Score one response: ``clip(acc_weight * acc + format_weight * fmt, 0, 1)``.
 
     method.md, "The reward (computed on the response only)".  Pass the response
     exactly as the model's turn reads, environment blocks included, and with any
     pre-filled assistant prefix (e.g. ``<think>``) put back in front; never the
-    prompt.  acc = 1 on exact match or the multi-answer rule, else 0.
+    prompt.  acc = 1 on exact match or the multi-answer rule, else 0; with
+    ``answer_match="numeric"`` acc = EM = :func:`numeric_match`, SubEM and F1 their
+    numeric forms (:func:`numeric_substring_match`, :func:`numeric_token_f1`).
     """
     for name, w in (("acc_weight", acc_weight), ("format_weight", format_weight)):
         if not isinstance(w, (int, float)) or not math.isfinite(w):
@@ -207,14 +314,15 @@ def score(
     answer = final_answer(response, tools)
     penalties = format_penalties(response, tools)
     fmt = round(_clip01(1.0 - sum(penalties.values())), 12)
-    acc = accuracy(answer, golds)
+    acc = accuracy(answer, golds, answer_match)
+    numeric = answer_match == "numeric"
     return RewardBreakdown(
         score=round(_clip01(acc_weight * acc + format_weight * fmt), 12),
         acc=acc,
         format=fmt,
-        em=exact_match(answer, golds),
-        subem=substring_match(answer, golds),
-        f1=token_f1(answer, golds),
+        em=acc if numeric else exact_match(answer, golds),
+        subem=(numeric_substring_match if numeric else substring_match)(answer, golds),
+        f1=(numeric_token_f1 if numeric else token_f1)(answer, golds),
         answer=answer,
         penalties=penalties,
     )

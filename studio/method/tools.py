@@ -116,6 +116,11 @@ def specs(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
     return tuple(t.spec for t in tools)
 
 
+def registered_specs() -> tuple[ToolSpec, ...]:
+    """The tags of every registered tool, search first: what a stored exemplar may use."""
+    return tuple(cls.spec for cls in TOOLS.values())
+
+
 def run_tool(tool: Tool, inputs: list[str]) -> list[object]:
     """`tool.execute(inputs)`, checked to give one result per input."""
     results = list(tool.execute(list(inputs)))

@@ -1,16 +1,18 @@
-"""The demo pack: an original corpus, two QA sets and an exemplar set.
+"""The demo packs: the search pack (an original corpus, two QA sets and an exemplar set) and
+the math pack for the python tool (two QA sets and an exemplar set, no corpus).
 
 Stored as `demo` (the corpus, the exemplar set and the training questions) and
-`demo-heldout` (the held-out questions, purpose "eval"): the split is fixed in
-the pack's qa.jsonl (each row's ``split``), so a run trained on `demo` never
-sees a question of `demo-heldout`. Loaded through the same services as an
-upload, so a new user can launch a run a minute after installing.
+`demo-heldout` (the held-out questions, purpose "eval"), and as `math` and `math-heldout`:
+the split is fixed in each pack's qa.jsonl (each row's ``split``), so a run trained on `demo`
+never sees a question of `demo-heldout`. Loaded through the same services as an upload, so a
+new user can launch a run a minute after installing.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from studio import demo
 from studio.services import corpora, exemplar_sets, qa_sets
@@ -22,6 +24,9 @@ DEMO_NAME = "demo"
 HELDOUT_NAME = "demo-heldout"
 QA_SETS = {DEMO_NAME: ("train", "train"), HELDOUT_NAME: ("heldout", "eval")}
 """QA set name -> (the ``split`` of its rows in qa.jsonl, the set's purpose)."""
+MATH_NAME = "math"
+MATH_HELDOUT_NAME = "math-heldout"
+MATH_QA_SETS = {MATH_NAME: ("train", "train"), MATH_HELDOUT_NAME: ("heldout", "eval")}
 
 
 def _existing(find, settings: Settings, name: str = DEMO_NAME) -> dict | None:
@@ -31,9 +36,9 @@ def _existing(find, settings: Settings, name: str = DEMO_NAME) -> dict | None:
         return None
 
 
-def split_lines(split: str) -> bytes:
-    """The lines of the pack's qa.jsonl whose ``split`` is ``split``, unchanged."""
-    lines = demo.QA.read_bytes().splitlines(keepends=True)
+def split_lines(split: str, qa_file: Path = demo.QA) -> bytes:
+    """The lines of a pack's qa.jsonl whose ``split`` is ``split``, unchanged."""
+    lines = qa_file.read_bytes().splitlines(keepends=True)
     return b"".join(line for line in lines
                     if line.strip() and json.loads(line).get("split") == split)
 
@@ -61,17 +66,42 @@ def load_demo_pack(settings: Settings, actor: Actor, *, index_now: bool = False)
                                            start_indexing=not index_now)
         if index_now:
             corpus = corpora.build_corpus_index(settings, corpus["id"])
+    stored = _store_qa_sets(settings, actor, demo.QA, QA_SETS)
+    return {"corpus": corpus, "qa_set": stored[DEMO_NAME],
+            "heldout_qa_set": stored[HELDOUT_NAME],
+            "exemplar_set": _store_exemplars(settings, actor, demo.EXEMPLARS, DEMO_NAME)}
+
+
+def load_math_pack(settings: Settings, actor: Actor) -> dict:
+    """Store what is missing of the math pack (studio/demo/math), as the actor's: the QA sets
+    `math` (training) and `math-heldout` (purpose eval) and the exemplar set `math`, worked
+    traces that run Python. No corpus: the python tool searches nothing.
+
+    Returns ``{"qa_set", "heldout_qa_set", "exemplar_set"}``, the stored records.
+    """
+    require_member(actor, "load the math pack")
+    stored = _store_qa_sets(settings, actor, demo.MATH_QA, MATH_QA_SETS)
+    return {"qa_set": stored[MATH_NAME], "heldout_qa_set": stored[MATH_HELDOUT_NAME],
+            "exemplar_set": _store_exemplars(settings, actor, demo.MATH_EXEMPLARS, MATH_NAME)}
+
+
+def _store_qa_sets(settings: Settings, actor: Actor, qa_file: Path,
+                   sets: dict[str, tuple[str, str]]) -> dict[str, dict]:
+    """Each QA set of ``sets`` (name -> (split, purpose)) stored unless it is already."""
     stored = {}
-    for name, (split, purpose) in QA_SETS.items():
+    for name, (split, purpose) in sets.items():
         qa = _existing(qa_sets.find_qa_set, settings, name)
         if qa is None:
-            qa = qa_sets.create_qa_set(settings, actor, io.BytesIO(split_lines(split)),
-                                       demo.QA.name, name, purpose=purpose)
+            qa = qa_sets.create_qa_set(settings, actor, io.BytesIO(split_lines(split, qa_file)),
+                                       qa_file.name, name, purpose=purpose)
         stored[name] = qa
-    exemplars = _existing(exemplar_sets.find_exemplar_set, settings)
+    return stored
+
+
+def _store_exemplars(settings: Settings, actor: Actor, path: Path, name: str) -> dict:
+    exemplars = _existing(exemplar_sets.find_exemplar_set, settings, name)
     if exemplars is None:
-        with open(demo.EXEMPLARS, "rb") as stream:
-            exemplars = exemplar_sets.upload_exemplar_set(settings, actor, stream,
-                                                          demo.EXEMPLARS.name, DEMO_NAME)
-    return {"corpus": corpus, "qa_set": stored[DEMO_NAME],
-            "heldout_qa_set": stored[HELDOUT_NAME], "exemplar_set": exemplars}
+        with open(path, "rb") as stream:
+            exemplars = exemplar_sets.upload_exemplar_set(settings, actor, stream, path.name,
+                                                          name)
+    return exemplars

@@ -19,6 +19,7 @@ from studio.db import session_scope
 from studio.method import failures
 from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
+from studio.method.reward import ANSWER_MATCHES
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
@@ -47,8 +48,8 @@ sees the training process exit, which can take a while to free a large model).""
 
 def run_protocol(config: RunConfig) -> dict:
     """The zero-shot protocol for a run's end-of-training evaluation: the run's own token
-    budgets, layout and instruction; k = 0 and temperature 0.1 as always, and a pre-filled
-    reply of at most `<think>` whatever the run pre-filled in training."""
+    budgets, layout, instruction and answer matching; k = 0 and temperature 0.1 as always, and
+    a pre-filled reply of at most `<think>` whatever the run pre-filled in training."""
     grpo, prompt = config.grpo, config.prompt
     think = EVAL_PREFIXES[-1]
     prefix = think if (prompt.assistant_prefix or "").lstrip().startswith(think) else None
@@ -56,7 +57,8 @@ def run_protocol(config: RunConfig) -> dict:
             "max_response_tokens": grpo.max_response_tokens,
             "max_obs_tokens": grpo.max_obs_tokens, "top_k": grpo.top_k,
             "layout": prompt.layout, "assistant_prefix": prefix,
-            "instruction": prompt.instruction, "seed": config.seed}
+            "instruction": prompt.instruction, "seed": config.seed,
+            "answer_match": config.reward.answer_match}
 
 
 def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
@@ -156,6 +158,8 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         check_eval_prefix((protocol or {}).get("assistant_prefix"))
     except ValueError as exc:
         raise InvalidInput(f"protocol.{exc}") from None
+    if (protocol or {}).get("answer_match", "exact") not in ANSWER_MATCHES:
+        raise InvalidInput(f"protocol.answer_match: use one of {', '.join(ANSWER_MATCHES)}")
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")

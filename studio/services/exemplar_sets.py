@@ -2,7 +2,9 @@
 
 Every save re-validates the whole set with the method core and stores each
 exemplar's findings, so the UI can list problems without recomputing them. A
-file that cannot be parsed is refused with its line or example number.
+file that cannot be parsed is refused with its line or example number. The tags
+checked are every registered tool's (search, python): a set does not say which
+tools it is for.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
+from studio.method.tools import registered_specs
 from studio.services import uploads
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput, NotFound
@@ -41,7 +44,8 @@ def _rows(session, set_id: int) -> list[ExemplarRow]:
 
 def _revalidate(session, exemplar_set: ExemplarSet) -> None:
     rows = _rows(session, exemplar_set.id)
-    findings = validate_exemplars([Exemplar(r.question, r.solution, r.answer) for r in rows])
+    findings = validate_exemplars([Exemplar(r.question, r.solution, r.answer) for r in rows],
+                                  tools=registered_specs())
     for number, row in enumerate(rows, 1):
         row.findings = [{"severity": f.severity, "message": f.message}
                         for f in findings if f.exemplar == number]
@@ -80,7 +84,7 @@ def check_exemplar(item: dict) -> list[dict]:
     """The findings of one exemplar being edited (nothing stored): what the set would report."""
     exemplar = _coerce(item, "exemplar")
     return [{"severity": f.severity, "message": f.message}
-            for f in validate_exemplar(exemplar, 1)]
+            for f in validate_exemplar(exemplar, 1, tools=registered_specs())]
 
 
 def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exemplar],

@@ -182,6 +182,7 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/exemplar-sets/{w.exemplar_set_id}/preview", {
             "json": {"question": "Where?", "ks": [0], "model": w.model}})),
     ("POST", f"{R}/demo"): ("create", lambda w, r: (f"{R}/demo", {})),
+    ("POST", f"{R}/demo/math"): ("create", lambda w, r: (f"{R}/demo/math", {})),
     # curricula
     ("GET", f"{R}/curricula/presets"): ("read", lambda w, r: (f"{R}/curricula/presets", {})),
     ("GET", f"{R}/curricula/presets/{{name}}"): ("read", lambda w, r: (

@@ -150,6 +150,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded.update(name="round-trip", model="/models/tiny", seed=7)
     uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
     uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
+    uploaded["reward"].update(answer_match="numeric")  # a choice on the form
     uploaded["sentinel"]["kl_spike"].update(action="pause", threshold=20.0)  # a threshold: YAML
     uploaded["curriculum"] = {"preset": None, "steps_per_stage": 100, "adaptive": None,
                               "stages": [{"exemplars": 2, "steps": 5},
@@ -270,3 +271,15 @@ def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_te
     assert shown.splitlines()[3] == "- ⚠ " + markdown_text(
         "2. [x](javascript:y): search 1 '<i>': none")
     assert "<b>" not in shown and "*c*" not in shown
+
+
+def test_the_math_pack_button_stores_the_pack_and_says_what_to_train_with(settings):
+    from frontend.pages import data
+
+    told = data.load_math(settings, admin(settings))
+    for words in ("Math pack loaded: QA set 'math' (200 questions to train on)",
+                  "'math-heldout' (60 held-out questions"):
+        assert markdown_text(words) in told, words
+    assert told.endswith("Next: train with the python tool (its exemplars run Python) and numeric "
+                         "answer matching (`reward.answer_match: numeric`).")
+    assert [s["name"] for s in exemplar_sets.list_exemplar_sets(settings)] == ["math"]

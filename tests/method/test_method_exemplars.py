@@ -20,6 +20,7 @@ from studio.method.exemplars import (
     validate_exemplars,
 )
 from studio.method.tags import CODE_TOOL
+from studio.method.tools import registered_specs
 
 INFO = "\n<information>Doc 1(Title: Jaws) Jaws was directed by Steven Spielberg.</information>\n"
 GOOD_SOLUTION = (
@@ -324,3 +325,24 @@ def test_code_tool_exemplar():
         f.message for f in validate_exemplar(Exemplar("6*7?", solution), 1) if f.severity == "error"
     ]
     assert any("no <search> call" in e for e in errs)
+
+
+def test_validated_with_every_registered_tool():
+    """The studio checks stored sets against every registered tool's tags: a code exemplar and
+    a search exemplar both pass, one without any call names every tool, and a search
+    exemplar's findings are the same as with the search tool alone."""
+    code = Exemplar("6*7?", "<think>compute</think><code>print(6*7)</code>\n<output>42</output>"
+                            "\n<answer>42</answer>", "42")
+    every = registered_specs()
+    assert [t.call_tag for t in every][:2] == ["search", "code"]
+    assert validate_exemplars([GOOD, code], tools=every) == []
+    none = Exemplar("Q?", "<think>I know.</think><answer>x</answer>")
+    errs = [f.message for f in validate_exemplar(none, 1, tools=every) if f.severity == "error"]
+    tags = " or ".join(f"<{t.call_tag}>" for t in every)  # tests may register more tools
+    assert errs == [f"no tool call ({tags}): an exemplar must show at least one, followed by "
+                    "the block the tool returned"]
+    assert tags.startswith("<search> or <code>")
+    stray = Exemplar("Q?", "<think>a</think><search>q</search>" + INFO + "<Think>b</Think>"
+                           "<answer>x</answer> trailing")
+    for exemplar in (GOOD, stray):
+        assert validate_exemplar(exemplar, 1, tools=every) == validate_exemplar(exemplar, 1)

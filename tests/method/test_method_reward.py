@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,10 +12,15 @@ from studio.method import Exemplar, build_messages
 from studio.method.reward import (
     PENALTY_NAMES,
     PENALTY_TABLE,
+    accuracy,
     exact_match,
     format_penalties,
     multi_answer_match,
     normalize_answer,
+    numbers,
+    numeric_match,
+    numeric_substring_match,
+    numeric_token_f1,
     overlong_penalty,
     score,
     substring_match,
@@ -353,3 +360,101 @@ def test_overlong_penalty_off_and_bounds():
     assert overlong_penalty(480, 512, 64, 0.0) == 0.0
     with pytest.raises(ValueError):
         overlong_penalty(10, 8, 16, 1.0)
+
+
+NUMERIC_CASES = [
+    # (prediction, golds, numeric acc, why)
+    ("12", ["12"], 1.0, "the same"),
+    ("12.0", ["12"], 1.0, "a zero decimal"),
+    ("12.000", ["12.0"], 1.0, "zero decimals on both sides"),
+    ("12 apples", ["12"], 1.0, "a unit after it"),
+    ("$12", ["12"], 1.0, "a currency sign"),
+    ("$12.50", ["12.5"], 1.0, "cents"),
+    ("1,200", ["1200"], 1.0, "thousands commas"),
+    ("1200", ["1,200"], 1.0, "thousands commas in the gold"),
+    ("$1,234,567.5", ["1234567.50"], 1.0, "several groups"),
+    ("0.5", [".5"], 1.0, "a leading-dot decimal"),
+    ("1/2", ["0.5"], 1.0, "a fraction equals its decimal"),
+    ("-7", ["-7.0"], 1.0, "a negative number"),
+    ("50%", ["50"], 1.0, "a percent sign is a unit"),
+    ("The answer is 42.", ["42"], 1.0, "a sentence's full stop is not a decimal"),
+    ("12", ["7", "12"], 1.0, "any gold number"),
+    ("twelve", ["twelve", "12"], 1.0, "a text gold is matched exactly"),
+    ("12", ["120"], 0.0, "12 is not 120"),
+    ("120", ["12"], 0.0, "120 is not 12"),
+    ("1.2", ["12"], 0.0, "1.2 is not 12 (exact match would say it is: '.' is dropped)"),
+    ("12 or 13", ["12"], 0.0, "two numbers: a hedge"),
+    ("12 and 12", ["12"], 0.0, "two numbers, even equal ones"),
+    ("1,2", ["1.2"], 0.0, "a decimal comma is two numbers"),
+    ("1,2345", ["12345"], 0.0, "commas group exactly three digits"),
+    ("0.3333", ["1/3"], 0.0, "no tolerance: exact values"),
+    ("0.5", ["50%"], 0.0, "50% is 50, not 0.5"),
+    ("twelve", ["12"], 0.0, "numbers in words are not read"),
+    ("3 1/2", ["3.5"], 0.0, "a mixed number is two numbers"),
+    ("1/0", ["1"], 0.0, "no number"),
+    ("", ["12"], 0.0, "empty"),
+    (None, ["12"], 0.0, "no answer"),
+    ("12", ["12 or 13"], 0.0, "a gold of two numbers is text, matched exactly"),
+]
+
+
+@pytest.mark.parametrize("pred, golds, acc, why", NUMERIC_CASES)
+def test_numeric_match_table(pred, golds, acc, why):
+    assert numeric_match(pred, golds) == acc, why
+    assert accuracy(pred, golds, "numeric") == acc, why
+    response = None if pred is None else f"<think>t</think><code>print(1)</code>" \
+        f"\n\n<output>1</output>\n\n<answer>{pred}</answer>"
+    if response is not None and pred.strip():
+        result = score(response, golds, tools=(CODE_TOOL,), answer_match="numeric")
+        assert (result.acc, result.em, result.score) == (acc, acc, pytest.approx(0.8 * acc + 0.2))
+
+
+@pytest.mark.parametrize("text, values", [
+    ("$1,200.50 for 3 days", [Fraction(120_050, 100), 3]),
+    ("1,200, and 7", [1200, 7]),
+    ("from 3-4 km", [3, 4]),
+    ("version 1.2.3", []),
+    ("x2 or 2x", [2]),
+    ("1e3 grams", [1000]),
+    (".25 of -1/4", [Fraction(1, 4), Fraction(-1, 4)]),
+])
+def test_numbers_read_from_text(text, values):
+    assert numbers(text) == values
+
+
+@settings(max_examples=200, deadline=None)
+@given(cents=st.integers(-10**9, 10**9), unit=st.sampled_from(["", " apples", " km", "%"]),
+       scale=st.sampled_from([10, 100, Fraction(1, 10)]))
+def test_numeric_match_is_value_equality(cents, unit, scale):
+    """Against a direct computation: any spelling of a value matches it, and the value scaled
+    by ten never does."""
+    value = Fraction(cents, 100)
+    sign = "-" if value < 0 else ""
+    whole, frac = divmod(abs(cents), 100)
+    spellings = [f"{sign}{whole}.{frac:02d}", f"{sign}{whole:,}.{frac:02d}{unit}",
+                 f"{sign}${whole:,}.{frac:02d}"]
+    if frac == 0:
+        spellings += [f"{sign}{whole}", f"{sign}{whole:,}{unit}"]
+    gold = f"{sign}{whole}.{frac:02d}"
+    for spelling in spellings:
+        assert numbers(spelling) == [value], spelling
+        assert numeric_match(spelling, [gold]) == 1.0, (spelling, gold)
+    if value:
+        assert numeric_match(str(float(value * scale)), [gold]) == 0.0
+
+
+def test_numeric_em_subem_f1_and_exact_mode_unchanged():
+    golds = ["1200"]
+    assert (numeric_match("1,200 apples", golds), numeric_substring_match("1,200 apples", golds),
+            numeric_token_f1("1,200 apples", golds)) == (1.0, 1.0, pytest.approx(2 / 3))
+    assert (numeric_match("1200 or 1300", golds),
+            numeric_substring_match("1200 or 1300", golds)) == (0.0, 1.0)
+    assert numeric_token_f1("1,200.0", golds) == 1.0
+    response = "<think>t</think><search>q</search>" + INFO + "<answer>1,200.0</answer>"
+    exact, numeric = score(response, golds), score(response, golds, answer_match="numeric")
+    # exact mode reads "12000": not 1200, though 1200 is inside it
+    assert (exact.acc, exact.em, exact.subem, exact.f1) == (0.0, 0.0, 1.0, 0.0)
+    assert (numeric.acc, numeric.em, numeric.subem, numeric.f1) == (1.0, 1.0, 1.0, 1.0)
+    assert score(response, golds, answer_match="exact") == exact
+    with pytest.raises(ValueError, match="answer_match"):
+        accuracy("12", ["12"], "fuzzy")

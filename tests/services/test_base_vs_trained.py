@@ -93,6 +93,7 @@ def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, b
                          "instruction": "Use the tags."},
               "grpo": {"max_turns": 2, "max_turn_tokens": 48, "max_response_tokens": 300,
                        "max_obs_tokens": 120, "top_k": 2},
+              "reward": {"answer_match": "numeric"},
               "engine": {"evaluate_at_end": True}}
     asked = finished_run(settings, config, steps=4)
     quiet = finished_run(settings, {**config, "engine": {}}, steps=4)
@@ -109,7 +110,8 @@ def test_a_finished_run_that_asks_is_evaluated_under_its_own_budgets(settings, b
     assert protocol == {"max_turn_tokens": 48, "max_turns": 2, "max_response_tokens": 300,
                         "max_obs_tokens": 120, "top_k": 2, "layout": "chat",
                         "assistant_prefix": "<think>", "instruction": "Use the tags.",
-                        "seed": 0}, "the training prefix is cut to <think>"
+                        "seed": 0, "answer_match": "numeric"}, \
+        "the training prefix is cut to <think>; answers are matched as the run's reward did"
     from studio.services import runs
 
     (note,) = [e for e in runs.run_events(settings, asked) if e["kind"] == "info"]

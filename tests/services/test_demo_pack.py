@@ -16,21 +16,35 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
+import sys
 from collections import Counter
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from bm25s.stopwords import STOPWORDS_EN
 from rank_bm25 import BM25Okapi
 
-from studio import demo
+from studio import db, demo
 from studio.method.exemplars import parse_jsonl, validate_exemplars
-from studio.method.reward import normalize_answer, score
-from studio.method.tags import SEARCH_TOOL, format_information, parse, search_queries
-from studio.services import qa_sets
-from studio.services.demo import HELDOUT_NAME, load_demo_pack
+from studio.method.reward import normalize_answer, numbers, score
+from studio.method.tags import (
+    CODE_TOOL,
+    SEARCH_TOOL,
+    format_information,
+    parse,
+    search_queries,
+    tool_calls,
+)
+from studio.method.tools import PythonTool, registered_specs
+from studio.sandbox import Limits, Sandbox
+from studio.services import corpora, qa_sets
+from studio.services.demo import HELDOUT_NAME, load_demo_pack, load_math_pack
+from studio.settings import Settings
 from tests.support.actors import admin
+from tests.support.processes import studio_cli
 
 STOPWORDS = frozenset(STOPWORDS_EN)
 PASSAGES, QUESTIONS = 257, 256
@@ -168,6 +182,7 @@ def test_exemplars_are_valid_traces(search):
     exemplars = parse_jsonl(demo.EXEMPLARS.read_text(encoding="utf-8"))
     assert len(exemplars) == 3
     assert validate_exemplars(exemplars) == []
+    assert validate_exemplars(exemplars, tools=registered_specs()) == []  # as the studio stores
     assert max(len(search_queries(ex.solution)) for ex in exemplars) >= 2
     for ex in exemplars:
         assert score(ex.solution, [ex.answer]).acc == 1.0, ex.question
@@ -178,11 +193,17 @@ def test_exemplars_are_valid_traces(search):
             assert ex.solution[call.end :].startswith(block), (ex.question, call.body)
 
 
-def test_exemplar_blocks_script_finds_nothing_stale(capsys):
-    spec = importlib.util.spec_from_file_location("demo_exemplar_blocks", REBUILD_SCRIPT)
+def load_script(path: Path):
+    """A script of scripts/ as a module (registered, as its dataclasses need)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     script = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = script
     spec.loader.exec_module(script)
-    assert script.main(["--check"]) == 0, capsys.readouterr().out
+    return script
+
+
+def test_exemplar_blocks_script_finds_nothing_stale(capsys):
+    assert load_script(REBUILD_SCRIPT).main(["--check"]) == 0, capsys.readouterr().out
 
 
 def test_exemplar_questions_not_in_qa():
@@ -212,3 +233,138 @@ def test_questions_reach_their_passage_in_the_top_3(search):
           f"in top 3 for {first}/{len(two_hop)}")
     assert rate >= 0.95, [q["id"] for q in one_hop if q not in found]  # measured: 156/156
     assert first / len(two_hop) >= 0.9  # measured: 98/100
+
+
+# --- the math pack (studio/demo/math): numeric answers, code exemplars, no corpus -----------
+
+MATH_QA = read_jsonl(demo.MATH_QA)
+MATH_TRAIN = [q for q in MATH_QA if q["split"] == "train"]
+MATH_HELDOUT = [q for q in MATH_QA if q["split"] == "heldout"]
+MATH_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "math_pack.py"
+
+
+def half_up(value: Fraction, places: int) -> Fraction:
+    """``value`` (positive) rounded half up to ``places`` decimals."""
+    scale = 10 ** places
+    return Fraction(math.floor(value * scale + Fraction(1, 2)), scale)
+
+
+def reference_answer(kind: str, v: dict) -> Fraction:
+    """Each template's answer redone here in fractions, from the numbers the question states."""
+    F = Fraction
+    if kind == "unit_price":
+        return F(v["total"]) * v["asked"] / v["count"]
+    if kind == "discount_tax":
+        return half_up(F(v["price"]) * F(100 - v["discount_percent"], 100)
+                       * F(100 + v["tax_percent"], 100), 2)
+    if kind == "two_leg_distance":
+        return v["speed1"] * v["hours"] + F(v["speed2"] * v["minutes"], 60)
+    if kind == "fill_time":
+        return 60 / (F(1, v["hours_a"]) + F(1, v["hours_b"]))
+    if kind == "ages":  # y + later + y + gap + later = sum
+        return F(v["sum_later"] - 2 * v["years_later"] - v["gap"], 2)
+    if kind == "sum_of_products":
+        return sum(c * F(p) for c, p in zip(v["counts"], v["prices"], strict=True))
+    if kind == "population":
+        return half_up(v["start"] * F(100 + v["grow_percent"], 100)
+                       * F(100 - v["fall_percent"], 100), 0)
+    if kind == "average_needed":
+        return F(5 * v["target"] - sum(v["scores"]))
+    if kind == "paint_mix":
+        return F(v["red_litres"] * (v["red"] + v["white"]), v["red"])
+    if kind == "compound_interest":
+        return half_up(v["principal"] * (1 + F(v["rate_percent"], 100)) ** v["years"], 2)
+    if kind == "bags_needed":
+        return F(math.ceil(F(v["grams_per_batch"] * v["batches"], 1000 * v["kilograms_per_bag"])))
+    if kind == "average_speed":
+        hours = F(v["distance1"], v["speed1"]) + F(v["distance2"], v["speed2"])
+        return half_up((v["distance1"] + v["distance2"]) / hours, 1)
+    if kind == "overtime_pay":
+        wage = F(v["wage"])
+        return 40 * wage + F(3, 2) * wage * (v["hours"] - 40)
+    raise AssertionError(f"no reference for {kind}")
+
+
+def test_math_pack_shape_split_and_answers():
+    assert (len(MATH_QA), len(MATH_TRAIN), len(MATH_HELDOUT)) == (260, 200, 60)
+    assert [q["id"] for q in MATH_QA] == [f"math-q{i:03d}" for i in range(1, 261)]
+    kinds = Counter(q["kind"] for q in MATH_QA)
+    assert len(kinds) == 13 and set(kinds.values()) == {20}
+    assert {q["kind"] for q in MATH_HELDOUT} == set(kinds), "every kind is held out too"
+    for q in MATH_QA:
+        assert set(q) == {"id", "question", "golden_answers", "kind", "values", "split"}, q["id"]
+        assert q["question"].endswith("?")
+        (gold,) = q["golden_answers"]
+        want = reference_answer(q["kind"], q["values"])
+        assert numbers(gold) == [want], (q["id"], gold, want)
+        # the numbers the answer is computed from are the ones the question states
+        stated = set(numbers(q["question"]))
+        flat = [x for value in q["values"].values()
+                for x in (value if isinstance(value, list) else [value])]
+        assert {Fraction(str(x)) for x in flat} <= stated, q["id"]
+    integral = sum(numbers(q["golden_answers"][0])[0].denominator == 1 for q in MATH_QA)
+    print(f"\nmath pack: {integral}/{len(MATH_QA)} integer answers")
+    assert integral > len(MATH_QA) / 2
+    train_asks = {(q["kind"], json.dumps(q["values"], sort_keys=True)) for q in MATH_TRAIN}
+    assert len(train_asks) == len(MATH_TRAIN)
+    for q in MATH_HELDOUT:
+        assert (q["kind"], json.dumps(q["values"], sort_keys=True)) not in train_asks, q["id"]
+    assert not {q["question"] for q in MATH_TRAIN} & {q["question"] for q in MATH_HELDOUT}
+
+
+def test_math_pack_files_are_what_the_script_writes(capsys):
+    assert load_script(MATH_SCRIPT).main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_math_exemplars_run_in_the_sandbox_and_print_their_outputs():
+    """Each exemplar validates with the code tool, its answer scores in numeric mode, and
+    after each <code> call comes exactly the block the python tool makes of the sandbox's run
+    of that code."""
+    exemplars = parse_jsonl(demo.MATH_EXEMPLARS.read_text(encoding="utf-8"))
+    assert len(exemplars) == 3
+    assert validate_exemplars(exemplars, tools=(CODE_TOOL,)) == []
+    assert validate_exemplars(exemplars, tools=registered_specs()) == []
+    asked = {normalize_answer(q["question"]) for q in MATH_QA}
+    tool = PythonTool(Sandbox(Limits(wall_seconds=20)).run_batch)
+    calls = [(ex, c) for ex in exemplars for c in tool_calls(ex.solution, (CODE_TOOL,))]
+    assert len(calls) == 4
+    runs = tool.execute([call.query for _, call in calls])
+    for (ex, call), run in zip(calls, runs, strict=True):
+        assert run.error is None and run.stdout.strip(), (ex.question, run)
+        assert ex.solution[call.end:].startswith(tool.observation(run)), call.query
+    for ex in exemplars:
+        assert normalize_answer(ex.question) not in asked
+        result = score(ex.solution, [ex.answer], tools=(CODE_TOOL,), answer_match="numeric")
+        assert (result.acc, result.format) == (1.0, 1.0), ex.question
+
+
+def test_math_pack_loads_without_a_corpus(any_db_url, tmp_path):
+    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    settings.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(settings.sqlalchemy_url)
+    pack = load_math_pack(settings, admin(settings))
+    train, heldout, exemplars = pack["qa_set"], pack["heldout_qa_set"], pack["exemplar_set"]
+    assert (train["name"], train["purpose"], train["num_rows"]) == ("math", "train", 200)
+    assert (heldout["name"], heldout["purpose"], heldout["num_rows"]) == (
+        "math-heldout", "eval", 60)
+    assert (exemplars["name"], exemplars["size"], exemplars["errors"], exemplars["warnings"]) \
+        == ("math", 3, 0, 0)
+    rows = qa_sets.load_rows(settings, heldout["id"])
+    assert [(r.id, r.golden_answers, r.meta["values"]) for r in rows] == [
+        (q["id"], q["golden_answers"], q["values"]) for q in MATH_HELDOUT]
+    assert corpora.list_corpora(settings) == []
+    again = load_math_pack(settings, admin(settings))  # nothing is stored twice
+    assert again["exemplar_set"]["id"] == exemplars["id"]
+    assert len(qa_sets.list_qa_sets(settings)) == 2
+
+
+def test_the_cli_loads_the_math_pack(tmp_path):
+    settings, cli = studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0
+    done = cli("demo", "--math")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "QA set 'math': 200 questions to train on",
+        "QA set 'math-heldout': 60 held-out questions to evaluate on (never in 'math')",
+        "exemplar set 'math': 3 exemplars, 0 errors, 0 warnings"]
+    assert qa_sets.find_qa_set(settings, "math")["num_rows"] == 200

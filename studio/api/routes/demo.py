@@ -1,11 +1,11 @@
-"""The demo pack, one request away."""
+"""The demo packs, one request away."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
 from studio.api.deps import CurrentUser, get_settings
-from studio.services.demo import load_demo_pack
+from studio.services.demo import load_demo_pack, load_math_pack
 from studio.settings import Settings
 
 router = APIRouter(tags=["demo"])
@@ -16,3 +16,10 @@ def load_demo(actor: CurrentUser, settings: Settings = Depends(get_settings)) ->
     """Store the demo corpus (indexed at once: it is small), QA set and exemplar set as `demo`,
     and the held-out questions as the QA set `demo-heldout` (purpose eval)."""
     return load_demo_pack(settings, actor, index_now=True)
+
+
+@router.post("/demo/math")
+def load_math(actor: CurrentUser, settings: Settings = Depends(get_settings)) -> dict:
+    """Store the math pack for the python tool: the QA sets `math` and `math-heldout` (purpose
+    eval) and the exemplar set `math` (no corpus)."""
+    return load_math_pack(settings, actor)

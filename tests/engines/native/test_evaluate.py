@@ -71,6 +71,10 @@ def test_evaluation_input_errors(settings):
     with pytest.raises(InvalidInput, match="protocol: unknown key"):
         evaluations.create_evaluation(settings, admin(settings), qa_set="demo", model="x", corpus="demo",
                                       protocol={"temp": 1}, start=False)
+    with pytest.raises(InvalidInput, match="protocol.answer_match: use one of exact, numeric"):
+        evaluations.create_evaluation(settings, admin(settings), qa_set="demo", model="x",
+                                      corpus="demo", protocol={"answer_match": "fuzzy"},
+                                      start=False)
 
 
 # question -> (gold answers, the model's turns): one of each label, over the scripted corpus
@@ -109,3 +113,22 @@ def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
     assert by_label["retrieval_miss"]["searches"] == ["moss lamp"]
     assert by_label["reasoning_miss"]["prediction"] == "Serrick"
     assert by_label["format_miss"]["prediction"] is None
+
+
+def test_an_evaluation_matches_answers_as_its_protocol_says(tmp_path):
+    """answer_match numeric: "1,200.0 apples" is right for 1200, in EM, acc and the label."""
+    tokenizer = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny")))
+    question, turns = "How many apples in 40 crates of 30?", ["<answer>1,200.0 apples</answer>"]
+    rows = [QARow("1", question, ["1200"])]
+    found = {}
+    for match in ("exact", "numeric"):
+        config = EvalConfig(top_k=1, max_turns=1, max_turn_tokens=24, assistant_prefix=None,
+                            answer_match=match)
+        prompt = tuple(build_prompt(question, [], 0, layout=config.layout).token_ids(tokenizer))
+        result = evaluate(ScriptedLM(tokenizer, {prompt: turns}), tokenizer, rows,
+                          RecordingSearch(build_index(CORPUS)), config)
+        (record,) = result["records"]
+        found[match] = (record["em"], record["acc"], record["label"], result["metrics"]["em"])
+    assert found == {"exact": (0.0, 0.0, "no_search", 0.0), "numeric": (1.0, 1.0, "correct", 1.0)}
+    with pytest.raises(ValueError, match="answer_match must be one of exact, numeric"):
+        EvalConfig(answer_match="fuzzy")

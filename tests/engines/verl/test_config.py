@@ -53,7 +53,7 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert cfg.reward.custom_reward_function.path == "pkg://worker.engines.verl.reward"
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
         "acc_weight": 0.8, "format_weight": 0.2, "overlong_buffer": 0, "overlong_penalty": 1.0,
-        "max_response_tokens": 2048}
+        "max_response_tokens": 2048, "answer_match": "exact"}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)

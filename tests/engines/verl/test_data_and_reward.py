@@ -87,6 +87,21 @@ def test_the_reward_called_the_way_verl_calls_it_is_the_studios(verl, verl_run, 
     assert all(isinstance(v, float) for v in got.values())  # veRL stacks them into arrays
 
 
+@pytest.mark.parametrize(("match", "acc"), [("exact", 0.0), ("numeric", 1.0)])
+def test_the_run_s_answer_matching_reaches_the_reward(verl, verl_run, match, acc):
+    """reward.answer_match goes to veRL's reward function: "1,200 apples" is 1200 when numeric."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(reward={"answer_match": match})
+    _, cfg = composed(settings, run, files, model)
+    got = get_custom_reward_fn(cfg)(
+        data_source="demo", solution_str=" 30 crates of 40 </think><answer> 1,200 apples </answer>",
+        ground_truth={"target": ["1200"], "question": "q?"},
+        extra_info={"index": 0, "split": "train", "assistant_prefix": "<think>", "num_turns": 1,
+                    "rollout_reward_scores": {}})
+    assert (got["acc"], got["em"]) == (acc, acc)
+
+
 @pytest.mark.parametrize("tokens", [10, 120, 140, 160])
 def test_the_overlong_penalty_is_added_as_the_native_engine_adds_it(verl, verl_run, tokens):
     """grpo.overlong_buffer reaches veRL's reward loop as reward kwargs; the length is the

@@ -49,14 +49,15 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
             eos_token_id=tokenizer.eos_token_id)
         for row, rollout in zip(chunk, rollouts, strict=True):
             response = prefix + rollout.response_text
-            reward = score(response, row.golden_answers)
+            reward = score(response, row.golden_answers, answer_match=config.answer_match)
             records.append({"id": row.id, "question": row.question,
                             "golden_answers": row.golden_answers, "prediction": reward.answer,
                             "em": reward.em, "subem": reward.subem, "f1": reward.f1,
                             "acc": reward.acc, "format": reward.format,
                             "search_calls": rollout.num_tool_calls,
                             "searches": search_queries(response),
-                            "label": failure_label(response, row.golden_answers),
+                            "label": failure_label(response, row.golden_answers,
+                                                   answer_match=config.answer_match),
                             "stop_reason": rollout.stop_reason})
         if on_progress:
             on_progress(len(records), len(rows))

@@ -408,7 +408,8 @@ class Trainer:
         return StepSample(
             g.group_size, rows, prompts.ids, rollouts,
             [score(prompts.prefix + r.response_text, rows[i // g.group_size].golden_answers,
-                   acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight)
+                   acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight,
+                   answer_match=cfg.reward.answer_match)
              for i, r in enumerate(rollouts)],
             [overlong_penalty(len(r.response_ids), limit, g.overlong_buffer, g.overlong_penalty)
              for r in rollouts],

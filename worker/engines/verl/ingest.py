@@ -248,7 +248,8 @@ class Ingestor:
         rollouts = [rebuild_rollout(r.output, self.tokenizer) for r in dump]
         rewards = [score(self.prefix + r.output, r.golden_answers,
                          acc_weight=self.config.reward.acc_weight,
-                         format_weight=self.config.reward.format_weight) for r in dump]
+                         format_weight=self.config.reward.format_weight,
+                         answer_match=self.config.reward.answer_match) for r in dump]
         metrics = rollout_metrics(rollouts, rewards) if dump else {}
         if dump:
             metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards],
