@@ -21,8 +21,14 @@ from frontend.charts import live_figure, plot_value
 from frontend.components import counted_from_one, plain, toast_user_errors
 from frontend.rollout_view import (
     COLOR_MAP,
+    NO_TOKENS,
+    OVERLAY_CHOICES,
+    OVERLAY_OFF,
     header_markdown,
     highlighted,
+    overlay_html,
+    overlay_legend_html,
+    reward_turns_markdown,
     token_summary,
     token_table,
 )
@@ -47,6 +53,16 @@ NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading 
 FULL_SCREEN = ('<details class="full-screen"><summary><span class="rollout-open">Open full '
                'screen</span><span class="rollout-close">✕ Close</span></summary></details>')
 OPEN = ".rollout-card:has(> .rollout-card details.full-screen[open])"  # the group's outer box
+# The overlays' colour scales (frontend.rollout_view.OVERLAYS): `s` light to dark orange
+# (more surprising or more unsure), `d` red (pushed down) through grey (0) to green (up).
+SCALES = {"s": ("#fff7ed", "#ffedd5", "#fed7aa", "#fdba74", "#fb923c", "#f97316", "#ea580c",
+                "#c2410c"),
+          "d": ("#b91c1c", "#dc2626", "#f87171", "#fecaca", "#f3f4f6", "#bbf7d0", "#4ade80",
+                "#16a34a", "#15803d")}
+SCALE_CSS = "\n".join(
+    f".tok-{family}{i} {{ background: {colour};{' color: white;' if dark else ''} }}"
+    for family, colours in SCALES.items() for i, colour in enumerate(colours)
+    for dark in [family == "s" and i >= 5 or family == "d" and i in (0, 1, 7, 8)])
 CSS = f"""
 .rollout-card {{ max-height: 420px; overflow: auto; }}
 {OPEN} {{ position: fixed !important; inset: 0; z-index: 1000;
@@ -62,6 +78,12 @@ CSS = f"""
 .rollout-toggle details:not([open]) .rollout-close {{ display: none; }}
 .live-legend span {{ padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
   color: white; white-space: nowrap; }}
+.token-overlay {{ white-space: pre-wrap; line-height: 1.8; font-size: 14px; }}
+.token-legend {{ font-size: 13px; line-height: 2; }}
+.token-legend .tok {{ margin-left: 4px; padding: 1px 6px; white-space: nowrap; }}
+.tok {{ border-radius: 3px; color: #111827; }}
+.tok-masked {{ background: #e5e7eb; color: #6b7280; font-style: italic; }}
+{SCALE_CSS}
 """
 
 
@@ -185,12 +207,14 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     at = parse_step(step)
     found = run_history.rollout_page(settings, run_id, run_history.RolloutFilter(
         step_min=at, step_max=at, stage=None if stage in (None, "all") else int(stage) - 1,
-        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True)
+        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True,
+        tokens=True)
     return found["items"]
 
 
-def rollout_card(rollout: dict) -> None:
-    """One rollout: header, highlighted text, and (shown full screen) its token table.
+def rollout_card(rollout: dict, overlay: str = OVERLAY_OFF) -> None:
+    """One rollout: header, its text (highlighted by tag, or token by token on the colour
+    scale of `overlay`), and (shown full screen) the reward per turn and its token table.
     Full screen is the browser's own toggle (`FULL_SCREEN`): the card already holds the
     whole rollout, so no request is needed."""
     with gr.Group(elem_classes=["rollout-card"], elem_id=f"rollout-{rollout['id']}"):
@@ -198,8 +222,18 @@ def rollout_card(rollout: dict) -> None:
         gr.Markdown(header_markdown(rollout))
         gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
         gr.Markdown(legend_html(), elem_classes=["full-only"])
-        gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
-                           show_label=False, elem_classes=["rollout-text"])
+        recorded = (rollout.get("token_view") or {}).get("recorded")
+        if overlay != OVERLAY_OFF and recorded:
+            gr.Markdown(overlay_legend_html(overlay), elem_classes=["rollout-overlay-legend"])
+            # no formulas: a token's `$$` is text
+            gr.Markdown(overlay_html(rollout, overlay), latex_delimiters=[],
+                        elem_classes=["rollout-overlay"])
+        else:
+            if overlay != OVERLAY_OFF:
+                gr.Markdown(NO_TOKENS, elem_classes=["rollout-no-tokens"])
+            gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
+                               show_label=False, elem_classes=["rollout-text"])
+        gr.Markdown(reward_turns_markdown(rollout), elem_classes=["full-only", "rollout-turns"])
         gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
 
 
@@ -241,16 +275,20 @@ def build(settings: Settings) -> None:
             with gr.Row():
                 reward_min = gr.Slider(0, 1, value=0, step=0.05, label="Reward at least")
                 reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
+            overlay = gr.Radio(OVERLAY_CHOICES, value=OVERLAY_OFF, label="Token colours",
+                               elem_id="live-overlay",
+                               info="a colour behind each token the model wrote; hover one "
+                                    "for its figures (docs/engine.md says what they mean)")
             shown = gr.State([])
 
     with stream:
-        @gr.render(inputs=shown)
-        def cards(rollouts):
+        @gr.render(inputs=[shown, overlay])
+        def cards(rollouts, overlay_name):
             if not rollouts:
                 gr.Markdown("No rollout matches yet: they appear after each step "
                             "(or widen the filters).", elem_id="live-no-rollouts")
             for rollout in rollouts:
-                rollout_card(rollout)
+                rollout_card(rollout, overlay_name)
 
     timer = shared.page_timer(TICK_SECONDS)
     filters = [step, stage, reward_min, reward_max, count]

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from studio.method.tags import parse
+from studio.method.token_arrays import TokenArrays
 from studio.settings import Settings
 from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
 from tests.support.studio_ui import StudioUI, studio_in_browser
@@ -43,6 +44,20 @@ def hostile_segments() -> list[dict]:
              "parts": [{"kind": "information", "text": env}]}]
 
 
+def hostile_token_arrays(segments: list[dict]) -> bytes:
+    """Per-token figures for `hostile_segments`: each segment cut into its token count of
+    near-equal pieces; model tokens alternate a near-certain and a surprising pick."""
+    chars, mask = [], []
+    for segment in segments:
+        n, size = segment["tokens"], len(segment["text"])
+        ends = [size * (k + 1) // n for k in range(n)]
+        chars += [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        mask += [int(segment["source"] == "model")] * n
+    return TokenArrays(logprob=[(-0.05, -6.0)[i % 2] if m else 0.0 for i, m in enumerate(mask)],
+                       entropy=[2.5 * m for m in mask], advantage=[0.5 * m for m in mask],
+                       mask=mask, chars=chars).pack()
+
+
 @dataclass
 class Studio:
     ui: StudioUI
@@ -68,8 +83,9 @@ def studio(tmp_path_factory):
                                            "exemplars": "demo"}}
         hostile = finished_run(settings, {**config, "name": HOSTILE}, 12)
         plain = finished_run(settings, {**config, "name": "plain-run"}, 12)
-        rollout = add_rollout(settings, hostile, 11, hostile_segments(), question=HOSTILE,
-                              answer=HOSTILE)
+        segments = hostile_segments()
+        rollout = add_rollout(settings, hostile, 11, segments, question=HOSTILE,
+                              answer=HOSTILE, token_arrays=hostile_token_arrays(segments))
         studio = Studio(ui, hostile, plain, rollout)
         ui.page.add_init_script(RECORD_VIOLATIONS)
         ui.page.on("console", lambda message: studio.console.append(message.text))
@@ -114,6 +130,52 @@ def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio
     assert_text_only(ui)
     card.locator(".rollout-close").click()
     table.wait_for(state="hidden")
+    assert_no_csp_violation(studio)
+
+
+def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_turn(studio):
+    """Log-prob then advantage behind the hostile rollout's tokens: a span per token with
+    its bucket's class (the environment's masked), the text still text; full screen, the
+    reward's breakdown per turn."""
+    ui, rollout = studio.ui, studio.rollout
+    page = ui.page
+    page.goto(f"{ui.base}/?run={studio.hostile}")
+    card = page.locator(f"#rollout-{rollout}")
+    card.locator(".rollout-text").wait_for(timeout=60_000)
+    spans = card.locator(".token-overlay span.tok")
+    classes = "() => [...document.querySelectorAll('.token-overlay span.tok')].map(s => " \
+              "[...s.classList].filter(c => c !== 'tok')[0])"
+    page.locator("#live-overlay label", has_text="log-prob").click()
+    try:
+        spans.first.wait_for(timeout=30_000)
+    except Exception:
+        print("DEBUG", page.evaluate("() => (document.querySelector('.toast-wrap') || {}).innerText"), studio.console[-20:])
+        print("LOG", ui.log.read_text()[-3000:])
+        raise
+    assert page.evaluate(classes) == ["tok-s0", "tok-s7"] * 20 + ["tok-masked"] * 40
+    segments = hostile_segments()
+    assert card.locator(".token-overlay").inner_text() == "".join(s["text"] for s in segments)
+    assert "log-prob -6.000 (p 0.002)" in spans.nth(1).get_attribute("title")
+    assert "not trained on" in spans.nth(40).get_attribute("title")
+    assert "how likely the model found each token" in card.locator(
+        ".rollout-overlay-legend").inner_text()
+    assert_text_only(ui)
+
+    page.locator("#live-overlay label", has_text="advantage").click()
+    page.wait_for_function("() => document.querySelector('.token-overlay .tok-d6')",
+                           timeout=30_000)
+    assert page.evaluate(classes) == ["tok-d6"] * 40 + ["tok-masked"] * 40
+    card.locator(".rollout-open").click()
+    turns = card.locator(".rollout-turns table")
+    turns.wait_for()
+    row = turns.locator("tbody tr").first.inner_text()
+    assert "its last answer is the one scored: accuracy 1.00" in row and HOSTILE[:40] in row
+    assert "Reward 1.00" in card.locator(".rollout-turns").inner_text()
+    ui.screenshot("token-overlay-full-screen")
+    assert_text_only(ui)
+    card.locator(".rollout-close").click()
+    page.locator("#live-overlay label", has_text="off").click()
+    card.locator(".rollout-text").wait_for()
     assert_no_csp_violation(studio)
 
 
