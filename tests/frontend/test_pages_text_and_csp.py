@@ -146,12 +146,7 @@ def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_t
     classes = "() => [...document.querySelectorAll('.token-overlay span.tok')].map(s => " \
               "[...s.classList].filter(c => c !== 'tok')[0])"
     page.locator("#live-overlay label", has_text="log-prob").click()
-    try:
-        spans.first.wait_for(timeout=30_000)
-    except Exception:
-        print("DEBUG", page.evaluate("() => (document.querySelector('.toast-wrap') || {}).innerText"), studio.console[-20:])
-        print("LOG", ui.log.read_text()[-3000:])
-        raise
+    spans.first.wait_for(timeout=90_000)  # the cards are drawn again
     assert page.evaluate(classes) == ["tok-s0", "tok-s7"] * 20 + ["tok-masked"] * 40
     segments = hostile_segments()
     assert card.locator(".token-overlay").inner_text() == "".join(s["text"] for s in segments)
@@ -163,7 +158,7 @@ def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_t
 
     page.locator("#live-overlay label", has_text="advantage").click()
     page.wait_for_function("() => document.querySelector('.token-overlay .tok-d6')",
-                           timeout=30_000)
+                           timeout=90_000)
     assert page.evaluate(classes) == ["tok-d6"] * 40 + ["tok-masked"] * 40
     card.locator(".rollout-open").click()
     turns = card.locator(".rollout-turns table")
