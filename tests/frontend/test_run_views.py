@@ -25,6 +25,8 @@ from frontend.rollout_view import (
     NOT_TRAINED,
     PREFIX,
     highlighted,
+    overlay_html,
+    reward_turns_markdown,
     token_rows,
     token_summary,
     token_table,
@@ -233,6 +235,30 @@ def test_highlighted_spans_mark_the_environment_as_not_trained_on():
     assert "".join(text for text, _ in spans) == "".join(s["text"] for s in ROLLOUT["segments"])
     assert [label for _, label in spans] == [PREFIX, "think", None, "search", NOT_TRAINED,
                                              "answer"]
+
+
+def test_overlay_spans_take_their_buckets_class_and_show_tokens_as_text():
+    view = {"text": ["<b>", "x\ny", "<i>"], "mask": [1, 1, 0], "logprob": [-0.01, -4.0, None],
+            "entropy": [0.05, 5.0, None], "advantage": [-0.25, -0.25, 0.0]}
+    rollout = {**ROLLOUT, "token_view": view}
+    spans = re.findall(r'<span class="tok ([\w-]+)" title="[^"]*">(.*?)</span>',
+                       overlay_html(rollout, "log-prob"))
+    assert spans == [("tok-s0", "&lt;b&gt;"), ("tok-s6", "x<br>y"), ("tok-masked", "&lt;i&gt;")]
+    assert [c for c, _ in re.findall(r'class="tok ([\w-]+)"()',
+                                     overlay_html(rollout, "entropy"))] == [
+        "tok-s0", "tok-s7", "tok-masked"]
+    assert [c for c, _ in re.findall(r'class="tok ([\w-]+)"()',
+                                     overlay_html(rollout, "advantage"))] == [
+        "tok-d3", "tok-d3", "tok-masked"]
+
+
+def test_the_reward_per_turn_says_which_answer_was_scored():
+    text = reward_turns_markdown(ROLLOUT)
+    first, second = [line for line in text.splitlines() if line.startswith("| 1") or
+                     line.startswith("| 2")]
+    assert "Ondrell" in first and "no search" in first and "| 14 |" in first
+    assert "its last answer is the one scored\\: accuracy 1\\.00" in second
+    assert "no search −0.15" in text and "**Reward 0.80**" in text
 
 
 def test_token_table_counts_each_segment_and_what_is_trained():
