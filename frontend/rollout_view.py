@@ -171,6 +171,20 @@ def _figure(view: dict, overlay: Overlay, i: int) -> float:
     return view[overlay.key][i]
 
 
+def bucket_class(name: str, bucket: int) -> str:
+    """The CSS class of bucket `bucket` on the scale of overlay `name`, e.g. `log-prob-s3`:
+    it takes its colour only while that overlay is chosen (the page's CSS)."""
+    return f"{name}-{OVERLAYS[name].family}{bucket}"
+
+
+def _classes(view: dict, i: int) -> str:
+    if not view["mask"][i]:
+        return "tok tok-masked"
+    return "tok " + " ".join(
+        bucket_class(name, bisect_right(overlay.edges, _figure(view, overlay, i)))
+        for name, overlay in OVERLAYS.items())
+
+
 def _title(view: dict, i: int) -> str:
     if not view["mask"][i]:
         return "inserted by the environment: not trained on"
@@ -179,29 +193,32 @@ def _title(view: dict, i: int) -> str:
             f"{view['entropy'][i]:.3f} · advantage {view['advantage'][i]:+.3f}")
 
 
-def overlay_html(rollout: dict, name: str) -> str:
-    """The response token by token, each a span whose class colours it on the scale of
-    `name` (`tok-s0`... or `tok-d0`...; `tok-masked` for what the environment inserted), its
-    figures in its title; as text (`html_text`), line breaks as <br>, on one line so that
+def overlay_html(rollout: dict) -> str:
+    """The response token by token, each a span carrying its bucket's class on every
+    overlay's scale (`log-prob-s0`, `entropy-s7`, `advantage-d6`...; `tok-masked` for what
+    the environment inserted) and its figures in its title, so that choosing an overlay is
+    CSS alone (no redraw); as text (`html_text`), line breaks as <br>, on one line so that
     Markdown leaves it one HTML block."""
-    overlay, view = OVERLAYS[name], rollout["token_view"]
+    view = rollout["token_view"]
     spans = []
     for i, text in enumerate(view["text"]):
-        css = (f"tok-{overlay.family}{bisect_right(overlay.edges, _figure(view, overlay, i))}"
-               if view["mask"][i] else "tok-masked")
         shown = html_text(text).replace("\r", "").replace("\n", "<br>")
-        spans.append(f'<span class="tok {css}" title="{html_text(_title(view, i))}">'
+        spans.append(f'<span class="{_classes(view, i)}" title="{html_text(_title(view, i))}">'
                      f"{shown}</span>")
     return f'<div class="token-overlay">{"".join(spans)}</div>'
 
 
-def overlay_legend_html(name: str) -> str:
-    """The scale of `name`: a chip per bucket, and what it measures in words."""
-    overlay = OVERLAYS[name]
-    chips = "".join(f'<span class="tok tok-{overlay.family}{i}">{html_text(label)}</span>'
-                    for i, label in enumerate(overlay.labels))
-    return (f'<div class="token-legend">{html_text(name)}: {html_text(overlay.meaning)}. '
-            f'{chips}<span class="tok tok-masked">environment (masked)</span></div>')
+def overlay_legend_html() -> str:
+    """Each overlay's scale (a chip per bucket) and what it measures in words; the page's
+    CSS shows the chosen overlay's."""
+    legends = []
+    for name, overlay in OVERLAYS.items():
+        chips = "".join(f'<span class="tok {bucket_class(name, i)}">{html_text(label)}</span>'
+                        for i, label in enumerate(overlay.labels))
+        legends.append(f'<div class="token-legend legend-{name}">{html_text(name)}: '
+                       f'{html_text(overlay.meaning)}. {chips}'
+                       f'<span class="tok tok-masked">environment (masked)</span></div>')
+    return "".join(legends)
 
 
 # --- the reward per turn -----------------------------------------------------------------

@@ -24,6 +24,8 @@ from frontend.rollout_view import (
     NO_TOKENS,
     OVERLAY_CHOICES,
     OVERLAY_OFF,
+    OVERLAYS,
+    bucket_class,
     header_markdown,
     highlighted,
     overlay_html,
@@ -59,10 +61,25 @@ SCALES = {"s": ("#fff7ed", "#ffedd5", "#fed7aa", "#fdba74", "#fb923c", "#f97316"
                 "#c2410c"),
           "d": ("#b91c1c", "#dc2626", "#f87171", "#fecaca", "#f3f4f6", "#bbf7d0", "#4ade80",
                 "#16a34a", "#15803d")}
+DARK = {"s": range(5, 8), "d": (0, 1, 7, 8)}  # buckets whose text is white
+
+
+def chosen(overlay: str) -> str:
+    """The rollout column while the *Token colours* radio has `overlay` checked: choosing an
+    overlay is the browser's own radio state read by CSS, with no event and no redraw (the
+    cards carry every overlay's classes; a gr.render redrawn on the radio never reached the
+    browser)."""
+    return f'#live-rollouts:has(#live-overlay input[value="{overlay}"]:checked)'
+
+
+ANY_OVERLAY = f'#live-rollouts:has(#live-overlay input:checked:not([value="{OVERLAY_OFF}"]))'
 SCALE_CSS = "\n".join(
-    f".tok-{family}{i} {{ background: {colour};{' color: white;' if dark else ''} }}"
-    for family, colours in SCALES.items() for i, colour in enumerate(colours)
-    for dark in [family == "s" and i >= 5 or family == "d" and i in (0, 1, 7, 8)])
+    f"{chosen(name)} .{bucket_class(name, i)} {{ background: {colour};"
+    f"{' color: white;' if i in DARK[overlay.family] else ''} }}"
+    for name, overlay in OVERLAYS.items()
+    for i, colour in enumerate(SCALES[overlay.family]))
+LEGEND_CSS = "\n".join(f"{chosen(name)} .legend-{name} {{ display: block; }}"
+                        for name in OVERLAYS)
 CSS = f"""
 .rollout-card {{ max-height: 420px; overflow: auto; }}
 {OPEN} {{ position: fixed !important; inset: 0; z-index: 1000;
@@ -83,6 +100,11 @@ CSS = f"""
 .token-legend .tok {{ margin-left: 4px; padding: 1px 6px; white-space: nowrap; }}
 .tok {{ border-radius: 3px; color: #111827; }}
 .tok-masked {{ background: #e5e7eb; color: #6b7280; font-style: italic; }}
+.token-legend {{ display: none; }}
+.rollout-card .overlay-only {{ display: none !important; }}
+{ANY_OVERLAY} .rollout-card .overlay-only {{ display: block !important; }}
+{ANY_OVERLAY} .rollout-card .overlay-off-only {{ display: none !important; }}
+{LEGEND_CSS}
 {SCALE_CSS}
 """
 
@@ -212,27 +234,28 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     return found["items"]
 
 
-def rollout_card(rollout: dict, overlay: str = OVERLAY_OFF) -> None:
-    """One rollout: header, its text (highlighted by tag, or token by token on the colour
-    scale of `overlay`), and (shown full screen) the reward per turn and its token table.
-    Full screen is the browser's own toggle (`FULL_SCREEN`): the card already holds the
-    whole rollout, so no request is needed."""
+def rollout_card(rollout: dict) -> None:
+    """One rollout: header, its text (highlighted by tag, and token by token for the colour
+    overlays, shown by the page's CSS as the radio says), and (shown full screen) the reward
+    per turn and its token table. Full screen is the browser's own toggle (`FULL_SCREEN`):
+    the card already holds the whole rollout, so no request is needed."""
     with gr.Group(elem_classes=["rollout-card"], elem_id=f"rollout-{rollout['id']}"):
         gr.Markdown(FULL_SCREEN, elem_classes=["rollout-toggle"])
         gr.Markdown(header_markdown(rollout))
         gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
         gr.Markdown(legend_html(), elem_classes=["full-only"])
         recorded = (rollout.get("token_view") or {}).get("recorded")
-        if overlay != OVERLAY_OFF and recorded:
-            gr.Markdown(overlay_legend_html(overlay), elem_classes=["rollout-overlay-legend"])
+        if recorded:
+            gr.Markdown(overlay_legend_html(), elem_classes=["rollout-overlay-legend",
+                                                             "overlay-only"])
             # no formulas: a token's `$$` is text
-            gr.Markdown(overlay_html(rollout, overlay), latex_delimiters=[],
-                        elem_classes=["rollout-overlay"])
+            gr.Markdown(overlay_html(rollout), latex_delimiters=[],
+                        elem_classes=["rollout-overlay", "overlay-only"])
         else:
-            if overlay != OVERLAY_OFF:
-                gr.Markdown(NO_TOKENS, elem_classes=["rollout-no-tokens"])
-            gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
-                               show_label=False, elem_classes=["rollout-text"])
+            gr.Markdown(NO_TOKENS, elem_classes=["rollout-no-tokens", "overlay-only"])
+        gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
+                           show_label=False,
+                           elem_classes=["rollout-text", *["overlay-off-only"] * bool(recorded)])
         gr.Markdown(reward_turns_markdown(rollout), elem_classes=["full-only", "rollout-turns"])
         gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
 
@@ -275,20 +298,21 @@ def build(settings: Settings) -> None:
             with gr.Row():
                 reward_min = gr.Slider(0, 1, value=0, step=0.05, label="Reward at least")
                 reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
-            overlay = gr.Radio(OVERLAY_CHOICES, value=OVERLAY_OFF, label="Token colours",
-                               elem_id="live-overlay",
-                               info="a colour behind each token the model wrote; hover one "
-                                    "for its figures (docs/engine.md says what they mean)")
+            # no event: the page's CSS reads the checked choice (`chosen`)
+            gr.Radio(OVERLAY_CHOICES, value=OVERLAY_OFF, label="Token colours",
+                     elem_id="live-overlay", interactive=True,
+                     info="a colour behind each token the model wrote; hover one for its "
+                          "figures (docs/engine.md says what they mean)")
             shown = gr.State([])
 
     with stream:
-        @gr.render(inputs=[shown, overlay])
-        def cards(rollouts, overlay_name):
+        @gr.render(inputs=shown)
+        def cards(rollouts):
             if not rollouts:
                 gr.Markdown("No rollout matches yet: they appear after each step "
                             "(or widen the filters).", elem_id="live-no-rollouts")
             for rollout in rollouts:
-                rollout_card(rollout, overlay_name)
+                rollout_card(rollout)
 
     timer = shared.page_timer(TICK_SECONDS)
     filters = [step, stage, reward_min, reward_max, count]

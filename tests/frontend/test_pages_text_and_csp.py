@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from frontend.pages.live_run import SCALES
+from frontend.rollout_view import OVERLAYS
 from studio.method.tags import parse
 from studio.method.token_arrays import TokenArrays
 from studio.settings import Settings
@@ -134,44 +136,61 @@ def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio
 
 
 def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_turn(studio):
-    """Log-prob then advantage behind the hostile rollout's tokens: a span per token with
-    its bucket's class (the environment's masked), the text still text; full screen, the
+    """Log-prob, entropy, advantage, then off behind the hostile rollout's tokens: each
+    token's span shows its bucket's colour on the chosen scale (the environment's marked
+    masked), the text still text; off gives the tag-coloured text back; full screen, the
     reward's breakdown per turn."""
     ui, rollout = studio.ui, studio.rollout
     page = ui.page
     page.goto(f"{ui.base}/?run={studio.hostile}")
     card = page.locator(f"#rollout-{rollout}")
-    card.locator(".rollout-text").wait_for(timeout=60_000)
+    # (a gr.Markdown's classes go on its block and on its text inside)
+    text, tokens = card.locator(".rollout-text"), card.locator(".block.rollout-overlay")
+    text.wait_for(timeout=60_000)
+    assert tokens.is_hidden()
     spans = card.locator(".token-overlay span.tok")
-    classes = "() => [...document.querySelectorAll('.token-overlay span.tok')].map(s => " \
-              "[...s.classList].filter(c => c !== 'tok')[0])"
-    page.locator("#live-overlay label", has_text="log-prob").click()
-    spans.first.wait_for(timeout=90_000)  # the cards are drawn again
-    assert page.evaluate(classes) == ["tok-s0", "tok-s7"] * 20 + ["tok-masked"] * 40
+    looks = ("(id) => [...document.querySelectorAll(`#${id} .token-overlay span.tok`)].map(s =>"
+             " [[...s.classList].filter(c => c !== 'tok').join(' '),"
+             " getComputedStyle(s).backgroundColor])")
+    masked = ["tok-masked", rgb("#e5e7eb")]
+    model = [[f"log-prob-s{b} entropy-s5 advantage-d6"] for b in (0, 7)] * 20
+    # (the overlay, each model token's bucket on its scale: near-certain and surprising picks
+    # alternate, entropy 2.5 nats, advantage +0.5)
+    for name, buckets in (("log-prob", [0, 7] * 20), ("entropy", [5] * 40),
+                          ("advantage", [6] * 40)):
+        page.locator("#live-overlay label", has_text=name).click()
+        tokens.wait_for()
+        family = OVERLAYS[name].family
+        expected = [[*classes, rgb(SCALES[family][b])] for classes, b in zip(model, buckets,
+                                                                            strict=True)]
+        assert page.evaluate(looks, f"rollout-{rollout}") == expected + [masked] * 40, name
+        assert text.is_hidden()
+        assert OVERLAYS[name].meaning in card.locator(".block.rollout-overlay-legend").inner_text()
     segments = hostile_segments()
-    assert card.locator(".token-overlay").inner_text() == "".join(s["text"] for s in segments)
+    assert tokens.inner_text() == "".join(s["text"] for s in segments)
     assert "log-prob -6.000 (p 0.002)" in spans.nth(1).get_attribute("title")
     assert "not trained on" in spans.nth(40).get_attribute("title")
-    assert "how likely the model found each token" in card.locator(
-        ".rollout-overlay-legend").inner_text()
     assert_text_only(ui)
 
-    page.locator("#live-overlay label", has_text="advantage").click()
-    page.wait_for_function("() => document.querySelector('.token-overlay .tok-d6')",
-                           timeout=90_000)
-    assert page.evaluate(classes) == ["tok-d6"] * 40 + ["tok-masked"] * 40
     card.locator(".rollout-open").click()
     turns = card.locator(".rollout-turns table")
     turns.wait_for()
     row = turns.locator("tbody tr").first.inner_text()
     assert "its last answer is the one scored: accuracy 1.00" in row and HOSTILE[:40] in row
-    assert "Reward 1.00" in card.locator(".rollout-turns").inner_text()
+    assert "Reward 1.00" in card.locator(".block.rollout-turns").inner_text()
     ui.screenshot("token-overlay-full-screen")
     assert_text_only(ui)
     card.locator(".rollout-close").click()
     page.locator("#live-overlay label", has_text="off").click()
-    card.locator(".rollout-text").wait_for()
+    text.wait_for()
+    assert tokens.is_hidden()
     assert_no_csp_violation(studio)
+
+
+def rgb(colour: str) -> str:
+    """A '#rrggbb' colour as the browser's computed style writes it."""
+    red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
 
 
 def test_the_runs_table_and_compare_page_show_a_hostile_name_as_text(studio):
