@@ -66,9 +66,8 @@ DARK = {"s": range(5, 8), "d": (0, 1, 7, 8)}  # buckets whose text is white
 
 def chosen(overlay: str) -> str:
     """The rollout column while the *Token colours* radio has `overlay` checked: choosing an
-    overlay is the browser's own radio state read by CSS, with no event and no redraw (the
-    cards carry every overlay's classes; a gr.render redrawn on the radio never reached the
-    browser)."""
+    overlay is the browser's own radio state read by CSS, with no request and no redraw (the
+    cards carry every overlay's classes)."""
     return f'#live-rollouts:has(#live-overlay input[value="{overlay}"]:checked)'
 
 
@@ -244,15 +243,18 @@ def rollout_card(rollout: dict) -> None:
         gr.Markdown(header_markdown(rollout))
         gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
         gr.Markdown(legend_html(), elem_classes=["full-only"])
-        recorded = (rollout.get("token_view") or {}).get("recorded")
-        if recorded:
-            gr.Markdown(overlay_legend_html(), elem_classes=["rollout-overlay-legend",
-                                                             "overlay-only"])
-            # no formulas: a token's `$$` is text
-            gr.Markdown(overlay_html(rollout), latex_delimiters=[],
-                        elem_classes=["rollout-overlay", "overlay-only"])
-        else:
-            gr.Markdown(NO_TOKENS, elem_classes=["rollout-no-tokens", "overlay-only"])
+        recorded = bool((rollout.get("token_view") or {}).get("recorded"))
+        # Every card has the same components in the same order, with or without token
+        # figures: a redraw that changed a card's shape handed a gr.Markdown's text to the
+        # HighlightedText that had held its place, which threw in the browser (reading
+        # `token.split`) and left the old cards on the page.
+        gr.Markdown(overlay_legend_html() if recorded else "", visible=recorded,
+                    elem_classes=["rollout-overlay-legend", "overlay-only"])
+        # no formulas: a token's `$$` is text
+        gr.Markdown(overlay_html(rollout) if recorded else "", visible=recorded,
+                    latex_delimiters=[], elem_classes=["rollout-overlay", "overlay-only"])
+        gr.Markdown(NO_TOKENS, visible=not recorded,
+                    elem_classes=["rollout-no-tokens", "overlay-only"])
         gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
                            show_label=False,
                            elem_classes=["rollout-text", *["overlay-off-only"] * bool(recorded)])

@@ -3,7 +3,8 @@
 `<img onerror>`, `<svg onload>`, `<a href="javascript:">`, `<b>`, Markdown and a formula show
 them literally on the Live run page (card and full screen), the Runs table and the Compare
 page, and nothing in them runs; every tab loads, and a plot downloads as PNG, with no CSP
-violation (the browser's `securitypolicyviolation` events and console)."""
+violation (the browser's `securitypolicyviolation` events and console) and no uncaught
+script error."""
 
 from __future__ import annotations
 
@@ -66,13 +67,16 @@ class Studio:
     hostile: int  # the run named with the hostile text
     plain: int
     rollout: int  # the hostile run's rollout
+    untokened: int  # the plain run's rollout, logged without per-token figures
     console: list[str] = field(default_factory=list)  # the page's console messages
+    errors: list[str] = field(default_factory=list)  # its uncaught script errors
 
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
     """`studio up` with the demo pack, a run named with the hostile text (its rollout holds
-    it everywhere) and a plain run; the page records CSP violations and console messages."""
+    it everywhere) and a plain run (its rollout has no per-token figures); the page records
+    CSP violations, console messages and uncaught script errors."""
     root = tmp_path_factory.mktemp("ui-text")
     model = str(build_tiny_model(root / "tiny"))
     with studio_in_browser(root) as ui:
@@ -88,9 +92,11 @@ def studio(tmp_path_factory):
         segments = hostile_segments()
         rollout = add_rollout(settings, hostile, 11, segments, question=HOSTILE,
                               answer=HOSTILE, token_arrays=hostile_token_arrays(segments))
-        studio = Studio(ui, hostile, plain, rollout)
+        untokened = add_rollout(settings, plain, 11, hostile_segments())
+        studio = Studio(ui, hostile, plain, rollout, untokened)
         ui.page.add_init_script(RECORD_VIOLATIONS)
         ui.page.on("console", lambda message: studio.console.append(message.text))
+        ui.page.on("pageerror", lambda error: studio.errors.append(error.stack or str(error)))
         yield studio
     assert "Traceback" not in ui.log.read_text(), ui.log.read_text()[-3000:]
 
@@ -100,10 +106,12 @@ def assert_text_only(ui: StudioUI) -> None:
     assert ui.page.evaluate(f"() => window.{FLAG}") is None, "a hostile handler ran"
 
 
-def assert_no_csp_violation(studio: Studio) -> None:
+def assert_no_csp_violation_or_script_error(studio: Studio) -> None:
     assert studio.ui.page.evaluate("() => window.cspViolations") == []
     refused = [m for m in studio.console if "Content Security Policy" in m or "Refused" in m]
     assert refused == []
+    # (one, thrown while Gradio redrew the rollout cards, left the old cards on the page)
+    assert studio.errors == []
 
 
 def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio):
@@ -132,14 +140,14 @@ def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio
     assert_text_only(ui)
     card.locator(".rollout-close").click()
     table.wait_for(state="hidden")
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)
 
 
 def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_turn(studio):
     """Log-prob, entropy, advantage, then off behind the hostile rollout's tokens: each
     token's span shows its bucket's colour on the chosen scale (the environment's marked
     masked), the text still text; off gives the tag-coloured text back; full screen, the
-    reward's breakdown per turn."""
+    reward's breakdown per turn; a rollout without per-token figures says so."""
     ui, rollout = studio.ui, studio.rollout
     page = ui.page
     page.goto(f"{ui.base}/?run={studio.hostile}")
@@ -184,7 +192,18 @@ def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_t
     page.locator("#live-overlay label", has_text="off").click()
     text.wait_for()
     assert tokens.is_hidden()
-    assert_no_csp_violation(studio)
+
+    # the cards drawn again for a run whose rollout has no per-token figures: its card's
+    # components are those of a card that has them (they differed, and the redraw threw)
+    ui.choose("#live-run", f"#{studio.plain} plain-run · succeeded")
+    card = page.locator(f"#rollout-{studio.untokened}")
+    card.locator(".rollout-text").wait_for(timeout=60_000)
+    page.locator("#live-overlay label", has_text="entropy").click()
+    note = card.locator(".block.rollout-no-tokens")
+    note.wait_for()
+    assert "no per-token figures" in note.inner_text()
+    assert card.locator(".rollout-text").is_visible() and card.locator(".tok").count() == 0
+    assert_no_csp_violation_or_script_error(studio)
 
 
 def rgb(colour: str) -> str:
@@ -207,7 +226,7 @@ def test_the_runs_table_and_compare_page_show_a_hostile_name_as_text(studio):
     assert f"#{studio.hostile} {HOSTILE} · succeeded" in legend
     assert HOSTILE in ui.page.locator("#compare-config").inner_text()
     assert_text_only(ui)
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)
 
 
 def test_every_tab_loads_with_no_csp_violation(studio):
@@ -228,4 +247,4 @@ def test_every_tab_loads_with_no_csp_violation(studio):
     ui.page.locator(f"{card} .rollout-open").click()
     ui.page.locator(f"{card} .rollout-token-table table").wait_for()
     assert_text_only(ui)
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)
