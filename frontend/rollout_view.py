@@ -12,7 +12,12 @@ text is a component's text; what goes into Markdown is escaped.
 
 from __future__ import annotations
 
-from studio.escaping import markdown_text
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from studio.escaping import html_text, markdown_text
+from studio.method.rollouts import reward_turns
 from studio.method.tags import parse
 from studio.steps import shown_step
 
@@ -120,3 +125,139 @@ def token_summary(rollout: dict) -> str:
     share = f"{env / total:.0%}" if total else "–"
     return (f"**{total} response tokens**: {model} written by the model (trained on), "
             f"{env} inserted by the environment (masked, not trained on: {share}).")
+
+
+# --- token overlays ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """A colour scale behind the tokens: which figure (`key` of the token view), the bucket
+    edges (a value goes above every edge it is at or over), the CSS class family (`s`:
+    light to dark, `d`: red below zero, grey at it, green above) and what each bucket reads."""
+
+    key: str
+    edges: tuple[float, ...]
+    family: str
+    labels: tuple[str, ...]
+    meaning: str
+
+
+OVERLAY_OFF = "off"
+OVERLAYS = {
+    # the surprise -log p: darker is a token the policy found less likely
+    "log-prob": Overlay("surprise", (0.1, 0.3, 0.7, 1.4, 2.3, 3.5, 5.0), "s",
+                        ("p ≥ 0.9", "0.74", "0.5", "0.25", "0.1", "0.03", "0.007",
+                         "p < 0.007"),
+                        "how likely the model found each token it wrote when it wrote it "
+                        "(darker: a less likely pick)"),
+    "entropy": Overlay("entropy", (0.1, 0.3, 0.7, 1.2, 2.0, 3.0, 4.5), "s",
+                       ("< 0.1", "0.1", "0.3", "0.7", "1.2", "2", "3", "≥ 4.5 nats"),
+                       "how unsure the model was about what to write next, whatever it "
+                       "picked (darker: more options open)"),
+    "advantage": Overlay("advantage", (-1.5, -1.0, -0.5, -0.05, 0.05, 0.5, 1.0, 1.5), "d",
+                         ("≤ −1.5", "−1", "−0.5", "< 0", "0", "> 0", "0.5", "1", "≥ 1.5"),
+                         "how much training pushes each token up (green) or down (red): "
+                         "the rollout's reward against its group's"),
+}
+OVERLAY_CHOICES = [OVERLAY_OFF, *OVERLAYS]
+NO_TOKENS = ("This rollout has no per-token figures (written by veRL, or before the studio "
+             "kept them): it is shown without colours.")
+
+
+def _figure(view: dict, overlay: Overlay, i: int) -> float:
+    if overlay.key == "surprise":
+        return -view["logprob"][i]
+    return view[overlay.key][i]
+
+
+def bucket_class(name: str, bucket: int) -> str:
+    """The CSS class of bucket `bucket` on the scale of overlay `name`, e.g. `log-prob-s3`:
+    it takes its colour only while that overlay is chosen (the page's CSS)."""
+    return f"{name}-{OVERLAYS[name].family}{bucket}"
+
+
+def _classes(view: dict, i: int) -> str:
+    if not view["mask"][i]:
+        return "tok tok-masked"
+    return "tok " + " ".join(
+        bucket_class(name, bisect_right(overlay.edges, _figure(view, overlay, i)))
+        for name, overlay in OVERLAYS.items())
+
+
+def _title(view: dict, i: int) -> str:
+    if not view["mask"][i]:
+        return "inserted by the environment: not trained on"
+    logprob = view["logprob"][i]
+    return (f"log-prob {logprob:.3f} (p {math.exp(logprob):.3f}) · entropy "
+            f"{view['entropy'][i]:.3f} · advantage {view['advantage'][i]:+.3f}")
+
+
+def overlay_html(rollout: dict) -> str:
+    """The response token by token, each a span carrying its bucket's class on every
+    overlay's scale (`log-prob-s0`, `entropy-s7`, `advantage-d6`...; `tok-masked` for what
+    the environment inserted) and its figures in its title, so that choosing an overlay is
+    CSS alone (no redraw); as text (`html_text`), line breaks as <br>, on one line so that
+    Markdown leaves it one HTML block."""
+    view = rollout["token_view"]
+    spans = []
+    for i, text in enumerate(view["text"]):
+        shown = html_text(text).replace("\r", "").replace("\n", "<br>")
+        spans.append(f'<span class="{_classes(view, i)}" title="{html_text(_title(view, i))}">'
+                     f"{shown}</span>")
+    return f'<div class="token-overlay">{"".join(spans)}</div>'
+
+
+def overlay_legend_html() -> str:
+    """Each overlay's scale (a chip per bucket) and what it measures in words; the page's
+    CSS shows the chosen overlay's."""
+    legends = []
+    for name, overlay in OVERLAYS.items():
+        chips = "".join(f'<span class="tok {bucket_class(name, i)}">{html_text(label)}</span>'
+                        for i, label in enumerate(overlay.labels))
+        legends.append(f'<div class="token-legend legend-{name}">{html_text(name)}: '
+                       f'{html_text(overlay.meaning)}. {chips}'
+                       f'<span class="tok tok-masked">environment (masked)</span></div>')
+    return "".join(legends)
+
+
+# --- the reward per turn -----------------------------------------------------------------
+
+
+def _contribution(turn: dict, first_search: bool, breakdown: dict) -> str:
+    parts = []
+    if turn["scored"]:
+        parts.append(f"its last answer is the one scored: accuracy {_fmt(breakdown.get('acc'))}"
+                     f" (exact match {_fmt(breakdown.get('em'))}, "
+                     f"F1 {_fmt(breakdown.get('f1'))})")
+    elif turn["answers"]:
+        parts.append("an answer a later one replaced (not scored)")
+    if first_search:
+        parts.append("its search spares the format's 'no search' penalty")
+    if turn["think"]:
+        parts.append("thinking in <think> counts for format")
+    return "; ".join(parts) or "nothing of its own"
+
+
+def reward_turns_markdown(rollout: dict) -> str:
+    """The reward's breakdown per model turn (a table), then how the parts add up. The
+    reward is one number per rollout: a turn's row says what in it the reward read."""
+    b = rollout.get("breakdown") or {}
+    turns = reward_turns(rollout["segments"])
+    searched = next((t["turn"] for t in turns if t["queries"]), None)
+    lines = ["| turn | tokens | thought | searched for | information back (tokens) | answered "
+             "| toward the reward |", "|---|---|---|---|---|---|---|"]
+    for t in turns:
+        cells = [t["turn"], t["tokens"], "yes" if t["think"] else "no",
+                 " / ".join(t["queries"]) or "–", t["information"] or "none",
+                 " / ".join(t["answers"]) or "–",
+                 _contribution(t, t["turn"] == searched, b)]
+        lines.append("| " + " | ".join(markdown_text(c) for c in cells) + " |")
+    penalties = ", ".join(f"{markdown_text(name.replace('_', ' '))} −{value:g}"
+                          for name, value in (b.get("penalties") or {}).items()) or "none"
+    lines.append("")
+    lines.append(f"**Reward {_fmt(rollout['reward'])}**: accuracy {_fmt(b.get('acc'))} "
+                 f"(from the scored answer) and format {_fmt(b.get('format'))} (1 minus the "
+                 f"penalties over the whole response: {penalties}), weighted by the run's "
+                 f"reward weights.")
+    return "\n".join(lines)

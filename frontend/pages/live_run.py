@@ -21,8 +21,16 @@ from frontend.charts import live_figure, plot_value
 from frontend.components import counted_from_one, plain, toast_user_errors
 from frontend.rollout_view import (
     COLOR_MAP,
+    NO_TOKENS,
+    OVERLAY_CHOICES,
+    OVERLAY_OFF,
+    OVERLAYS,
+    bucket_class,
     header_markdown,
     highlighted,
+    overlay_html,
+    overlay_legend_html,
+    reward_turns_markdown,
     token_summary,
     token_table,
 )
@@ -47,6 +55,30 @@ NO_RUN = ("### No run to show\nLaunch one on the **Launch** page (after loading 
 FULL_SCREEN = ('<details class="full-screen"><summary><span class="rollout-open">Open full '
                'screen</span><span class="rollout-close">✕ Close</span></summary></details>')
 OPEN = ".rollout-card:has(> .rollout-card details.full-screen[open])"  # the group's outer box
+# The overlays' colour scales (frontend.rollout_view.OVERLAYS): `s` light to dark orange
+# (more surprising or more unsure), `d` red (pushed down) through grey (0) to green (up).
+SCALES = {"s": ("#fff7ed", "#ffedd5", "#fed7aa", "#fdba74", "#fb923c", "#f97316", "#ea580c",
+                "#c2410c"),
+          "d": ("#b91c1c", "#dc2626", "#f87171", "#fecaca", "#f3f4f6", "#bbf7d0", "#4ade80",
+                "#16a34a", "#15803d")}
+DARK = {"s": range(5, 8), "d": (0, 1, 7, 8)}  # buckets whose text is white
+
+
+def chosen(overlay: str) -> str:
+    """The rollout column while the *Token colours* radio has `overlay` checked: choosing an
+    overlay is the browser's own radio state read by CSS, with no request and no redraw (the
+    cards carry every overlay's classes)."""
+    return f'#live-rollouts:has(#live-overlay input[value="{overlay}"]:checked)'
+
+
+ANY_OVERLAY = f'#live-rollouts:has(#live-overlay input:checked:not([value="{OVERLAY_OFF}"]))'
+SCALE_CSS = "\n".join(
+    f"{chosen(name)} .{bucket_class(name, i)} {{ background: {colour};"
+    f"{' color: white;' if i in DARK[overlay.family] else ''} }}"
+    for name, overlay in OVERLAYS.items()
+    for i, colour in enumerate(SCALES[overlay.family]))
+LEGEND_CSS = "\n".join(f"{chosen(name)} .legend-{name} {{ display: block; }}"
+                        for name in OVERLAYS)
 CSS = f"""
 .rollout-card {{ max-height: 420px; overflow: auto; }}
 {OPEN} {{ position: fixed !important; inset: 0; z-index: 1000;
@@ -62,6 +94,17 @@ CSS = f"""
 .rollout-toggle details:not([open]) .rollout-close {{ display: none; }}
 .live-legend span {{ padding: 1px 6px; border-radius: 4px; margin-right: 6px; font-size: 13px;
   color: white; white-space: nowrap; }}
+.token-overlay {{ white-space: pre-wrap; line-height: 1.8; font-size: 14px; }}
+.token-legend {{ font-size: 13px; line-height: 2; }}
+.token-legend .tok {{ margin-left: 4px; padding: 1px 6px; white-space: nowrap; }}
+.tok {{ border-radius: 3px; color: #111827; }}
+.tok-masked {{ background: #e5e7eb; color: #6b7280; font-style: italic; }}
+.token-legend {{ display: none; }}
+.rollout-card .overlay-only {{ display: none !important; }}
+{ANY_OVERLAY} .rollout-card .overlay-only {{ display: block !important; }}
+{ANY_OVERLAY} .rollout-card .overlay-off-only {{ display: none !important; }}
+{LEGEND_CSS}
+{SCALE_CSS}
 """
 
 
@@ -185,21 +228,37 @@ def filter_rollouts(settings: Settings, run_id: int, step, stage, reward_min: fl
     at = parse_step(step)
     found = run_history.rollout_page(settings, run_id, run_history.RolloutFilter(
         step_min=at, step_max=at, stage=None if stage in (None, "all") else int(stage) - 1,
-        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True)
+        reward_min=reward_min, reward_max=reward_max), limit=int(count or 4), segments=True,
+        tokens=True)
     return found["items"]
 
 
 def rollout_card(rollout: dict) -> None:
-    """One rollout: header, highlighted text, and (shown full screen) its token table.
-    Full screen is the browser's own toggle (`FULL_SCREEN`): the card already holds the
-    whole rollout, so no request is needed."""
+    """One rollout: header, its text (highlighted by tag, and token by token for the colour
+    overlays, shown by the page's CSS as the radio says), and (shown full screen) the reward
+    per turn and its token table. Full screen is the browser's own toggle (`FULL_SCREEN`):
+    the card already holds the whole rollout, so no request is needed."""
     with gr.Group(elem_classes=["rollout-card"], elem_id=f"rollout-{rollout['id']}"):
         gr.Markdown(FULL_SCREEN, elem_classes=["rollout-toggle"])
         gr.Markdown(header_markdown(rollout))
         gr.Markdown(token_summary(rollout), elem_classes=["full-only", "rollout-tokens"])
         gr.Markdown(legend_html(), elem_classes=["full-only"])
+        recorded = bool((rollout.get("token_view") or {}).get("recorded"))
+        # Every card has the same components in the same order, with or without token
+        # figures: a redraw that changed a card's shape handed a gr.Markdown's text to the
+        # HighlightedText that had held its place, which threw in the browser (reading
+        # `token.split`) and left the old cards on the page.
+        gr.Markdown(overlay_legend_html() if recorded else "", visible=recorded,
+                    elem_classes=["rollout-overlay-legend", "overlay-only"])
+        # no formulas: a token's `$$` is text
+        gr.Markdown(overlay_html(rollout) if recorded else "", visible=recorded,
+                    latex_delimiters=[], elem_classes=["rollout-overlay", "overlay-only"])
+        gr.Markdown(NO_TOKENS, visible=not recorded,
+                    elem_classes=["rollout-no-tokens", "overlay-only"])
         gr.HighlightedText(highlighted(rollout), color_map=COLOR_MAP, show_legend=False,
-                           show_label=False, elem_classes=["rollout-text"])
+                           show_label=False,
+                           elem_classes=["rollout-text", *["overlay-off-only"] * bool(recorded)])
+        gr.Markdown(reward_turns_markdown(rollout), elem_classes=["full-only", "rollout-turns"])
         gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
 
 
@@ -241,6 +300,11 @@ def build(settings: Settings) -> None:
             with gr.Row():
                 reward_min = gr.Slider(0, 1, value=0, step=0.05, label="Reward at least")
                 reward_max = gr.Slider(0, 1, value=1, step=0.05, label="Reward at most")
+            # no event: the page's CSS reads the checked choice (`chosen`)
+            gr.Radio(OVERLAY_CHOICES, value=OVERLAY_OFF, label="Token colours",
+                     elem_id="live-overlay", interactive=True,
+                     info="a colour behind each token the model wrote; hover one for its "
+                          "figures (docs/engine.md says what they mean)")
             shown = gr.State([])
 
     with stream:

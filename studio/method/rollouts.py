@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 
 from .reward import PENALTY_NAMES, RewardBreakdown
-from .tags import parse
+from .tags import ANSWER, THINK, answers, parse, search_queries
 
 
 @dataclass
@@ -103,3 +103,30 @@ def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
         segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
                          "parts": kind_parts})
     return segments
+
+
+def reward_turns(segments: list[dict]) -> list[dict]:
+    """The stored rollout turn by turn, for the reward's breakdown per turn: per model turn
+    (a model segment, read on from the assistant prefix for the first) its `tokens`,
+    whether it thought (`think`), its closed search `queries`, how many environment tokens
+    came back after it (`information`), its closed `answers` and whether it holds the
+    answer the reward scored (`scored`: the last closed answer of the response)."""
+    turns, prefix = [], ""
+    for segment in segments:
+        source, text = segment.get("source"), segment.get("text") or ""
+        if source == "prompt":
+            prefix = text
+        elif source == "model":
+            whole = prefix + text
+            kinds = {part.kind for part in parse(whole) if part.end > len(prefix)}
+            turns.append({"turn": len(turns) + 1, "tokens": int(segment.get("tokens") or 0),
+                          "think": THINK in kinds, "queries": search_queries(whole),
+                          "answers": answers(whole) if ANSWER in kinds else [],
+                          "information": 0, "scored": False})
+            prefix = ""
+        elif turns:
+            turns[-1]["information"] += int(segment.get("tokens") or 0)
+    answered = [t for t in turns if t["answers"]]
+    if answered:
+        answered[-1]["scored"] = True
+    return turns

@@ -179,14 +179,18 @@ def _rollout_cursor(cursor: str | None) -> tuple[int, int] | None:
 
 def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = RolloutFilter(), *,
                  limit: int = 50, offset: int = 0, cursor: str | None = None,
-                 segments: bool = False) -> dict:
-    """Rollouts newest first (step, then id, descending), filtered; summaries unless `segments`."""
+                 segments: bool = False, tokens: bool = False) -> dict:
+    """Rollouts newest first (step, then id, descending), filtered; summaries unless
+    `segments`; with `tokens` too, each segmented rollout's per-token figures
+    (`token_view`)."""
     _check_limit(limit, MAX_ROLLOUT_PAGE)
     if offset < 0:
         raise InvalidInput(f"offset: give 0 or more (got {offset})")
     after = _rollout_cursor(cursor)
     columns = (*ROLLOUT_SUMMARY_COLUMNS, Rollout.segments) if segments \
         else ROLLOUT_SUMMARY_COLUMNS
+    if segments and tokens:
+        columns = (*columns, Rollout.token_arrays)
     with session_scope(settings.sqlalchemy_url) as session:
         where = filters.apply(select(Rollout.id).where(Rollout.run_id == run_id))
         total = session.execute(select(func.count()).select_from(where.subquery())).scalar_one()
@@ -203,6 +207,9 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
     page = [found[i] for i in ids[:limit] if i in found]
     items = [_with_segments(rollout_summary(r), r.segments) if segments else rollout_summary(r)
              for r in page]
+    if segments and tokens:
+        items = [{**item, "token_view": _token_view(r)} for item, r in zip(items, page,
+                                                                          strict=True)]
     more = len(ids) > limit
     return {"items": items, "total": total,
             "next_cursor": f"{page[-1].step}.{page[-1].id}" if more and page else None}

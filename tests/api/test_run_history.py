@@ -13,7 +13,7 @@ from studio import db
 from studio.api.app import create_api
 from studio.method.token_arrays import TokenArrays
 from studio.run_config import parse_run_config
-from studio.services import auth
+from studio.services import auth, run_history
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric
 
@@ -159,6 +159,13 @@ def test_a_rollouts_token_arrays_are_served_per_token_and_an_older_rollout_has_n
                     "advantage": [0.5, 0.5, 0.0]}
     none = client.get(f"/runs/{run_id}/rollouts/{older}/tokens").json()
     assert none["recorded"] is False and none["mask"] == [] and none["bytes"] == 0
+    # a page of rollouts with their tokens (the Live run page's cards) gives the same view
+    views = {item["id"]: item["token_view"] for item in run_history.rollout_page(
+        settings, run_id, segments=True, tokens=True)["items"]}
+    assert views == {rollout_id: {k: v for k, v in body.items() if k != "id"},
+                     older: {k: v for k, v in none.items() if k != "id"}}
+    assert all("token_view" not in item for item in run_history.rollout_page(
+        settings, run_id, segments=True)["items"])
     other = add_run(settings.sqlalchemy_url, "o", [])
     missing = client.get(f"/runs/{other}/rollouts/{rollout_id}/tokens")
     assert missing.status_code == 404 and f"rollout {rollout_id}" in missing.json()["detail"]

@@ -3,7 +3,8 @@
 `<img onerror>`, `<svg onload>`, `<a href="javascript:">`, `<b>`, Markdown and a formula show
 them literally on the Live run page (card and full screen), the Runs table and the Compare
 page, and nothing in them runs; every tab loads, and a plot downloads as PNG, with no CSP
-violation (the browser's `securitypolicyviolation` events and console)."""
+violation (the browser's `securitypolicyviolation` events and console) and no uncaught
+script error."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from frontend.pages.live_run import SCALES
+from frontend.rollout_view import OVERLAYS
 from studio.method.tags import parse
+from studio.method.token_arrays import TokenArrays
 from studio.settings import Settings
 from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
 from tests.support.studio_ui import StudioUI, studio_in_browser
@@ -43,19 +47,36 @@ def hostile_segments() -> list[dict]:
              "parts": [{"kind": "information", "text": env}]}]
 
 
+def hostile_token_arrays(segments: list[dict]) -> bytes:
+    """Per-token figures for `hostile_segments`: each segment cut into its token count of
+    near-equal pieces; model tokens alternate a near-certain and a surprising pick."""
+    chars, mask = [], []
+    for segment in segments:
+        n, size = segment["tokens"], len(segment["text"])
+        ends = [size * (k + 1) // n for k in range(n)]
+        chars += [end - start for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        mask += [int(segment["source"] == "model")] * n
+    return TokenArrays(logprob=[(-0.05, -6.0)[i % 2] if m else 0.0 for i, m in enumerate(mask)],
+                       entropy=[2.5 * m for m in mask], advantage=[0.5 * m for m in mask],
+                       mask=mask, chars=chars).pack()
+
+
 @dataclass
 class Studio:
     ui: StudioUI
     hostile: int  # the run named with the hostile text
     plain: int
     rollout: int  # the hostile run's rollout
+    untokened: int  # the plain run's rollout, logged without per-token figures
     console: list[str] = field(default_factory=list)  # the page's console messages
+    errors: list[str] = field(default_factory=list)  # its uncaught script errors
 
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
     """`studio up` with the demo pack, a run named with the hostile text (its rollout holds
-    it everywhere) and a plain run; the page records CSP violations and console messages."""
+    it everywhere) and a plain run (its rollout has no per-token figures); the page records
+    CSP violations, console messages and uncaught script errors."""
     root = tmp_path_factory.mktemp("ui-text")
     model = str(build_tiny_model(root / "tiny"))
     with studio_in_browser(root) as ui:
@@ -68,11 +89,14 @@ def studio(tmp_path_factory):
                                            "exemplars": "demo"}}
         hostile = finished_run(settings, {**config, "name": HOSTILE}, 12)
         plain = finished_run(settings, {**config, "name": "plain-run"}, 12)
-        rollout = add_rollout(settings, hostile, 11, hostile_segments(), question=HOSTILE,
-                              answer=HOSTILE)
-        studio = Studio(ui, hostile, plain, rollout)
+        segments = hostile_segments()
+        rollout = add_rollout(settings, hostile, 11, segments, question=HOSTILE,
+                              answer=HOSTILE, token_arrays=hostile_token_arrays(segments))
+        untokened = add_rollout(settings, plain, 11, hostile_segments())
+        studio = Studio(ui, hostile, plain, rollout, untokened)
         ui.page.add_init_script(RECORD_VIOLATIONS)
         ui.page.on("console", lambda message: studio.console.append(message.text))
+        ui.page.on("pageerror", lambda error: studio.errors.append(error.stack or str(error)))
         yield studio
     assert "Traceback" not in ui.log.read_text(), ui.log.read_text()[-3000:]
 
@@ -82,10 +106,12 @@ def assert_text_only(ui: StudioUI) -> None:
     assert ui.page.evaluate(f"() => window.{FLAG}") is None, "a hostile handler ran"
 
 
-def assert_no_csp_violation(studio: Studio) -> None:
+def assert_no_csp_violation_or_script_error(studio: Studio) -> None:
     assert studio.ui.page.evaluate("() => window.cspViolations") == []
     refused = [m for m in studio.console if "Content Security Policy" in m or "Refused" in m]
     assert refused == []
+    # (one, thrown while Gradio redrew the rollout cards, left the old cards on the page)
+    assert studio.errors == []
 
 
 def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio):
@@ -114,7 +140,76 @@ def test_a_hostile_rollout_and_run_name_show_as_text_on_the_live_run_page(studio
     assert_text_only(ui)
     card.locator(".rollout-close").click()
     table.wait_for(state="hidden")
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)
+
+
+def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_turn(studio):
+    """Log-prob, entropy, advantage, then off behind the hostile rollout's tokens: each
+    token's span shows its bucket's colour on the chosen scale (the environment's marked
+    masked), the text still text; off gives the tag-coloured text back; full screen, the
+    reward's breakdown per turn; a rollout without per-token figures says so."""
+    ui, rollout = studio.ui, studio.rollout
+    page = ui.page
+    page.goto(f"{ui.base}/?run={studio.hostile}")
+    card = page.locator(f"#rollout-{rollout}")
+    # (a gr.Markdown's classes go on its block and on its text inside)
+    text, tokens = card.locator(".rollout-text"), card.locator(".block.rollout-overlay")
+    text.wait_for(timeout=60_000)
+    assert tokens.is_hidden()
+    spans = card.locator(".token-overlay span.tok")
+    looks = ("(id) => [...document.querySelectorAll(`#${id} .token-overlay span.tok`)].map(s =>"
+             " [[...s.classList].filter(c => c !== 'tok').join(' '),"
+             " getComputedStyle(s).backgroundColor])")
+    masked = ["tok-masked", rgb("#e5e7eb")]
+    model = [[f"log-prob-s{b} entropy-s5 advantage-d6"] for b in (0, 7)] * 20
+    # (the overlay, each model token's bucket on its scale: near-certain and surprising picks
+    # alternate, entropy 2.5 nats, advantage +0.5)
+    for name, buckets in (("log-prob", [0, 7] * 20), ("entropy", [5] * 40),
+                          ("advantage", [6] * 40)):
+        page.locator("#live-overlay label", has_text=name).click()
+        tokens.wait_for()
+        family = OVERLAYS[name].family
+        expected = [[*classes, rgb(SCALES[family][b])] for classes, b in zip(model, buckets,
+                                                                            strict=True)]
+        assert page.evaluate(looks, f"rollout-{rollout}") == expected + [masked] * 40, name
+        assert text.is_hidden()
+        assert OVERLAYS[name].meaning in card.locator(".block.rollout-overlay-legend").inner_text()
+    segments = hostile_segments()
+    assert tokens.inner_text() == "".join(s["text"] for s in segments)
+    assert "log-prob -6.000 (p 0.002)" in spans.nth(1).get_attribute("title")
+    assert "not trained on" in spans.nth(40).get_attribute("title")
+    assert_text_only(ui)
+
+    card.locator(".rollout-open").click()
+    turns = card.locator(".rollout-turns table")
+    turns.wait_for()
+    row = turns.locator("tbody tr").first.inner_text()
+    assert "its last answer is the one scored: accuracy 1.00" in row and HOSTILE[:40] in row
+    assert "Reward 1.00" in card.locator(".block.rollout-turns").inner_text()
+    ui.screenshot("token-overlay-full-screen")
+    assert_text_only(ui)
+    card.locator(".rollout-close").click()
+    page.locator("#live-overlay label", has_text="off").click()
+    text.wait_for()
+    assert tokens.is_hidden()
+
+    # the cards drawn again for a run whose rollout has no per-token figures: its card's
+    # components are those of a card that has them (they differed, and the redraw threw)
+    ui.choose("#live-run", f"#{studio.plain} plain-run · succeeded")
+    card = page.locator(f"#rollout-{studio.untokened}")
+    card.locator(".rollout-text").wait_for(timeout=60_000)
+    page.locator("#live-overlay label", has_text="entropy").click()
+    note = card.locator(".block.rollout-no-tokens")
+    note.wait_for()
+    assert "no per-token figures" in note.inner_text()
+    assert card.locator(".rollout-text").is_visible() and card.locator(".tok").count() == 0
+    assert_no_csp_violation_or_script_error(studio)
+
+
+def rgb(colour: str) -> str:
+    """A '#rrggbb' colour as the browser's computed style writes it."""
+    red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
 
 
 def test_the_runs_table_and_compare_page_show_a_hostile_name_as_text(studio):
@@ -131,7 +226,7 @@ def test_the_runs_table_and_compare_page_show_a_hostile_name_as_text(studio):
     assert f"#{studio.hostile} {HOSTILE} · succeeded" in legend
     assert HOSTILE in ui.page.locator("#compare-config").inner_text()
     assert_text_only(ui)
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)
 
 
 def test_every_tab_loads_with_no_csp_violation(studio):
@@ -152,4 +247,4 @@ def test_every_tab_loads_with_no_csp_violation(studio):
     ui.page.locator(f"{card} .rollout-open").click()
     ui.page.locator(f"{card} .rollout-token-table table").wait_for()
     assert_text_only(ui)
-    assert_no_csp_violation(studio)
+    assert_no_csp_violation_or_script_error(studio)

@@ -23,8 +23,12 @@ from frontend.pages import evaluate
 from frontend.pages.compare import DIFFERS, NOT_USED, config_table
 from frontend.rollout_view import (
     NOT_TRAINED,
+    OVERLAYS,
     PREFIX,
     highlighted,
+    overlay_html,
+    overlay_legend_html,
+    reward_turns_markdown,
     token_rows,
     token_summary,
     token_table,
@@ -256,6 +260,37 @@ def test_highlighted_spans_mark_the_environment_as_not_trained_on():
     assert "".join(text for text, _ in spans) == "".join(s["text"] for s in ROLLOUT["segments"])
     assert [label for _, label in spans] == [PREFIX, "think", None, "search", NOT_TRAINED,
                                              "answer"]
+
+
+def test_overlay_spans_take_their_bucket_on_every_scale_and_show_tokens_as_text():
+    view = {"text": ["<b>", "x\ny", "<i>"], "mask": [1, 1, 0], "logprob": [-0.01, -4.0, None],
+            "entropy": [0.05, 5.0, None], "advantage": [-0.25, -0.25, 0.0]}
+    spans = re.findall(r'<span class="([\w -]+)" title="([^"]*)">(.*?)</span>',
+                       overlay_html({**ROLLOUT, "token_view": view}))
+    assert [(classes, text) for classes, _, text in spans] == [
+        ("tok log-prob-s0 entropy-s0 advantage-d3", "&lt;b&gt;"),
+        ("tok log-prob-s6 entropy-s7 advantage-d3", "x<br>y"),
+        ("tok tok-masked", "&lt;i&gt;")]
+    assert spans[1][1] == "log-prob -4.000 (p 0.018) · entropy 5.000 · advantage -0.250"
+    assert spans[2][1] == "inserted by the environment: not trained on"
+
+
+def test_the_overlay_legends_say_what_each_scale_shows():
+    legends = re.findall(r'<div class="token-legend legend-([\w-]+)">(.*?): ([^.]*)\.',
+                         overlay_legend_html())
+    assert [(name, shown) for name, shown, _ in legends] == [(n, n) for n in OVERLAYS]
+    assert [unescape(meaning) for _, _, meaning in legends] == [
+        o.meaning for o in OVERLAYS.values()]
+    assert 'class="tok advantage-d0">≤ −1.5<' in overlay_legend_html()
+
+
+def test_the_reward_per_turn_says_which_answer_was_scored():
+    text = reward_turns_markdown(ROLLOUT)
+    first, second = [line for line in text.splitlines() if line.startswith("| 1") or
+                     line.startswith("| 2")]
+    assert "Ondrell" in first and "no search" in first and "| 14 |" in first
+    assert "its last answer is the one scored\\: accuracy 1\\.00" in second
+    assert "no search −0.15" in text and "**Reward 0.80**" in text
 
 
 def test_token_table_counts_each_segment_and_what_is_trained():

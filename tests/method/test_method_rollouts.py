@@ -8,6 +8,7 @@ from studio.method.reward import PENALTY_NAMES, RewardBreakdown
 from studio.method.rollouts import (
     Rollout,
     Segment,
+    reward_turns,
     rollout_metrics,
     rollout_segments,
 )
@@ -96,3 +97,18 @@ def test_the_token_view_cuts_the_segments_text_and_hides_figures_of_masked_token
     assert view["recorded"] and view["tokens"] == 3 and view["bytes"] == packed_size(3)
     empty = token_view(segments, None)
     assert not empty["recorded"] and empty["text"] == [] and empty["bytes"] == 0
+
+
+def test_reward_turns_say_what_each_model_turn_did():
+    segments = [
+        {"source": "prompt", "text": "<think>", "tokens": 0},
+        {"source": "model", "text": "hm</think><search> moss lamp </search>", "tokens": 9},
+        {"source": "env", "text": "\n\n<information>Doc 1</information>\n\n", "tokens": 6},
+        {"source": "model", "text": "<answer> Ida </answer><answer> Ida Varn </answer>",
+         "tokens": 8},
+    ]
+    first, second = reward_turns(segments)
+    assert first == {"turn": 1, "tokens": 9, "think": True, "queries": ["moss lamp"],
+                     "answers": [], "information": 6, "scored": False}
+    assert second == {"turn": 2, "tokens": 8, "think": False, "queries": [],
+                      "answers": ["Ida", "Ida Varn"], "information": 0, "scored": True}

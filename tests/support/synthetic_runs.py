@@ -87,8 +87,9 @@ def long_rollout_segments(min_tokens: int = 2000) -> list[dict]:
 
 def add_rollout(settings: Settings, run_id: int, step: int, segments: list[dict],
                 reward: float = 1.0, question: str = "Where do the ferries stop?",
-                answer: str = "Port Ondrell") -> int:
-    """A rollout row as the trainer stores it; `answer` is the gold and the model's answer."""
+                answer: str = "Port Ondrell", token_arrays: bytes | None = None) -> int:
+    """A rollout row as the trainer stores it; `answer` is the gold and the model's answer;
+    `token_arrays` its packed per-token figures (`studio.method.token_arrays`)."""
     with session_scope(settings.sqlalchemy_url) as session:
         row = Rollout(run_id=run_id, step=step, group_index=0, sample_index=0, stage=0,
                       exemplars=3, question=question,
@@ -96,7 +97,7 @@ def add_rollout(settings: Settings, run_id: int, step: int, segments: list[dict]
                       breakdown={"score": reward, "acc": 1.0, "format": 1.0, "em": 1.0,
                                  "subem": 1.0, "f1": 1.0, "answer": answer,
                                  "penalties": {}},
-                      advantage=0.5)
+                      advantage=0.5, token_arrays=token_arrays)
         session.add(row)
         session.flush()
         return row.id
