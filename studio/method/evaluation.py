@@ -1,21 +1,36 @@
 """The zero-shot evaluation protocol (method.md, "Evaluation protocol") as one typed value.
 
 k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool calls, top-3
-passages. The API checks a request's overrides against its fields (`PROTOCOL_KEYS`), the
-evaluation process builds its rollouts from it (`limits`).
+passages, the search tool unless `tools` names others. The API checks a request's
+overrides against its fields (`PROTOCOL_KEYS`), the evaluation process builds its rollouts
+from it (`limits`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .prompt import check_eval_prefix
+from .prompt import SEARCH_ONLY, check_eval_prefix
 from .protocol import Limits
+from .tools import named_specs
+
+
+def check_tools(tools: object) -> tuple[str, ...]:
+    """Tool names as an evaluation (or a run) lists them: registered, at least one, each
+    once; ValueError says which is wrong."""
+    if isinstance(tools, str) or not isinstance(tools, (list, tuple)) or not tools:
+        raise ValueError(f"name at least one tool in a list, not {tools!r}")
+    twice = sorted({name for name in tools if list(tools).count(name) > 1})
+    if twice:
+        raise ValueError(f"'{twice[0]}' is listed more than once")
+    named_specs(tools)
+    return tuple(tools)
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The zero-shot protocol; ``instruction`` None is the default instruction."""
+    """The zero-shot protocol; ``instruction`` None is the default instruction for ``tools``
+    (an evaluation of a run's checkpoint calls the run's tools unless told otherwise)."""
 
     temperature: float = 0.1
     max_turn_tokens: int = 512
@@ -28,9 +43,11 @@ class EvalConfig:
     assistant_prefix: str | None = "<think>"
     instruction: str | None = None
     seed: int = 0
+    tools: tuple[str, ...] = SEARCH_ONLY
 
     def __post_init__(self) -> None:
         check_eval_prefix(self.assistant_prefix)
+        object.__setattr__(self, "tools", check_tools(self.tools))
 
     def limits(self) -> Limits:
         return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,

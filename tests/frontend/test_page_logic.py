@@ -163,7 +163,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
 def test_empty_settings_fall_back_to_the_base_config():
     base = launch.default_config()
     form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
-            False, None, None, *[None] * len(launch.SETTINGS)]
+            ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     config = launch.assemble(*form)
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
@@ -172,8 +172,8 @@ def test_empty_settings_fall_back_to_the_base_config():
 
 def test_the_sentinel_accordion_sets_each_signals_action():
     form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
-            "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
-    form[15 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
+            "cpu", "chat", ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
+    form[16 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
     sentinel = parse_run_config(launch.assemble(*form)).sentinel
     assert (sentinel.search_stopped.action, sentinel.search_stopped.window) == ("pause", 5)
     assert sentinel.kl_spike.action == "warn"
@@ -186,14 +186,14 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
     base = launch.default_config()
     base["grpo"]["dual_clip"] = 3.0  # an uploaded config's value, cleared on the form
     form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
-            False, None, None, *[None] * len(launch.SETTINGS)]
+            ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     paths = [s.path for s in launch.SETTINGS]
     chosen = {"grpo.norm_adv_by_std": False, "grpo.loss_agg_mode": "seq-mean-token-sum-norm",
               "grpo.clip_high": 0.28, "grpo.kl_estimator": "k2", "grpo.kl_in": "reward",
               "grpo.dynamic_sampling": True, "grpo.overlong_buffer": 64.0,
               "grpo.ppo_epochs": 2.0}
     for path, value in chosen.items():
-        form[15 + paths.index(path)] = value
+        form[16 + paths.index(path)] = value
     grpo = parse_run_config(launch.assemble(*form)).grpo
     assert (grpo.norm_adv_by_std, grpo.loss_agg_mode, grpo.clip_high, grpo.kl_estimator,
             grpo.kl_in, grpo.dynamic_sampling, grpo.overlong_buffer, grpo.ppo_epochs) == (
@@ -207,7 +207,8 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
 def launch_form(model, name: str, design: dict) -> list:
     """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
     return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],
-            "demo", "native", "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
+            "demo", "native", "cpu", "chat", ["search"], False, None, None,
+            *[None] * len(launch.SETTINGS)]
 
 
 def test_launch_suggests_a_fresh_name_says_what_is_missing_and_renames_a_duplicate(studio):

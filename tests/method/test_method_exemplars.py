@@ -19,7 +19,7 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
-from studio.method.tags import CODE_TOOL
+from studio.method.tags import PYTHON_TOOL
 
 INFO = "\n<information>Doc 1(Title: Jaws) Jaws was directed by Steven Spielberg.</information>\n"
 GOOD_SOLUTION = (
@@ -319,7 +319,7 @@ def test_code_tool_exemplar():
     solution = (
         "<think>compute</think><code>print(6*7)</code>\n<output>42</output>\n<answer>42</answer>"
     )
-    assert validate_exemplar(Exemplar("6*7?", solution, "42"), 1, tools=(CODE_TOOL,)) == []
+    assert validate_exemplar(Exemplar("6*7?", solution, "42"), 1, tools=(PYTHON_TOOL,)) == []
     errs = [
         f.message for f in validate_exemplar(Exemplar("6*7?", solution), 1) if f.severity == "error"
     ]

@@ -19,7 +19,7 @@ from studio.method.reward import (
     substring_match,
     token_f1,
 )
-from studio.method.tags import CODE_TOOL, SEARCH_TOOL
+from studio.method.tags import PYTHON_TOOL, SEARCH_TOOL
 
 INFO = "\n\n<information>Doc 1(Title: France) Paris is the capital of France.</information>\n\n"
 GOOD = (
@@ -267,8 +267,8 @@ def test_code_tool_counts_as_the_tool_call():
         "<think>t</think><code>print(6*7)</code>\n\n<output>42</output>\n\n<answer>42</answer>"
     )
     assert "no_search" in score(response, ["42"]).penalties
-    assert score(response, ["42"], tools=(CODE_TOOL,)).penalties == {}
-    assert score(response, ["42"], tools=(SEARCH_TOOL, CODE_TOOL)).penalties == {}
+    assert score(response, ["42"], tools=(PYTHON_TOOL,)).penalties == {}
+    assert score(response, ["42"], tools=(SEARCH_TOOL, PYTHON_TOOL)).penalties == {}
 
 
 EXEMPLARS = [

@@ -18,7 +18,7 @@ from tests.support.reverse_tool import REVERSE
 from worker.engines.native.rollout import generate_rollouts
 
 INFO_END = "</information>\n\n"
-ENV_ENDS = (INFO_END, "</reversed>\n\n")  # how each tool's environment block ends
+ENV_ENDS = (INFO_END, "</reversed>\n\n", "</output>\n\n")  # how each tool's environment block ends
 
 CORPUS = [
     Passage("1", "Moss lamp", "A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."),

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
 from studio.method.prompt import build_prompt
+from studio.method.tools import SearchTool
 from studio.retrieval import build_index
 from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
@@ -97,7 +98,8 @@ def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
 
     model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in SCRIPTS.items()})
     rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(SCRIPTS.items())]
-    result = evaluate(model, tokenizer, rows, RecordingSearch(build_index(CORPUS)), config)
+    search = SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)
+    result = evaluate(model, tokenizer, rows, [search], config)
 
     labels = [r["label"] for r in result["records"]]
     assert labels == ["correct", "format_miss", "no_search", "retrieval_miss",
