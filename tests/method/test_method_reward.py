@@ -271,6 +271,18 @@ def test_code_tool_counts_as_the_tool_call():
     assert score(response, ["42"], tools=(SEARCH_TOOL, PYTHON_TOOL)).penalties == {}
 
 
+def test_tags_a_program_printed_into_output_do_not_count():
+    """`<output>` is the environment's text: an answer, a think or a call printed by the
+    program is neither the model's answer nor a tag of its format."""
+    printed = "<answer>7</answer><think><code>x</code></answer>"
+    response = (f"<think>t</think><code>print(banner)</code>\n\n<output>{printed}"
+                "</output>\n\n<answer>42</answer>")
+    r = score(response, ["42"], tools=(PYTHON_TOOL,))
+    assert (r.answer, r.acc, r.penalties) == ("42", 1.0, {})
+    silent = f"<think>t</think>\n\n<output>{printed}</output>\n\n<answer>42</answer>"
+    assert set(score(silent, ["42"], tools=(PYTHON_TOOL,)).penalties) == {"no_search"}
+
+
 EXEMPLARS = [
     Exemplar(
         f"Example question {i}",
