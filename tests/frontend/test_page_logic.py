@@ -16,7 +16,7 @@ from frontend.pages import curriculum, exemplars, home, launch
 from studio.db import session_scope
 from studio.demo import EXEMPLARS
 from studio.escaping import markdown_text
-from studio.run_config import parse_run_config
+from studio.run_config import RunConfigError, parse_run_config
 from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
@@ -147,7 +147,7 @@ def test_exemplar_check_lists_tag_errors_and_missing_fields():
 
 def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded = launch.default_config()
-    uploaded.update(name="round-trip", model="/models/tiny", seed=7)
+    uploaded.update(name="round-trip", model="/models/tiny", seed=7, tools=["python", "search"])
     uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
     uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
     uploaded["sentinel"]["kl_spike"].update(action="pause", threshold=20.0)  # a threshold: YAML
@@ -157,7 +157,18 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     config = parse_run_config(uploaded)
     fields = launch.form_values(config)
     assert fields[3:5] == ("folder", "/models/tiny")
+    assert fields[12] == ["python", "search"]  # the tools' checkboxes
     assert launch.assemble(*fields) == uploaded
+
+
+def test_the_tools_checkboxes_choose_the_runs_tools():
+    form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
+            "cpu", "chat", ["python"], False, None, None, *[None] * len(launch.SETTINGS)]
+    assert parse_run_config(launch.assemble(*form)).tools == ["python"]
+    assert launch.TOOL_CHOICES == ("search", "python")
+    form[12] = []
+    with pytest.raises(RunConfigError, match="tools: name at least one tool"):
+        parse_run_config(launch.assemble(*form))
 
 
 def test_empty_settings_fall_back_to_the_base_config():

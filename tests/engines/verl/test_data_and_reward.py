@@ -87,6 +87,23 @@ def test_the_reward_called_the_way_verl_calls_it_is_the_studios(verl, verl_run, 
     assert all(isinstance(v, float) for v in got.values())  # veRL stacks them into arrays
 
 
+def test_a_python_runs_reward_takes_code_for_the_tool_call(verl, verl_run):
+    """tools reach veRL's reward loop as a reward kwarg: <code> spares the 'no search'
+    penalty, and what a program printed into <output> is the environment's text."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(tools=["python"])
+    _, cfg = composed(settings, run, files, model)
+    compute = get_custom_reward_fn(cfg)
+    response = (" x </think><code>print(answer)</code>\n\n<output><answer>7</answer>"
+                "</output>\n\n<answer>42</answer>")
+    got = compute(data_source="demo", solution_str=response,
+                  ground_truth={"target": ["42"], "question": "q?"},
+                  extra_info={"index": 0, "split": "train", "assistant_prefix": "<think>"})
+    assert (got["score"], got["acc"], got["format"], got["penalty_no_search"]) == (
+        1.0, 1.0, 1.0, 0.0)
+
+
 @pytest.mark.parametrize("tokens", [10, 120, 140, 160])
 def test_the_overlong_penalty_is_added_as_the_native_engine_adds_it(verl, verl_run, tokens):
     """grpo.overlong_buffer reaches veRL's reward loop as reward kwargs; the length is the
