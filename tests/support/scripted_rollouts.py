@@ -133,7 +133,7 @@ def scripted_turns(tokenizer, turns: list[str]):
     string or EOS stops there (the server stops at stop strings), any other runs on with the
     filler to the budget. Log-prob -0.5 per token; `generate.contexts` records each call."""
     filler = filler_token(tokenizer)
-    stops = tags.stop_strings((tags.SEARCH_TOOL, REVERSE))  # and </answer>
+    stops = tags.stop_strings((tags.SEARCH_TOOL, tags.PYTHON_TOOL, REVERSE))  # and </answer>
     contexts: list[list[int]] = []
 
     async def generate(context: list[int], max_tokens: int):
