@@ -23,11 +23,11 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
-from studio.method.evaluation import check_tools
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
 from studio.method.protocol import Limits
 from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
+from studio.method.tools import check_tool_names
 
 MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
 MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
@@ -447,7 +447,7 @@ class RunConfig(_Strict):
     @field_validator("tools")
     @classmethod
     def _tools_listed_once(cls, tools: list[str]) -> list[str]:
-        return list(check_tools(tools))
+        return list(check_tool_names(tools))
 
     def build_prompt(self, question: str, exemplars: Sequence[Exemplar], k: int,
                      sample_seed: int | None = None) -> Prompt:

@@ -12,19 +12,7 @@ from dataclasses import dataclass, fields
 
 from .prompt import SEARCH_ONLY, check_eval_prefix
 from .protocol import Limits
-from .tools import named_specs
-
-
-def check_tools(tools: object) -> tuple[str, ...]:
-    """Tool names as an evaluation (or a run) lists them: registered, at least one, each
-    once; ValueError says which is wrong."""
-    if isinstance(tools, str) or not isinstance(tools, (list, tuple)) or not tools:
-        raise ValueError(f"name at least one tool in a list, not {tools!r}")
-    twice = sorted({name for name in tools if list(tools).count(name) > 1})
-    if twice:
-        raise ValueError(f"'{twice[0]}' is listed more than once")
-    named_specs(tools)
-    return tuple(tools)
+from .tools import check_tool_names
 
 
 @dataclass(frozen=True)
@@ -47,7 +35,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_eval_prefix(self.assistant_prefix)
-        object.__setattr__(self, "tools", check_tools(self.tools))
+        object.__setattr__(self, "tools", check_tool_names(self.tools))
 
     def limits(self) -> Limits:
         return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,

@@ -134,6 +134,18 @@ def named_specs(names: Sequence[str]) -> tuple[ToolSpec, ...]:
     return tuple(TOOLS[name].spec for name in names)
 
 
+def check_tool_names(tools: object) -> tuple[str, ...]:
+    """Tool names as a run or an evaluation lists them: registered, at least one, each
+    once; ValueError says which is wrong."""
+    if isinstance(tools, str) or not isinstance(tools, (list, tuple)) or not tools:
+        raise ValueError(f"name at least one tool in a list, not {tools!r}")
+    twice = sorted({name for name in tools if list(tools).count(name) > 1})
+    if twice:
+        raise ValueError(f"'{twice[0]}' is listed more than once")
+    named_specs(tools)
+    return tuple(tools)
+
+
 def all_specs() -> tuple[ToolSpec, ...]:
     """Every registered tool's tags: what a viewer parses a stored rollout of any run with."""
     return named_specs(tuple(TOOLS))

@@ -17,8 +17,9 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 
 from studio.db import session_scope
 from studio.method import failures
-from studio.method.evaluation import PROTOCOL_KEYS, check_tools
+from studio.method.evaluation import PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, SEARCH_ONLY, check_eval_prefix
+from studio.method.tools import check_tool_names
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
@@ -167,7 +168,7 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
     except ValueError as exc:
         raise InvalidInput(f"protocol.{exc}") from None
     try:
-        check_tools((protocol or {}).get("tools", ["search"]))
+        check_tool_names((protocol or {}).get("tools", ["search"]))
     except ValueError as exc:
         raise InvalidInput(f"protocol.tools: {exc}") from None
     if run_id is not None:

@@ -21,7 +21,9 @@ from sqlmodel import select
 
 from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
+from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
+from studio.method.tools import named_specs
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.sandbox import SandboxUnavailable, studio_sandbox
 from studio.services import calibrations, data_doctor, exemplar_sets
@@ -72,8 +74,10 @@ its tools must be able to run here (the python tool's sandbox)."""
         else:
             exemplars = exemplar_sets.load_exemplars(settings, found["id"])
             exemplar_set = (found["id"], found["name"], exemplars)
-            if found["errors"]:
-                problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
+            errors = [f for f in validate_exemplars(exemplars, tools=named_specs(config.tools))
+                      if f.severity == "error"]
+            if errors:  # checked with the run's tools: a python run's exemplars call <code>
+                problems.append(f"data.exemplars: '{found['name']}' has {len(errors)} "
                                 "errors; fix them on the exemplars page first")
             if exemplars:
                 try:

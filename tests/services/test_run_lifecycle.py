@@ -16,7 +16,7 @@ from frontend.server import create_app
 from studio import db
 from studio.method.prompt import common_prefix_length
 from studio.sandbox import bwrap
-from studio.services import evaluations, exports, run_validation, runs
+from studio.services import evaluations, exemplar_sets, exports, run_validation, runs
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
 from studio.tables import (
@@ -319,6 +319,23 @@ def test_a_python_run_is_refused_where_the_sandbox_cannot_run(studio, no_bwrap):
         searching = client.post("/api/v1/runs/validate", json=tiny_config(model),
                                 headers=headers)
         assert searching.status_code == 200 and searching.json()["config"]["tools"] == ["search"]
+
+
+def test_exemplars_are_checked_against_the_runs_tools(studio):
+    """Worked examples that call <code> are whole for a python run; for a search run they
+    lack a search, and the launch names the set."""
+    settings, model = studio
+    exemplar_sets.create_exemplar_set(settings, admin(settings), "arithmetic", [
+        {"question": f"What is 6 times {n}?", "answer": str(6 * n),
+         "solution": f"<think>multiply</think><code>print(6*{n})</code>\n<output>{6 * n}"
+                     f"</output>\n<answer>{6 * n}</answer>"} for n in (7, 8, 9)])
+    config = {**tiny_config(model), "data": {"corpus": "demo", "train": "demo",
+                                             "exemplars": "arithmetic"}}
+    checked = run_validation.validate_run(settings, admin(settings), {**config,
+                                                                       "tools": ["python"]})
+    assert checked["config"]["tools"] == ["python"]
+    with pytest.raises(InvalidInput, match="data.exemplars: 'arithmetic' has 3 errors"):
+        run_validation.validate_run(settings, admin(settings), config)
 
 
 # --- the same through the API -------------------------------------------------------------------
