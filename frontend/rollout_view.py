@@ -2,7 +2,9 @@
 not trained on (the spans the loss mask zeros), its reward and token counts.
 
 Rollout rows come from the runs services: `segments` are
-`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Each segment's parts
+`{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Every registered
+tool's tags are styled (search and code calls apart; information and output blocks, the
+environment's, alike). Each segment's parts
 were parsed alone, so the model's first words after an assistant prefix that opens `<think>`
 were stored as plain text; the viewer reads them on from the prefix (`segment_parts`), as
 the model wrote them: inside the think span. Steps are shown from 1 (`studio.steps`).
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from studio.escaping import html_text, markdown_text
 from studio.method.rollouts import reward_turns
 from studio.method.tags import parse
+from studio.method.tools import all_specs
 from studio.steps import shown_step
 
 NOT_TRAINED = "information (not trained on)"
@@ -26,6 +29,7 @@ PREFIX = "prompt prefix"
 COLOR_MAP = {
     "think": "#6366f1",
     "search": "#f97316",
+    "code": "#0891b2",
     "answer": "#16a34a",
     NOT_TRAINED: "#ca8a04",
     PREFIX: "#6b7280",
@@ -35,7 +39,8 @@ SOURCE_NAMES = {"prompt": "assistant prefix (from the prompt)", "model": "model"
 
 
 def _label(source: str, kind: str) -> str | None:
-    """The environment's text (search results, corrective notes) is all masked."""
+    """The environment's text (search results, program output, corrective notes) is all
+    masked."""
     if source == "env":
         return NOT_TRAINED
     if source == "prompt":
@@ -47,7 +52,7 @@ def _read_on(prefix: str, text: str) -> list[dict]:
     """The parts of `text` as written after `prefix`: a tag the prefix left open spans on."""
     whole = prefix + text
     return [{"kind": part.kind, "text": whole[max(part.start, len(prefix)):part.end]}
-            for part in parse(whole) if part.end > len(prefix)]
+            for part in parse(whole, all_specs()) if part.end > len(prefix)]
 
 
 def segment_parts(rollout: dict) -> list[tuple[dict, list[dict]]]:

@@ -24,10 +24,11 @@ from pydantic.fields import FieldInfo
 
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
-from studio.method.prompt import Prompt, PromptTemplate, build_prompt
+from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
 from studio.method.protocol import Limits
 from studio.method.reward import AnswerMatch
 from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
+from studio.method.tools import check_tool_names
 
 MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
 MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
@@ -94,9 +95,10 @@ class PromptSpec(_Strict):
     instruction: str | None = Field(default=None, description="Replaces the default instruction")
 
     def build(self, question: str, exemplars: Sequence[Exemplar], k: int,
-              sample_seed: int | None = None) -> Prompt:
-        """The method core's prompt in this layout and wording; `sample_seed` when sampling."""
-        template = PromptTemplate(instruction=self.instruction) if self.instruction else None
+              sample_seed: int | None = None, *, tools: Sequence[str]) -> Prompt:
+        """The method core's prompt in this layout and wording; `sample_seed` when sampling;
+        without an own instruction, the default one for the run's `tools`."""
+        template = PromptTemplate(instruction=self.instruction or instruction_for(tools))
         seed = sample_seed if self.exemplar_selection == "sample" else None
         return build_prompt(question, exemplars, k, template, self.layout, sample_seed=seed,
                             assistant_prefix=self.assistant_prefix)
@@ -420,10 +422,18 @@ class VerlSpec(_Strict):
         return self
 
 
+ToolName = Literal["search", "python"]
+
+
 class RunConfig(_Strict):
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME)
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
+    tools: list[ToolName] = Field(
+        default_factory=lambda: ["search"], title="Tools",
+        description="What the model may call: search (a query in <search>, passages of the "
+        "corpus back in <information>) and python (a program in <code>, run in a sandbox, "
+        "what it prints back in <output>). The prompt's instruction names each one.")
     backend: Literal["native", "verl"] = "native"
     queue: Literal["cpu", "gpu"] = "cpu"
     data: DataSpec
@@ -439,6 +449,16 @@ class RunConfig(_Strict):
                                   "fine-tuning")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, title="Seed",
                       description="The same seed, data and settings give the same run.")
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_listed_once(cls, tools: list[str]) -> list[str]:
+        return list(check_tool_names(tools))
+
+    def build_prompt(self, question: str, exemplars: Sequence[Exemplar], k: int,
+                     sample_seed: int | None = None) -> Prompt:
+        """A prompt of this run: its prompt settings and the instruction for its tools."""
+        return self.prompt.build(question, exemplars, k, sample_seed, tools=self.tools)
 
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:

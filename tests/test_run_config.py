@@ -42,6 +42,26 @@ def test_defaults_are_the_methods():
         True, "token-mean", None, None, "token", "k3", "loss", False, 0, 1)
 
 
+def test_a_run_calls_search_unless_it_chooses_its_tools():
+    data = {"name": "x", "data": {"corpus": "c", "train": "t"}}
+    assert parse_run_config(data).tools == ["search"]
+    config = parse_run_config({**data, "tools": ["python", "search"]})
+    assert config.tools == ["python", "search"]  # the order is kept: the first is corrected
+    assert parse_run_config(config.to_yaml()) == config
+
+
+@pytest.mark.parametrize(("tools", "message"), [
+    ([], "tools: name at least one tool"),
+    (["python", "python"], "tools: 'python' is listed more than once"),
+    (["perl"], "tools.0: Input should be 'search' or 'python'"),
+    ("python", "tools: Input should be a valid list"),
+])
+def test_tools_are_named_once_each(tools, message):
+    with pytest.raises(RunConfigError) as err:
+        parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, "tools": tools})
+    assert message in str(err.value)
+
+
 @pytest.mark.parametrize(("grpo", "message"), [
     ({"dual_clip": 3.0, "ratio_level": "sequence"},
      "grpo: dual_clip is not used with ratio_level: sequence"),

@@ -26,6 +26,7 @@ from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import search_fn
 from worker.lora import load_checkpoint
 from worker.parent_watch import watch_parent
+from worker.tools import build_tools
 
 
 def _load_model(settings: Settings, evaluation: dict):
@@ -50,10 +51,12 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
         rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
         index = corpora.open_index(settings, params["corpus_id"])
         config = EvalConfig(**params.get("protocol", {}))
+        tools = build_tools(config.tools, settings, search_fn(index, config.top_k),
+                            config.top_k)
         model, tokenizer = _load_model(settings, evaluation)
         if params.get("queue") == "gpu" and torch.cuda.is_available():
             model = model.to("cuda")
-        result = evaluate(model, tokenizer, rows, search_fn(index, config.top_k), config,
+        result = evaluate(model, tokenizer, rows, tools, config,
                           on_progress=lambda done, total: update_evaluation(
                               settings, evaluation_id, progress=(done, total)))
         out = evaluation_records_path(settings, evaluation_id)

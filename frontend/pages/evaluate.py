@@ -18,7 +18,8 @@ from studio.tables import ACTIVE_STATES
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
            "SubEM trained", "F1 base", "F1 trained", "searches base", "searches trained",
-           "valid search % base", "valid search % trained", "status"]
+           "valid search % base", "valid search % trained", "calls per tool base",
+           "calls per tool trained", "code errors base", "code errors trained", "status"]
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
@@ -39,6 +40,20 @@ def _figure(evaluation: dict | None, key: str, percent: bool = True) -> str:
     if key not in metrics:
         return ""
     return f"{100 * metrics[key]:.1f}" if percent else f"{metrics[key]:.2f}"
+
+
+def tool_figures(evaluation: dict | None) -> str:
+    """Calls per question of each tool the evaluation gave the model ("search 1.20 ·
+    python 0.50"); empty before it finished (or for one from before tools were counted)."""
+    calls = ((evaluation or {}).get("metrics") or {}).get("tool_calls") or {}
+    return " · ".join(f"{name} {value:.2f}" for name, value in calls.items())
+
+
+def code_errors(evaluation: dict | None) -> str:
+    """How many of the model's programs failed (an exception, a limit); empty without the
+    python tool."""
+    errors = ((evaluation or {}).get("metrics") or {}).get("code_errors")
+    return "" if errors is None else str(errors)
 
 
 def _status(evaluation: dict | None) -> str:
@@ -84,7 +99,8 @@ def table_rows(pairs: list[dict]) -> list[list]:
                      _figure(base, "search_calls", percent=False),
                      _figure(trained, "search_calls", percent=False),
                      _figure(base, "valid_search_rate"), _figure(trained, "valid_search_rate"),
-                     f"base {_status(base)} · trained {_status(trained)}"])
+                     tool_figures(base), tool_figures(trained), code_errors(base),
+                     code_errors(trained), f"base {_status(base)} · trained {_status(trained)}"])
     return rows
 
 

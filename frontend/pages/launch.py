@@ -72,6 +72,8 @@ LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights ins
               "weight: cheaper updates and a small checkpoint, for bigger models or smaller "
               "GPUs; it needs a higher learning rate (1e-4). Rank: the adapters' size "
               "(8-64); alpha: their scale (twice the rank is usual).")
+TOOL_CHOICES = get_args(get_args(config_field("tools").annotation)[0])
+"""The tools a run may call (the run config's `tools` values)."""
 #: The learning rates the form switches between when LoRA is ticked or unticked.
 FULL_LR, LORA_LR = GrpoSpec().lr, 1.0e-4
 STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
@@ -228,12 +230,12 @@ def lr_for_lora(use_lora: bool, lr: float | None) -> float | None:
 
 def assemble(base: dict, design: dict | None, name: str, source: str, typed_model: str,
              corpus: str | None, train: str | None, evals: list[str] | None,
-             exemplars: str | None, backend: str, queue: str, layout: str, use_lora: bool,
-             lora_rank, lora_alpha, *values) -> dict:
+             exemplars: str | None, backend: str, queue: str, layout: str,
+             tools: list[str] | None, use_lora: bool, lora_rank, lora_alpha, *values) -> dict:
     """The run config the form shows, over `base` (which keeps what the form does not show)."""
     config = copy.deepcopy(base)
     config.update(name=run_name(name), model=model_ref(source, typed_model),
-                  backend=backend, queue=queue,
+                  backend=backend, queue=queue, tools=list(tools or []),
                   lora=lora_section(base.get("lora"), use_lora, lora_rank, lora_alpha))
     config["curriculum"].update(curriculum_section(design))
     config["data"].update(corpus=corpus or "", train=train or "", eval=list(evals or []),
@@ -261,7 +263,7 @@ def form_values(config: RunConfig) -> tuple:
     return (dumped, config.curriculum.build().to_dict(), dumped["name"],
             *model_fields(dumped["model"]), data["corpus"], data["train"], data["eval"],
             data["exemplars"] or NO_EXEMPLARS, dumped["backend"], dumped["queue"],
-            dumped["prompt"]["layout"], *lora_fields(dumped["lora"]),
+            dumped["prompt"]["layout"], dumped["tools"], *lora_fields(dumped["lora"]),
             *(get_path(dumped, s.path) for s in SETTINGS))
 
 
@@ -468,6 +470,10 @@ def build(settings: Settings) -> None:
             layout = gr.Radio([("chat: exemplars as earlier turns", "chat"),
                                ("inline: the paper's single message", "inline")],
                               value=defaults["prompt"]["layout"], label="Prompt layout")
+            tools_field = config_field("tools")
+            tools = gr.CheckboxGroup(list(TOOL_CHOICES), value=defaults["tools"],
+                                     label=tools_field.title, info=tools_field.description,
+                                     elem_id="launch-tools")
         with gr.Column():
             gr.Markdown("**Settings** (defaults in place; each says what it does)")
             values = []
@@ -513,7 +519,7 @@ def build(settings: Settings) -> None:
     follow = gr.Button("Watch it on the Live run page", visible=False, elem_id="follow-run")
 
     fields = [name, source, typed_model, corpus, train, evals, exemplars, backend, queue, layout,
-              use_lora, lora_rank, lora_alpha, *values]
+              tools, use_lora, lora_rank, lora_alpha, *values]
     form = [base, shared.curriculum, *fields]
     follow_on = ("the **Runs** and **Live run** pages" if live_page else
                  "the API (`GET /api/v1/runs/<id>`)")

@@ -56,9 +56,9 @@ from .reward import (
 )
 from .sentinel import SIGNALS, Rule, Sentinel
 from .tags import (
-    CODE_TOOL,
     CORRECTIVE_MESSAGE,
     DEFAULT_TOOLS,
+    PYTHON_TOOL,
     SEARCH_TOOL,
     STOP_STRINGS,
     ResponseStats,
@@ -123,7 +123,7 @@ __all__ = [
     "score",
     "substring_match",
     "token_f1",
-    "CODE_TOOL",
+    "PYTHON_TOOL",
     "CORRECTIVE_MESSAGE",
     "DEFAULT_TOOLS",
     "SEARCH_TOOL",

@@ -1,23 +1,25 @@
 """The zero-shot evaluation protocol (method.md, "Evaluation protocol") as one typed value.
 
 k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool calls, top-3
-passages; answers matched as the run's reward matches them (`answer_match`). The API checks
-a request's overrides against its fields (`PROTOCOL_KEYS`), the evaluation process builds
-its rollouts from it (`limits`).
+passages, the search tool unless `tools` names others; answers matched as the run's reward
+matches them (`answer_match`). The API checks a request's overrides against its fields
+(`PROTOCOL_KEYS`), the evaluation process builds its rollouts from it (`limits`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .prompt import check_eval_prefix
+from .prompt import SEARCH_ONLY, check_eval_prefix
 from .protocol import Limits
 from .reward import ANSWER_MATCHES, AnswerMatch
+from .tools import check_tool_names
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The zero-shot protocol; ``instruction`` None is the default instruction."""
+    """The zero-shot protocol; ``instruction`` None is the default instruction for ``tools``
+    (an evaluation of a run's checkpoint calls the run's tools unless told otherwise)."""
 
     temperature: float = 0.1
     max_turn_tokens: int = 512
@@ -31,12 +33,14 @@ class EvalConfig:
     instruction: str | None = None
     seed: int = 0
     answer_match: AnswerMatch = "exact"
+    tools: tuple[str, ...] = SEARCH_ONLY
 
     def __post_init__(self) -> None:
         check_eval_prefix(self.assistant_prefix)
         if self.answer_match not in ANSWER_MATCHES:
             raise ValueError(f"answer_match must be one of {', '.join(ANSWER_MATCHES)}, got "
                              f"{self.answer_match!r}")
+        object.__setattr__(self, "tools", check_tool_names(self.tools))
 
     def limits(self) -> Limits:
         return Limits(max_turns=self.max_turns, max_turn_tokens=self.max_turn_tokens,

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 from .exemplars import Exemplar
+from .tags import ANSWER, THINK
+from .tools import TOOLS
 
 Layout = Literal["inline", "chat"]
 LAYOUTS: tuple[str, ...] = ("inline", "chat")
@@ -40,6 +42,30 @@ DEFAULT_INSTRUCTION = (
     "Search as many times as you need. When you are confident, give only the final answer, without "
     "explanation, inside <answer> and </answer>, for example <answer> Marie Curie </answer>."
 )
+
+
+SEARCH_ONLY: tuple[str, ...] = ("search",)
+
+
+def instruction_for(tools: Sequence[str]) -> str:
+    """The default instruction for a run's tools (registered names, in the run's order):
+    method.md's search wording for search alone (`DEFAULT_INSTRUCTION`, unchanged), else one
+    line per tool naming its tags and what it does (the tool's `description`)."""
+    if tuple(tools) == SEARCH_ONLY:
+        return DEFAULT_INSTRUCTION
+    lines = []
+    for name in tools:
+        tool = TOOLS[name]
+        call, result = tool.spec.call_tag, tool.spec.result_tag
+        lines.append(f"- {name}: {tool.description}. Write its input inside <{call}> and "
+                     f"</{call}>; the result comes back between <{result}> and </{result}>.")
+    return (
+        f"Answer the question by reasoning and using tools. Think step by step inside "
+        f"<{THINK}> and </{THINK}> whenever you get new information. You can use these tools, "
+        "as many times as you need:\n" + "\n".join(lines) + "\nWhen you are confident, give "
+        f"only the final answer, without explanation, inside <{ANSWER}> and </{ANSWER}>, for "
+        f"example <{ANSWER}> Marie Curie </{ANSWER}> or <{ANSWER}> 42 </{ANSWER}>."
+    )
 
 
 #: All a zero-shot evaluation may pre-fill of the reply: nothing, or the opening think tag

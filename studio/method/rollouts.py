@@ -8,19 +8,23 @@ the same definitions here.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .reward import PENALTY_NAMES, RewardBreakdown
-from .tags import ANSWER, THINK, answers, parse, search_queries
+from .tags import ANSWER, DEFAULT_TOOLS, THINK, ToolSpec, answers, parse, search_queries
 
 
 @dataclass
 class Segment:
-    """A stretch of the response written by one side."""
+    """A stretch of the response written by one side; an environment segment says which
+    tool's result it is (None: the corrective message) and whether that run failed."""
 
     source: str  # "model" | "env"
     token_ids: list[int]
     text: str  # model: decode(token_ids); env: the exact text that was encoded
+    tool: str | None = None
+    failed: bool = False
 
 
 @dataclass
@@ -91,15 +95,32 @@ def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> 
     return metrics
 
 
-def rollout_segments(rollout: Rollout, prefix: str) -> list[dict]:
-    """The stored form: per source segment its exact token count, and the tag parts to style."""
+def tool_counts(rollout: Rollout) -> tuple[dict[str, int], int]:
+    """Per tool the calls that ran, and how many of those runs failed (code errors)."""
+    calls: dict[str, int] = {}
+    failed = 0
+    for seg in rollout.segments:
+        if seg.tool is not None:
+            calls[seg.tool] = calls.get(seg.tool, 0) + 1
+            failed += seg.failed
+    return calls, failed
+
+
+def rollout_segments(rollout: Rollout, prefix: str,
+                     tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> list[dict]:
+    """The stored form: per source segment its exact token count, and the tag parts to style
+    (the run's `tools` parsed; an environment segment is one part, its tool's result tag, or
+    the first tool's for the corrective message)."""
+    result_tag = {t.name: t.result_tag for t in tools}
     segments = []
     if prefix:
         segments.append({"source": "prompt", "text": prefix, "tokens": 0,
-                         "parts": [{"kind": p.kind, "text": p.text} for p in parse(prefix)]})
+                         "parts": [{"kind": p.kind, "text": p.text}
+                                   for p in parse(prefix, tools)]})
     for seg in rollout.segments:
-        kind_parts = [{"kind": p.kind, "text": p.text} for p in parse(seg.text)] \
-            if seg.source == "model" else [{"kind": "information", "text": seg.text}]
+        kind_parts = [{"kind": p.kind, "text": p.text} for p in parse(seg.text, tools)] \
+            if seg.source == "model" else \
+            [{"kind": result_tag.get(seg.tool, tools[0].result_tag), "text": seg.text}]
         segments.append({"source": seg.source, "text": seg.text, "tokens": len(seg.token_ids),
                          "parts": kind_parts})
     return segments

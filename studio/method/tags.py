@@ -63,7 +63,7 @@ class ToolSpec:
 
 
 SEARCH_TOOL = ToolSpec("search", "search", "information")
-CODE_TOOL = ToolSpec("code", "code", "output")
+PYTHON_TOOL = ToolSpec("python", "code", "output")
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (SEARCH_TOOL,)
 
 SegmentKind = str  # "think" | "answer" | a call tag | a result tag | "text"

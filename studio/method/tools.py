@@ -1,6 +1,7 @@
 """Tools the model calls with tags, registered by name: `search` first.
 
-A tool is a class with its tags (`spec`), a line the prompt can show (`description`),
+A tool is a class with its tags (`spec`), what it does in a few words (`description`: the
+prompt's instruction names it beside the tool's tags, `studio.method.prompt.instruction_for`),
 `execute` (a batch of inputs to one result each: the native engine runs a round's calls of
 a tool in one batch, the veRL agent loop one at a time) and `observation` (a result as the
 text the environment inserts, in the tool's result tag). Register it with `@register_tool`;
@@ -15,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
-from .tags import CODE_TOOL, SEARCH_TOOL, ToolSpec, format_information, result_block
+from .tags import PYTHON_TOOL, SEARCH_TOOL, ToolSpec, format_information, result_block
 
 
 class Tool(ABC):
@@ -30,6 +31,11 @@ class Tool(ABC):
     def observation(self, result: object) -> str:
         """The whole environment text for a result: blank lines, the result tag around the
         body, and nothing in the body that closes the tag early."""
+
+    def failed(self, result: object) -> bool:
+        """Whether a result is a failed run (evaluation counts code errors); a search's
+        results never are."""
+        return False
 
 
 TOOLS: dict[str, type[Tool]] = {}
@@ -54,7 +60,7 @@ class SearchTool(Tool):
     """method.md's tool: a query in `<search>`, the top-k passages in `<information>`."""
 
     spec = SEARCH_TOOL
-    description = "search the documents: <search> a query </search>"
+    description = "searches the documents for a query and returns the best passages"
 
     def __init__(self, backend: SearchBackend, top_k: int):
         self.backend, self.top_k = backend, top_k
@@ -86,8 +92,9 @@ class PythonTool(Tool):
     """Python the model writes in `<code>`, run in a sandbox; its printed output (and the
     error's last line when it failed) comes back in `<output>`."""
 
-    spec = CODE_TOOL
-    description = "run Python and see what it prints: <code> python source </code>"
+    spec = PYTHON_TOOL
+    description = ("runs a Python program in a sandbox and returns what it prints (or its "
+                   "error); print what you need")
 
     def __init__(self, executor: CodeExecutor):
         self.executor = executor
@@ -101,6 +108,9 @@ class PythonTool(Tool):
         if run.error:
             lines.append(_error_line(run))
         return result_block("\n".join(lines) or NO_OUTPUT, self.spec)
+
+    def failed(self, result: object) -> bool:
+        return result.error is not None  # type: ignore[attr-defined]
 
 
 def _error_line(run: CodeRun) -> str:
@@ -116,9 +126,29 @@ def specs(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
     return tuple(t.spec for t in tools)
 
 
-def registered_specs() -> tuple[ToolSpec, ...]:
-    """The tags of every registered tool, search first: what a stored exemplar may use."""
-    return tuple(cls.spec for cls in TOOLS.values())
+def named_specs(names: Sequence[str]) -> tuple[ToolSpec, ...]:
+    """The tag specs of registered tools by name (a run config's `tools`), in that order."""
+    unknown = [name for name in names if name not in TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool '{unknown[0]}'; known tools: {', '.join(TOOLS)}")
+    return tuple(TOOLS[name].spec for name in names)
+
+
+def check_tool_names(tools: object) -> tuple[str, ...]:
+    """Tool names as a run or an evaluation lists them: registered, at least one, each
+    once; ValueError says which is wrong."""
+    if isinstance(tools, str) or not isinstance(tools, (list, tuple)) or not tools:
+        raise ValueError(f"name at least one tool in a list, not {tools!r}")
+    twice = sorted({name for name in tools if list(tools).count(name) > 1})
+    if twice:
+        raise ValueError(f"'{twice[0]}' is listed more than once")
+    named_specs(tools)
+    return tuple(tools)
+
+
+def all_specs() -> tuple[ToolSpec, ...]:
+    """Every registered tool's tags: what a viewer parses a stored rollout of any run with."""
+    return named_specs(tuple(TOOLS))
 
 
 def run_tool(tool: Tool, inputs: list[str]) -> list[object]:

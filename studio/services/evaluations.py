@@ -18,8 +18,9 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.db import session_scope
 from studio.method import failures
 from studio.method.evaluation import PROTOCOL_KEYS
-from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
+from studio.method.prompt import EVAL_PREFIXES, SEARCH_ONLY, check_eval_prefix
 from studio.method.reward import ANSWER_MATCHES
+from studio.method.tools import check_tool_names
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
@@ -61,6 +62,15 @@ def run_protocol(config: RunConfig) -> dict:
             "answer_match": config.reward.answer_match}
 
 
+def with_run_tools(protocol: dict | None, run_config: dict) -> dict | None:
+    """An evaluation of a run's models calls the run's tools unless the protocol names
+    others; a search-only run's protocol stays as given (search is the default)."""
+    tools = run_config.get("tools", list(SEARCH_ONLY))
+    if tools == list(SEARCH_ONLY) or "tools" in (protocol or {}):
+        return protocol
+    return {**(protocol or {}), "tools": tools}
+
+
 def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
     """One JSON line per question of an evaluation (prediction, scores, tool use)."""
     return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
@@ -81,7 +91,8 @@ class EvaluationView(TypedDict):
     qa_set_id: int
     state: str  # queued | running | succeeded | failed | cancelled
     params: dict | None  # corpus, limit, protocol overrides, queue, progress (done, total)
-    metrics: dict | None  # em, subem, f1, acc, format, search_calls, answer_rate, ...
+    metrics: dict | None  # em, subem, f1, acc, format, search_calls, answer_rate,
+    # tool_calls (per tool, per question), code_errors (with python), ...
     error: str | None
     created_at: str
     finished_at: str | None
@@ -160,12 +171,17 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         raise InvalidInput(f"protocol.{exc}") from None
     if (protocol or {}).get("answer_match", "exact") not in ANSWER_MATCHES:
         raise InvalidInput(f"protocol.answer_match: use one of {', '.join(ANSWER_MATCHES)}")
+    try:
+        check_tool_names((protocol or {}).get("tools", ["search"]))
+    except ValueError as exc:
+        raise InvalidInput(f"protocol.tools: {exc}") from None
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")
             if not run.checkpoint_dir:
                 raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet")
             model = run.checkpoint_dir
+            protocol = with_run_tools(protocol, run.config)
         corpus = corpus or load_plan(settings, run_id).corpus
     if corpus is None:
         raise InvalidInput("corpus: name the corpus the model searches")
@@ -289,6 +305,7 @@ def _base_and_trained(settings: Settings, owner_id: int | None, run_id: int,
             raise InvalidInput(f"run_id: run {run_id} has no checkpoint yet; evaluate it after "
                                "its first checkpoint")
         base_model = base_model or run.config["model"]
+        protocol = with_run_tools(protocol, run.config)
         for wanted in qa_set_names:
             _data_row(session, QASet, wanted, "QA set", "qa_sets")
     checked_tokenizer(settings, base_model, "base_model")

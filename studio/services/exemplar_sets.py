@@ -21,7 +21,7 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
-from studio.method.tools import registered_specs
+from studio.method.tools import all_specs
 from studio.services import uploads
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput, NotFound
@@ -45,7 +45,7 @@ def _rows(session, set_id: int) -> list[ExemplarRow]:
 def _revalidate(session, exemplar_set: ExemplarSet) -> None:
     rows = _rows(session, exemplar_set.id)
     findings = validate_exemplars([Exemplar(r.question, r.solution, r.answer) for r in rows],
-                                  tools=registered_specs())
+                                  tools=all_specs())
     for number, row in enumerate(rows, 1):
         row.findings = [{"severity": f.severity, "message": f.message}
                         for f in findings if f.exemplar == number]
@@ -84,7 +84,7 @@ def check_exemplar(item: dict) -> list[dict]:
     """The findings of one exemplar being edited (nothing stored): what the set would report."""
     exemplar = _coerce(item, "exemplar")
     return [{"severity": f.severity, "message": f.message}
-            for f in validate_exemplar(exemplar, 1, tools=registered_specs())]
+            for f in validate_exemplar(exemplar, 1, tools=all_specs())]
 
 
 def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exemplar],

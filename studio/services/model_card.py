@@ -20,7 +20,6 @@ import yaml
 from studio.base_models import DEFAULT_MODEL
 from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
-from studio.method.prompt import PromptTemplate, build_prompt
 from studio.run_config import LoraSpec, RunConfig
 from studio.services import evaluations, qa_sets, runs
 from studio.services.errors import NotFound
@@ -158,10 +157,7 @@ def _lora_words(lora: LoraSpec) -> str:
 
 
 def _usage_section(config: RunConfig, repo: str) -> str:
-    template = PromptTemplate(instruction=config.prompt.instruction) \
-        if config.prompt.instruction else None
-    prompt = build_prompt(EXAMPLE_QUESTION, [], 0, template, config.prompt.layout,
-                          assistant_prefix=config.prompt.assistant_prefix)
+    prompt = config.build_prompt(EXAMPLE_QUESTION, [], 0)
     prefix = config.prompt.assistant_prefix or ""
     return f"""The model was trained to answer with this tag protocol: it thinks inside
 `<think>`, writes a query inside `<search>...</search>` and stops; your application runs the

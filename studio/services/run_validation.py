@@ -21,8 +21,11 @@ from sqlmodel import select
 
 from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
+from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
+from studio.method.tools import named_specs
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
+from studio.sandbox import SandboxUnavailable, studio_sandbox
 from studio.services import calibrations, data_doctor, exemplar_sets
 from studio.services.access import Actor
 from studio.services.errors import InvalidInput, NotFound
@@ -37,7 +40,8 @@ CANDIDATES = 100  # the longest questions by characters, of which the tokenizer 
 
 def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
     """The run's plan: every name in `data` resolved to the row it names now, which must
-    exist (the corpus indexed, the exemplar set clean and large enough for the curriculum)."""
+    exist (the corpus indexed, the exemplar set clean and large enough for the curriculum), and
+its tools must be able to run here (the python tool's sandbox)."""
     problems = []
     with session_scope(settings.sqlalchemy_url) as session:
         def lookup(table, name: str, kind: str, field: str):
@@ -70,17 +74,31 @@ def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
         else:
             exemplars = exemplar_sets.load_exemplars(settings, found["id"])
             exemplar_set = (found["id"], found["name"], exemplars)
-            if found["errors"]:
-                problems.append(f"data.exemplars: '{found['name']}' has {found['errors']} "
+            errors = [f for f in validate_exemplars(exemplars, tools=named_specs(config.tools))
+                      if f.severity == "error"]
+            if errors:  # checked with the run's tools: a python run's exemplars call <code>
+                problems.append(f"data.exemplars: '{found['name']}' has {len(errors)} "
                                 "errors; fix them on the exemplars page first")
             if exemplars:
                 try:
                     curriculum.check(available_exemplars=len(exemplars))
                 except CurriculumError as exc:
                     problems += [f"curriculum.{e}" for e in exc.errors]
+    problems += _tool_problems(settings, config)
     if problems:
         raise InvalidInput("; ".join(problems))
     return make_plan(config, corpus, train, eval_sets, exemplar_set)
+
+
+def _tool_problems(settings: Settings, config: RunConfig) -> list[str]:
+    """The python tool runs only where the sandbox can isolate it; the sandbox says why not."""
+    if "python" not in config.tools:
+        return []
+    try:
+        studio_sandbox(settings)
+    except SandboxUnavailable as exc:
+        return [f"tools: python cannot run on this machine: {exc}"]
+    return []
 
 
 def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
@@ -106,7 +124,7 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
 
     def prompts(k: int) -> list[list[int]]:
         if k not in ids_for_k:
-            ids_for_k[k] = [config.prompt.build(q, shown, k).token_ids(tokenizer)
+            ids_for_k[k] = [config.build_prompt(q, shown, k).token_ids(tokenizer)
                             for q in questions]
         return ids_for_k[k]
 

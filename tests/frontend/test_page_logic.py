@@ -16,7 +16,7 @@ from frontend.pages import curriculum, exemplars, home, launch
 from studio.db import session_scope
 from studio.demo import EXEMPLARS
 from studio.escaping import markdown_text
-from studio.run_config import parse_run_config
+from studio.run_config import RunConfigError, parse_run_config
 from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
@@ -147,7 +147,7 @@ def test_exemplar_check_lists_tag_errors_and_missing_fields():
 
 def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded = launch.default_config()
-    uploaded.update(name="round-trip", model="/models/tiny", seed=7)
+    uploaded.update(name="round-trip", model="/models/tiny", seed=7, tools=["python", "search"])
     uploaded["data"].update(corpus="c", train="t", eval=["e"], exemplars="x")
     uploaded["grpo"].update(warmup_ratio=0.25, lr=3e-6)  # warmup is not on the form
     uploaded["reward"].update(answer_match="numeric")  # a choice on the form
@@ -158,13 +158,24 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     config = parse_run_config(uploaded)
     fields = launch.form_values(config)
     assert fields[3:5] == ("folder", "/models/tiny")
+    assert fields[12] == ["python", "search"]  # the tools' checkboxes
     assert launch.assemble(*fields) == uploaded
+
+
+def test_the_tools_checkboxes_choose_the_runs_tools():
+    form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
+            "cpu", "chat", ["python"], False, None, None, *[None] * len(launch.SETTINGS)]
+    assert parse_run_config(launch.assemble(*form)).tools == ["python"]
+    assert launch.TOOL_CHOICES == ("search", "python")
+    form[12] = []
+    with pytest.raises(RunConfigError, match="tools: name at least one tool"):
+        parse_run_config(launch.assemble(*form))
 
 
 def test_empty_settings_fall_back_to_the_base_config():
     base = launch.default_config()
     form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
-            False, None, None, *[None] * len(launch.SETTINGS)]
+            ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     config = launch.assemble(*form)
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
     assert config["curriculum"]["stages"] == curriculum.default_design()["stages"]
@@ -173,8 +184,8 @@ def test_empty_settings_fall_back_to_the_base_config():
 
 def test_the_sentinel_accordion_sets_each_signals_action():
     form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
-            "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
-    form[15 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
+            "cpu", "chat", ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
+    form[16 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
     sentinel = parse_run_config(launch.assemble(*form)).sentinel
     assert (sentinel.search_stopped.action, sentinel.search_stopped.window) == ("pause", 5)
     assert sentinel.kl_spike.action == "warn"
@@ -187,14 +198,14 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
     base = launch.default_config()
     base["grpo"]["dual_clip"] = 3.0  # an uploaded config's value, cleared on the form
     form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
-            False, None, None, *[None] * len(launch.SETTINGS)]
+            ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     paths = [s.path for s in launch.SETTINGS]
     chosen = {"grpo.norm_adv_by_std": False, "grpo.loss_agg_mode": "seq-mean-token-sum-norm",
               "grpo.clip_high": 0.28, "grpo.kl_estimator": "k2", "grpo.kl_in": "reward",
               "grpo.dynamic_sampling": True, "grpo.overlong_buffer": 64.0,
               "grpo.ppo_epochs": 2.0}
     for path, value in chosen.items():
-        form[15 + paths.index(path)] = value
+        form[16 + paths.index(path)] = value
     grpo = parse_run_config(launch.assemble(*form)).grpo
     assert (grpo.norm_adv_by_std, grpo.loss_agg_mode, grpo.clip_high, grpo.kl_estimator,
             grpo.kl_in, grpo.dynamic_sampling, grpo.overlong_buffer, grpo.ppo_epochs) == (
@@ -208,7 +219,8 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
 def launch_form(model, name: str, design: dict) -> list:
     """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
     return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],
-            "demo", "native", "cpu", "chat", False, None, None, *[None] * len(launch.SETTINGS)]
+            "demo", "native", "cpu", "chat", ["search"], False, None, None,
+            *[None] * len(launch.SETTINGS)]
 
 
 def test_launch_suggests_a_fresh_name_says_what_is_missing_and_renames_a_duplicate(studio):

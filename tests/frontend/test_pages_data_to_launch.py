@@ -209,6 +209,7 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
         ui.page.fill(f"#setting-{key} input", value)
     ui.page.click("#sentinel .label-wrap")  # the collapse sentinel's accordion
     ui.page.check("#setting-sentinel-search_stopped-action input[value=pause]")
+    ui.page.locator("#launch-tools label", has_text="python").click()  # search stays ticked
     ui.page.click("#estimate")
     ui.wait_text("#estimate-note", f"Counted with the tokenizer of {tiny_model}")
     estimate = ui.table_rows("#stage-estimate")
@@ -221,6 +222,7 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     link = ui.page.locator("#yaml-download a").first.get_attribute("href")
     saved = yaml.safe_load(ui.page.request.get(link).text())
     assert saved["name"] == "tiny-demo" and saved["model"] == tiny_model
+    assert saved["tools"] == ["search", "python"]
     assert saved["sentinel"]["search_stopped"] == {"action": "pause", "window": 5,
                                                    "threshold": 0.9}
     assert saved["curriculum"]["stages"] == [{"exemplars": 3, "steps": 2},
@@ -236,6 +238,7 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     assert config["model"] == tiny_model and config["data"]["exemplars"] == "demo"
     assert [s["exemplars"] for s in config["curriculum"]["stages"]] == [3, 2, 0]
     assert config["grpo"]["batch_size"] == 1 and config["grpo"]["max_turns"] == 1
+    assert config["tools"] == ["search", "python"]
     if run["state"] in ("queued", "running"):
         runs.cancel_run(settings, admin(settings), run["id"])
     ui.wait_value("#run-name textarea", "demo-3-2-0")  # the launched name is not kept

@@ -22,6 +22,7 @@ from frontend.charts import (
 from frontend.pages import evaluate
 from frontend.pages.compare import DIFFERS, NOT_USED, config_table
 from frontend.rollout_view import (
+    COLOR_MAP,
     NOT_TRAINED,
     OVERLAYS,
     PREFIX,
@@ -35,6 +36,7 @@ from frontend.rollout_view import (
 )
 from studio.method.reward import PENALTY_NAMES
 from studio.method.rollouts import Rollout, Segment, rollout_segments
+from studio.method.tags import PYTHON_TOOL
 from studio.run_config import parse_run_config
 from studio.services.errors import InvalidInput
 from studio.services.model_card import reward_curves_figure
@@ -291,6 +293,20 @@ def test_the_reward_per_turn_says_which_answer_was_scored():
     assert "Ondrell" in first and "no search" in first and "| 14 |" in first
     assert "its last answer is the one scored\\: accuracy 1\\.00" in second
     assert "no search −0.15" in text and "**Reward 0.80**" in text
+def test_code_spans_have_their_colour_and_output_is_masked_like_information():
+    """A python run's rollout: `<code>` styled as a call of its own, `<output>` the
+    environment's text with the information blocks' highlight (not trained on)."""
+    rollout = {**ROLLOUT, "segments": rollout_segments(Rollout([], [
+        Segment("model", [0] * 9, "hm</think>\n<code>print(6*7)</code>"),
+        Segment("env", [0] * 6, "\n\n<output>42</output>\n\n", "python"),
+        Segment("model", [0] * 5, "<answer>42</answer>")], "answer", 1), "<think>",
+        (PYTHON_TOOL,))}
+    assert [part["kind"] for part in rollout["segments"][2]["parts"]] == ["output"]
+    spans = highlighted(rollout)
+    assert [label for _, label in spans] == [PREFIX, "think", None, "code", NOT_TRAINED,
+                                             "answer"]
+    assert COLOR_MAP["code"] not in (COLOR_MAP["search"], COLOR_MAP[NOT_TRAINED])
+    assert [r[4] for r in token_rows(rollout)][2] == "no (masked)"
 
 
 def test_token_table_counts_each_segment_and_what_is_trained():
@@ -354,6 +370,23 @@ def test_an_evaluation_that_scored_zero_says_why():
         "demo, trained model: EM, SubEM and F1 are 0 because the model answered 80% of "
         "the questions and searched on 50% of them, but no answer matched a gold answer."]
     assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"
+
+
+def test_the_table_shows_calls_per_tool_and_code_errors_beside_the_scores():
+    python = {"tool_calls": {"python": 1.25, "search": 0.5}, "code_errors": 3}
+    pairs = [{"qa_set": "math", "base": {**_evaluation(tool_calls={"python": 0.0},
+                                                      code_errors=0), "waiting": None},
+              "trained": {**_evaluation(**python), "waiting": None}},
+             {"qa_set": "demo", "base": {**_evaluation(tool_calls={"search": 1.0}),
+                                         "waiting": None}, "trained": None}]
+    rows = evaluate.table_rows(pairs)
+    column = {name: i for i, name in enumerate(evaluate.HEADERS)}
+    math, demo = ({name: row[i] for name, i in column.items()} for row in rows)
+    assert (math["calls per tool base"], math["calls per tool trained"]) == (
+        "python 0.00", "python 1.25 · search 0.50")
+    assert (math["code errors base"], math["code errors trained"]) == ("0", "3")
+    assert (demo["calls per tool base"], demo["code errors base"]) == ("search 1.00", "")
+    assert demo["calls per tool trained"] == "" and len(rows[0]) == len(evaluate.HEADERS)
 
 
 def test_the_failure_split_has_a_row_per_label_of_each_labelled_set():

@@ -19,8 +19,8 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
-from studio.method.tags import CODE_TOOL
-from studio.method.tools import registered_specs
+from studio.method.tags import PYTHON_TOOL
+from studio.method.tools import all_specs
 
 INFO = "\n<information>Doc 1(Title: Jaws) Jaws was directed by Steven Spielberg.</information>\n"
 GOOD_SOLUTION = (
@@ -320,7 +320,7 @@ def test_code_tool_exemplar():
     solution = (
         "<think>compute</think><code>print(6*7)</code>\n<output>42</output>\n<answer>42</answer>"
     )
-    assert validate_exemplar(Exemplar("6*7?", solution, "42"), 1, tools=(CODE_TOOL,)) == []
+    assert validate_exemplar(Exemplar("6*7?", solution, "42"), 1, tools=(PYTHON_TOOL,)) == []
     errs = [
         f.message for f in validate_exemplar(Exemplar("6*7?", solution), 1) if f.severity == "error"
     ]
@@ -333,7 +333,7 @@ def test_validated_with_every_registered_tool():
     exemplar's findings are the same as with the search tool alone."""
     code = Exemplar("6*7?", "<think>compute</think><code>print(6*7)</code>\n<output>42</output>"
                             "\n<answer>42</answer>", "42")
-    every = registered_specs()
+    every = all_specs()
     assert [t.call_tag for t in every][:2] == ["search", "code"]
     assert validate_exemplars([GOOD, code], tools=every) == []
     none = Exemplar("Q?", "<think>I know.</think><answer>x</answer>")

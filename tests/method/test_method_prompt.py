@@ -7,15 +7,19 @@ import pytest
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import (
     DEFAULT_INSTRUCTION,
+    LAYOUTS,
     PromptTemplate,
     PromptTemplateError,
     build_messages,
     build_prompt,
     derive_seed,
+    instruction_for,
     longest_prompt_inputs,
     normalize_question,
     select_exemplars,
 )
+from studio.method.tools import SearchTool
+from studio.run_config import parse_run_config
 
 EXEMPLARS = [
     Exemplar(
@@ -49,6 +53,48 @@ def test_inline_zero_shot_is_instruction_then_question():
     assert msgs == [
         {"role": "user", "content": DEFAULT_INSTRUCTION + "\n\nQuestion: who directed jaws?"}
     ]
+
+
+SEARCH_WORDING = (
+    "Answer the question by reasoning and searching. Think step by step inside <think> and "
+    "</think> whenever you get new information. When a fact is missing, search for it by "
+    "writing a query inside <search> and </search>; the results come back between "
+    "<information> and </information>. Search as many times as you need. When you are "
+    "confident, give only the final answer, without explanation, inside <answer> and "
+    "</answer>, for example <answer> Marie Curie </answer>."
+)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_search_only_runs_prompt_is_byte_identical_to_the_search_wording(layout):
+    """tools: [search] (the default) keeps method.md's search instruction, byte for byte."""
+    config = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                               "prompt": {"layout": layout}})
+    assert instruction_for(["search"]) == DEFAULT_INSTRUCTION == SEARCH_WORDING
+    before = build_prompt("who directed jaws", EXEMPLARS, 2, PromptTemplate(SEARCH_WORDING),
+                          layout, assistant_prefix="<think>")
+    assert config.build_prompt("who directed jaws", EXEMPLARS, 2) == before
+
+
+def test_the_instruction_names_each_chosen_tool_its_tags_and_what_it_does():
+    python = instruction_for(["python"])
+    assert ("- python: runs a Python program in a sandbox and returns what it prints (or its "
+            "error); print what you need. Write its input inside <code> and </code>; the "
+            "result comes back between <output> and </output>.") in python
+    assert "<search>" not in python and "<information>" not in python
+    assert "<think> and </think>" in python and "inside <answer> and </answer>" in python
+    both = instruction_for(["search", "python"])
+    lines = [line for line in both.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in lines] == ["- search", "- python"]
+    assert "<search> and </search>; the result comes back between <information>" in lines[0]
+    assert lines[0].startswith(f"- search: {SearchTool.description}.")
+    assert instruction_for(["python", "search"]) != both  # the run's order is kept
+    config = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                               "tools": ["python"], "prompt": {"layout": "chat"}})
+    assert config.build_prompt("What is 6 times 7", [], 0).messages[0]["content"] == python
+    own = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                            "tools": ["python"], "prompt": {"instruction": "Mine."}})
+    assert own.build_prompt("q", [], 0).messages[0]["content"] == "Mine."
 
 
 def test_inline_with_exemplars_order_and_parts():

@@ -26,7 +26,7 @@ from studio.method.reward import (
     substring_match,
     token_f1,
 )
-from studio.method.tags import CODE_TOOL, SEARCH_TOOL
+from studio.method.tags import PYTHON_TOOL, SEARCH_TOOL
 
 INFO = "\n\n<information>Doc 1(Title: France) Paris is the capital of France.</information>\n\n"
 GOOD = (
@@ -274,8 +274,20 @@ def test_code_tool_counts_as_the_tool_call():
         "<think>t</think><code>print(6*7)</code>\n\n<output>42</output>\n\n<answer>42</answer>"
     )
     assert "no_search" in score(response, ["42"]).penalties
-    assert score(response, ["42"], tools=(CODE_TOOL,)).penalties == {}
-    assert score(response, ["42"], tools=(SEARCH_TOOL, CODE_TOOL)).penalties == {}
+    assert score(response, ["42"], tools=(PYTHON_TOOL,)).penalties == {}
+    assert score(response, ["42"], tools=(SEARCH_TOOL, PYTHON_TOOL)).penalties == {}
+
+
+def test_tags_a_program_printed_into_output_do_not_count():
+    """`<output>` is the environment's text: an answer, a think or a call printed by the
+    program is neither the model's answer nor a tag of its format."""
+    printed = "<answer>7</answer><think><code>x</code></answer>"
+    response = (f"<think>t</think><code>print(banner)</code>\n\n<output>{printed}"
+                "</output>\n\n<answer>42</answer>")
+    r = score(response, ["42"], tools=(PYTHON_TOOL,))
+    assert (r.answer, r.acc, r.penalties) == ("42", 1.0, {})
+    silent = f"<think>t</think>\n\n<output>{printed}</output>\n\n<answer>42</answer>"
+    assert set(score(silent, ["42"], tools=(PYTHON_TOOL,)).penalties) == {"no_search"}
 
 
 EXEMPLARS = [
@@ -405,7 +417,7 @@ def test_numeric_match_table(pred, golds, acc, why):
     response = None if pred is None else f"<think>t</think><code>print(1)</code>" \
         f"\n\n<output>1</output>\n\n<answer>{pred}</answer>"
     if response is not None and pred.strip():
-        result = score(response, golds, tools=(CODE_TOOL,), answer_match="numeric")
+        result = score(response, golds, tools=(PYTHON_TOOL,), answer_match="numeric")
         assert (result.acc, result.em, result.score) == (acc, acc, pytest.approx(0.8 * acc + 0.2))
 
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from studio.method.tags import (
-    CODE_TOOL,
     CORRECTIVE_MESSAGE,
+    PYTHON_TOOL,
     SEARCH_TOOL,
     STOP_STRINGS,
     ResponseStats,
@@ -125,7 +125,7 @@ def test_code_tool_plugs_in_without_parser_change():
         "<think>compute</think><code>print(2+2)</code>"
         "\n\n<output>4 <answer>decoy</answer></output>\n\n<answer>4</answer>"
     )
-    tools = (SEARCH_TOOL, CODE_TOOL)
+    tools = (SEARCH_TOOL, PYTHON_TOOL)
     assert kinds(text, tools) == [
         ("think", True),
         ("code", True),
@@ -133,7 +133,7 @@ def test_code_tool_plugs_in_without_parser_change():
         ("answer", True),
     ]
     assert final_answer(text, tools) == "4"
-    assert [(c.tool, c.query) for c in tool_calls(text, tools)] == [("code", "print(2+2)")]
+    assert [(c.tool, c.query) for c in tool_calls(text, tools)] == [("python", "print(2+2)")]
     stats = response_stats(text, tools)
     assert (stats.search_calls, stats.tool_calls, stats.answers) == (0, 1, 1)
     # without the tool declared, <code> is plain text and the decoy inside <output> counts
@@ -251,7 +251,7 @@ texts = st.one_of(
     st.text(max_size=200),
     st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=5)), max_size=40).map("".join),
 )
-tool_sets = st.sampled_from([(SEARCH_TOOL,), (SEARCH_TOOL, CODE_TOOL), (CODE_TOOL,), ()])
+tool_sets = st.sampled_from([(SEARCH_TOOL,), (SEARCH_TOOL, PYTHON_TOOL), (PYTHON_TOOL,), ()])
 
 
 @settings(max_examples=400, deadline=None)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from studio.method.tags import CODE_TOOL, final_answer, parse
+from studio.method.tags import PYTHON_TOOL, final_answer, parse
 from studio.method.tools import PythonTool
 from studio.sandbox import Limits, Sandbox, SandboxUnavailable, studio_sandbox
 from studio.sandbox.bwrap import ENVIRONMENT
@@ -300,6 +300,6 @@ def test_the_python_tool_runs_in_the_sandbox(sandbox):
     shown = [tool.observation(r) for r in runs]
     assert shown[0] == "\n\n<output>42</output>\n\n"
     assert "ZeroDivisionError: division by zero" in shown[1]
-    segments = parse(shown[2], (CODE_TOOL,))
+    segments = parse(shown[2], (PYTHON_TOOL,))
     assert [s.kind for s in segments if s.text.strip()] == ["output"]
-    assert final_answer(shown[2], (CODE_TOOL,)) is None
+    assert final_answer(shown[2], (PYTHON_TOOL,)) is None

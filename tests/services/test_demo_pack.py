@@ -31,14 +31,14 @@ from studio import db, demo
 from studio.method.exemplars import parse_jsonl, validate_exemplars
 from studio.method.reward import normalize_answer, numbers, score
 from studio.method.tags import (
-    CODE_TOOL,
+    PYTHON_TOOL,
     SEARCH_TOOL,
     format_information,
     parse,
     search_queries,
     tool_calls,
 )
-from studio.method.tools import PythonTool, registered_specs
+from studio.method.tools import PythonTool, all_specs
 from studio.sandbox import Limits, Sandbox
 from studio.services import corpora, qa_sets
 from studio.services.demo import HELDOUT_NAME, load_demo_pack, load_math_pack
@@ -182,7 +182,7 @@ def test_exemplars_are_valid_traces(search):
     exemplars = parse_jsonl(demo.EXEMPLARS.read_text(encoding="utf-8"))
     assert len(exemplars) == 3
     assert validate_exemplars(exemplars) == []
-    assert validate_exemplars(exemplars, tools=registered_specs()) == []  # as the studio stores
+    assert validate_exemplars(exemplars, tools=all_specs()) == []  # as the studio stores
     assert max(len(search_queries(ex.solution)) for ex in exemplars) >= 2
     for ex in exemplars:
         assert score(ex.solution, [ex.answer]).acc == 1.0, ex.question
@@ -322,11 +322,11 @@ def test_math_exemplars_run_in_the_sandbox_and_print_their_outputs():
     of that code."""
     exemplars = parse_jsonl(demo.MATH_EXEMPLARS.read_text(encoding="utf-8"))
     assert len(exemplars) == 3
-    assert validate_exemplars(exemplars, tools=(CODE_TOOL,)) == []
-    assert validate_exemplars(exemplars, tools=registered_specs()) == []
+    assert validate_exemplars(exemplars, tools=(PYTHON_TOOL,)) == []
+    assert validate_exemplars(exemplars, tools=all_specs()) == []
     asked = {normalize_answer(q["question"]) for q in MATH_QA}
     tool = PythonTool(Sandbox(Limits(wall_seconds=20)).run_batch)
-    calls = [(ex, c) for ex in exemplars for c in tool_calls(ex.solution, (CODE_TOOL,))]
+    calls = [(ex, c) for ex in exemplars for c in tool_calls(ex.solution, (PYTHON_TOOL,))]
     assert len(calls) == 4
     runs = tool.execute([call.query for _, call in calls])
     for (ex, call), run in zip(calls, runs, strict=True):
@@ -334,7 +334,7 @@ def test_math_exemplars_run_in_the_sandbox_and_print_their_outputs():
         assert ex.solution[call.end:].startswith(tool.observation(run)), call.query
     for ex in exemplars:
         assert normalize_answer(ex.question) not in asked
-        result = score(ex.solution, [ex.answer], tools=(CODE_TOOL,), answer_match="numeric")
+        result = score(ex.solution, [ex.answer], tools=(PYTHON_TOOL,), answer_match="numeric")
         assert (result.acc, result.format) == (1.0, 1.0), ex.question
 
 

@@ -15,7 +15,8 @@ from sqlmodel import select
 from frontend.server import create_app
 from studio import db
 from studio.method.prompt import common_prefix_length
-from studio.services import evaluations, exports, run_validation, runs
+from studio.sandbox import bwrap
+from studio.services import evaluations, exemplar_sets, exports, run_validation, runs
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
 from studio.tables import (
@@ -290,6 +291,51 @@ def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, 
         runs.create_run(settings, admin(settings), {**tiny_config(model), **change})
     assert str(refused.value).startswith(message)
     assert runs.list_runs(settings) == []
+
+
+@pytest.fixture
+def no_bwrap(monkeypatch, tmp_path):
+    """A machine without bubblewrap: PATH holds no bwrap, and the sandbox probes afresh."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    bwrap.require.cache_clear()
+    yield
+    monkeypatch.undo()
+    bwrap.require.cache_clear()
+
+
+def test_a_python_run_is_refused_where_the_sandbox_cannot_run(studio, no_bwrap):
+    """tools: [python] needs the sandbox: without it the launch is a 422 with the sandbox's
+    own words, and nothing is stored; a search run launches as before."""
+    settings, model = studio
+    headers = admin_headers(settings)
+    with TestClient(create_app(settings)) as client:
+        config = {**tiny_config(model), "tools": ["search", "python"]}
+        refused = client.post("/api/v1/runs", json=config, headers=headers)
+        assert refused.status_code == 422
+        assert refused.json()["detail"] == (
+            "tools: python cannot run on this machine: the python tool runs code only inside "
+            f"a bubblewrap sandbox, and 'bwrap' is not on PATH: {bwrap.INSTALL_HINT}")
+        assert client.get("/api/v1/runs", headers=headers).json() == []
+        searching = client.post("/api/v1/runs/validate", json=tiny_config(model),
+                                headers=headers)
+        assert searching.status_code == 200 and searching.json()["config"]["tools"] == ["search"]
+
+
+def test_exemplars_are_checked_against_the_runs_tools(studio):
+    """Worked examples that call <code> are whole for a python run; for a search run they
+    lack a search, and the launch names the set."""
+    settings, model = studio
+    exemplar_sets.create_exemplar_set(settings, admin(settings), "arithmetic", [
+        {"question": f"What is 6 times {n}?", "answer": str(6 * n),
+         "solution": f"<think>multiply</think><code>print(6*{n})</code>\n<output>{6 * n}"
+                     f"</output>\n<answer>{6 * n}</answer>"} for n in (7, 8, 9)])
+    config = {**tiny_config(model), "data": {"corpus": "demo", "train": "demo",
+                                             "exemplars": "arithmetic"}}
+    checked = run_validation.validate_run(settings, admin(settings), {**config,
+                                                                       "tools": ["python"]})
+    assert checked["config"]["tools"] == ["python"]
+    with pytest.raises(InvalidInput, match="data.exemplars: 'arithmetic' has 3 errors"):
+        run_validation.validate_run(settings, admin(settings), config)
 
 
 # --- the same through the API -------------------------------------------------------------------

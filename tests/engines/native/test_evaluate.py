@@ -10,8 +10,10 @@ from transformers import AutoTokenizer
 
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
-from studio.method.prompt import build_prompt
+from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
+from studio.method.tools import PythonTool, SearchTool
 from studio.retrieval import build_index
+from studio.sandbox import Sandbox
 from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput
@@ -101,7 +103,8 @@ def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
 
     model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in SCRIPTS.items()})
     rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(SCRIPTS.items())]
-    result = evaluate(model, tokenizer, rows, RecordingSearch(build_index(CORPUS)), config)
+    search = SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)
+    result = evaluate(model, tokenizer, rows, [search], config)
 
     labels = [r["label"] for r in result["records"]]
     assert labels == ["correct", "format_miss", "no_search", "retrieval_miss",
@@ -126,9 +129,62 @@ def test_an_evaluation_matches_answers_as_its_protocol_says(tmp_path):
                             answer_match=match)
         prompt = tuple(build_prompt(question, [], 0, layout=config.layout).token_ids(tokenizer))
         result = evaluate(ScriptedLM(tokenizer, {prompt: turns}), tokenizer, rows,
-                          RecordingSearch(build_index(CORPUS)), config)
+                          [SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)], config)
         (record,) = result["records"]
         found[match] = (record["em"], record["acc"], record["label"], result["metrics"]["em"])
     assert found == {"exact": (0.0, 0.0, "no_search", 0.0), "numeric": (1.0, 1.0, "correct", 1.0)}
     with pytest.raises(ValueError, match="answer_match must be one of exact, numeric"):
         EvalConfig(answer_match="fuzzy")
+CODE_SCRIPTS = {  # question: (gold, the model's turns)
+    "What is 6 times 7?": (["42"], ["<code>print(6*7)</code>", "<answer>42</answer>"]),
+    "What is 1 over 0?": (["none"], ["<code>print(1/0)</code>", "<code>print(1//1)</code>",
+                                      "<answer>1</answer>"]),
+    "Who made the moss lamp?": (["Ida Varn"], ["<search>moss lamp</search>",
+                                               "<code>import nothing_here</code>",
+                                               "<answer>Ida Varn</answer>"]),
+    "What is 2 plus 2?": (["4"], ["<answer>4</answer>"]),
+}
+
+
+def test_an_evaluation_counts_calls_per_tool_and_code_errors(tmp_path):
+    """With python among the tools: each question's calls per tool and its failed programs
+    (an exception's `<output>`), and over the set the calls per question of each tool and
+    the code errors in all."""
+    tokenizer = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny")))
+    config = EvalConfig(top_k=1, max_turns=3, max_turn_tokens=24, assistant_prefix=None,
+                        tools=("python", "search"))
+    template = PromptTemplate(instruction_for(config.tools))
+
+    def prompt(question: str) -> tuple[int, ...]:
+        return tuple(build_prompt(question, [], 0, template, layout=config.layout)
+                     .token_ids(tokenizer))
+
+    model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in CODE_SCRIPTS.items()})
+    rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(CODE_SCRIPTS.items())]
+    tools = [PythonTool(Sandbox().run_batch),
+             SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)]
+    result = evaluate(model, tokenizer, rows, tools, config)
+
+    records = result["records"]
+    assert [r["tool_calls"] for r in records] == [
+        {"python": 1}, {"python": 2}, {"search": 1, "python": 1}, {}]
+    assert [r["code_errors"] for r in records] == [0, 1, 1, 0]
+    assert [r["search_calls"] for r in records] == [1, 2, 2, 0]  # every tool's, as before
+    assert [r["acc"] for r in records] == [1.0, 0.0, 1.0, 1.0]
+    assert records[3]["format"] < 1  # no call of either tool: the 'no search' penalty
+    assert records[0]["format"] == records[2]["format"]  # a <code> call spares it as <search>
+    metrics = result["metrics"]
+    assert metrics["tool_calls"] == {"python": 1.0, "search": 0.25}
+    assert metrics["code_errors"] == 2
+
+
+def test_a_search_only_evaluation_reports_search_calls_and_no_code_errors(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny")))
+    config = EvalConfig(top_k=1, max_turns=2, max_turn_tokens=24, assistant_prefix=None)
+    question = "Who made the first moss lamp?"
+    ids = build_prompt(question, [], 0, layout=config.layout).token_ids(tokenizer)
+    model = ScriptedLM(tokenizer, {tuple(ids): SCRIPTS[question][1]})
+    search = SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)
+    result = evaluate(model, tokenizer, [QARow("0", question, ["Ida Varn"])], [search], config)
+    assert result["metrics"]["tool_calls"] == {"search": 1.0}
+    assert "code_errors" not in result["metrics"]

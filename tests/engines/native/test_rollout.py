@@ -20,9 +20,10 @@ import torch
 import worker.engines.native.rollout as rollout_module
 from studio import demo
 from studio.method import tags
-from studio.method.rollouts import Rollout, Segment
-from studio.method.tools import SearchTool
+from studio.method.rollouts import Rollout, Segment, rollout_segments, tool_counts
+from studio.method.tools import PythonTool, SearchTool
 from studio.retrieval import Passage, build_index
+from studio.sandbox import Sandbox
 from tests.support.reverse_tool import ReverseTool
 from tests.support.scripted_rollouts import (
     CORPUS,
@@ -315,6 +316,32 @@ def test_a_registered_tool_runs_beside_search(tokenizer, index):
     assert both.segments[3].text == search.expected("Ida Varn", 3)
     for r in rollouts:
         check_mask(r, tokenizer)
+
+
+def test_the_python_tool_runs_code_in_the_sandbox_and_masks_its_output(tokenizer, index):
+    """A `<code>` call runs in the studio's sandbox (the round's programs in one batch); its
+    printed output comes back in `<output>`, masked from the loss; a failed run is marked."""
+    python = PythonTool(Sandbox().run_batch)
+    scripts = {"What is 6 times 7?": ["<think>multiply</think><code>print(6*7)</code>",
+                                      "<answer> 42 </answer>"],
+               "What is 1 over 0?": ["<code>print(1/0)</code>", "<answer> none </answer>"]}
+    product, broken = run_scripted(tokenizer, scripts, [python, SearchTool(RecordingSearch(index), 3)],
+                                   RolloutConfig(max_turns=2))
+    assert sources(product) == ["model", "env", "model"] and product.stop_reason == "answer"
+    output = product.segments[1]
+    assert output.text == "\n\n<output>42</output>\n\n"
+    assert (output.tool, output.failed) == ("python", False)
+    check_mask(product, tokenizer)
+    start = len(product.segments[0].token_ids)
+    assert product.response_mask[start:start + len(output.token_ids)] == [0] * len(output.token_ids)
+    assert set(product.response_mask) == {0, 1}
+    failed = broken.segments[1]
+    assert failed.text == ("\n\n<output>ZeroDivisionError: division by zero</output>\n\n")
+    assert (failed.tool, failed.failed) == ("python", True)
+    assert tool_counts(product) == ({"python": 1}, 0) and tool_counts(broken) == ({"python": 1}, 1)
+    stored = rollout_segments(product, "", (tags.PYTHON_TOOL, tags.SEARCH_TOOL))
+    assert [[p["kind"] for p in seg["parts"]] for seg in stored] == [
+        ["think", "code"], ["output"], ["answer"]]
 
 
 def test_config_is_validated():

@@ -10,6 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
+from studio.method.reward import score
+from studio.method.tags import PYTHON_TOOL
+from studio.method.tools import PythonTool
 from studio.services import run_history, runs
 from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
@@ -20,7 +23,7 @@ from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native import attention, grpo
-from worker.engines.native.trainer import Trainer
+from worker.engines.native.trainer import Trainer, build_step_prompts
 
 
 @pytest.fixture
@@ -62,6 +65,35 @@ def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio
     assert checkpoint.step == 3
     assert AutoModelForCausalLM.from_pretrained(checkpoint.folder).config.num_hidden_layers == 2
     assert runs.get_run(settings, run["id"])["current_step"] == 3
+
+
+def test_a_run_with_the_python_tool_trains_end_to_end(studio):
+    """tools: [python]: the prompts name the python tool's tags, the rollouts call it through
+    the studio's sandbox, the reward takes <code> for the tool call, and two steps train."""
+    settings, model = studio
+    config = tiny_config(model, steps=2)
+    config.update(tools=["python"], curriculum={"stages": [{"exemplars": 0, "steps": 2}]})
+    config["data"]["exemplars"] = None
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+
+    assert [type(t) for t in trainer.tools] == [PythonTool]
+    assert trainer.tool_specs == (PYTHON_TOOL,)
+    prompts = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,
+                                 trainer.data.questions[:1], 0, 0)
+    text = trainer.tokenizer.decode(prompts.ids[0])
+    assert "<code> and </code>" in text and "<search>" not in text
+    [ran] = trainer.tools[0].execute(["print(6*7)"])  # the run's own sandboxed executor
+    assert trainer.tools[0].observation(ran) == "\n\n<output>42</output>\n\n"
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["step"] for m in metrics] == [0, 1]
+    assert all(m["grad_norm"] >= 0 and 0 <= m["masked_fraction"] <= 1 for m in metrics)
+    assert RunFolder.of(settings, run["id"]).latest_checkpoint().step == 2
+    for r in runs.run_rollouts(settings, run["id"], limit=100):
+        response = "".join(s["text"] for s in r["segments"])
+        assert r["breakdown"] == score(response, r["golden_answers"],
+                                       tools=(PYTHON_TOOL,)).to_dict()
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def test_ids_mask_and_logprobs_line_up_and_model_tokens_are_the_models(prepared)
     assert [m for m, _ in spans(out)][:3] == [1, 0, 1]
 
     # the prompt: the native engine's, with the stage's one exemplar at global step 1
-    prompt = config.prompt.build(question, launch.plan.exemplar_list(), 1)
+    prompt = config.build_prompt(question, launch.plan.exemplar_list(), 1)
     text = tokenizer.apply_chat_template(prompt.messages, tokenize=False,
                                          add_generation_prompt=True) + prompt.assistant_prefix
     assert out.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -52,8 +52,8 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert a.rollout.agent.default_agent_loop == "icrl_search"
     assert cfg.reward.custom_reward_function.path == "pkg://worker.engines.verl.reward"
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
-        "acc_weight": 0.8, "format_weight": 0.2, "overlong_buffer": 0, "overlong_penalty": 1.0,
-        "max_response_tokens": 2048, "answer_match": "exact"}
+        "acc_weight": 0.8, "format_weight": 0.2, "tools": ["search"], "overlong_buffer": 0,
+        "overlong_penalty": 1.0, "max_response_tokens": 2048, "answer_match": "exact"}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)

@@ -100,6 +100,21 @@ def test_the_run_s_answer_matching_reaches_the_reward(verl, verl_run, match, acc
         extra_info={"index": 0, "split": "train", "assistant_prefix": "<think>", "num_turns": 1,
                     "rollout_reward_scores": {}})
     assert (got["acc"], got["em"]) == (acc, acc)
+def test_a_python_runs_reward_takes_code_for_the_tool_call(verl, verl_run):
+    """tools reach veRL's reward loop as a reward kwarg: <code> spares the 'no search'
+    penalty, and what a program printed into <output> is the environment's text."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(tools=["search", "python"])  # demo exemplars search
+    _, cfg = composed(settings, run, files, model)
+    compute = get_custom_reward_fn(cfg)
+    response = (" x </think><code>print(answer)</code>\n\n<output><answer>7</answer>"
+                "</output>\n\n<answer>42</answer>")
+    got = compute(data_source="demo", solution_str=response,
+                  ground_truth={"target": ["42"], "question": "q?"},
+                  extra_info={"index": 0, "split": "train", "assistant_prefix": "<think>"})
+    assert (got["score"], got["acc"], got["format"], got["penalty_no_search"]) == (
+        1.0, 1.0, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("tokens", [10, 120, 140, 160])

@@ -9,13 +9,13 @@ from transformers import AutoTokenizer
 from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
 from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
-from studio.method.tags import corrective_message, format_information
+from studio.method.tags import PYTHON_TOOL, corrective_message, format_information
 from studio.run_config import RunConfig
 from studio.services import corpora, runs
 from studio.services.run_recorder import RunRecorder
 from tests.support.actors import admin
 from worker.engines.native.trainer import Trainer
-from worker.engines.verl.ingest import METRIC_NAMES, Ingestor
+from worker.engines.verl.ingest import METRIC_NAMES, Ingestor, rebuild_rollout
 
 GROUPS = [("Which town holds the Herring Moon Fair?", ["Gorsemouth"]),
           ("In what year was Fennick Light first lit?", ["1702"])]
@@ -186,3 +186,18 @@ def test_a_step_whose_dump_stays_short_is_written_once_the_process_ends(verl, ve
     assert ingest.poll() == 0
     assert ingest.poll(finished=True) == 1
     assert len(runs.run_rollouts(settings, run["id"])) == 2
+
+
+def test_a_python_runs_dumped_response_splits_at_its_output_blocks(studio):
+    """A dumped response of a python run: `<output>` blocks (and the corrective message in
+    them) are the environment's, a program's output is a tool call, a correction is not."""
+    _, model = studio
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    parts = [("model", "<think>x</think><code>print(6*7)</code>"),
+             ("env", "\n\n<output>42</output>\n\n"), ("model", "no tags here"),
+             ("env", corrective_message(PYTHON_TOOL)), ("model", "<answer> 42 </answer>")]
+    text = "".join(t for _, t in parts)
+    rebuilt = rebuild_rollout(text, tokenizer, (PYTHON_TOOL,))
+    assert [(s.source, s.text) for s in rebuilt.segments] == parts
+    assert (rebuilt.num_tool_calls, rebuilt.stop_reason) == (1, "answer")
+    assert rebuild_rollout(text, tokenizer).num_tool_calls == 0  # search's tags: no blocks

@@ -10,8 +10,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from studio.method.protocol import Limits
-from studio.method.tools import SearchTool
+from studio.method.tools import PythonTool, SearchTool
 from studio.retrieval import build_index
+from studio.sandbox import Sandbox
 from tests.support.reverse_tool import ReverseTool
 from tests.support.scripted_rollouts import (
     CORPUS,
@@ -65,6 +66,24 @@ def test_verl_and_native_rollouts_are_the_same(tokenizer, question):
     assert verl_reverse.calls == native_reverse.calls
     assert verl.response_logprobs == [-0.5 if m else 0.0 for m in verl.response_mask]
     assert len(generate.contexts) == verl.model_turns
+
+
+def test_the_python_tool_runs_the_same_in_both_loops(tokenizer):
+    """The agent loop runs one program at a time (in a thread), the native loop a round's
+    programs in one batch; both in the sandbox, with the same `<output>` and mask."""
+    turns = ["<code>print(6*7)</code>", "<code>print(1/0)</code>", "<answer> 42 </answer>"]
+    python = PythonTool(Sandbox().run_batch)
+    [native] = run_scripted(tokenizer, {"Six times seven?": turns}, [python],
+                            RolloutConfig(**LIMITS))
+    verl = asyncio.run(roll_out(prompt_ids(tokenizer, "Six times seven?"),
+                                scripted_turns(tokenizer, turns), [python], tokenizer,
+                                Limits(**LIMITS), {tokenizer.eos_token_id}))
+    assert verl.response_ids == native.response_ids
+    assert verl.response_mask == native.response_mask
+    assert (verl.stop_reason, verl.tool_calls) == (native.stop_reason, native.num_tool_calls)
+    assert [s.text for s in native.segments if s.source == "env"] == [
+        "\n\n<output>42</output>\n\n",
+        "\n\n<output>ZeroDivisionError: division by zero</output>\n\n"]
 
 
 def test_the_scripts_cover_every_move(tokenizer):

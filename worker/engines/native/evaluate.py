@@ -1,8 +1,9 @@
-"""Zero-shot evaluation with the search tool (method.md, "Evaluation protocol").
+"""Zero-shot evaluation with the run's tools (method.md, "Evaluation protocol").
 
 k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool
 calls, top-3 passages; EM (primary), SubEM, F1, plus how the model used the
-tool. The same code evaluates a base model and a trained checkpoint.
+tools: calls per tool, and with the python tool its code errors (an `<output>` of a
+failed run). The same code evaluates a base model and a trained checkpoint.
 """
 
 from __future__ import annotations
@@ -16,47 +17,49 @@ import torch
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
 from studio.method.failures import failure_label, label_split
-from studio.method.prompt import PromptTemplate, build_prompt
+from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
 from studio.method.reward import score
-from studio.method.rollouts import tool_use
-from studio.method.tags import search_queries
-from studio.method.tools import SearchBackend
+from studio.method.rollouts import tool_counts, tool_use
+from studio.method.tags import PYTHON_TOOL, search_queries
+from studio.method.tools import Tool, specs
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 
-def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config: EvalConfig,
+def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: EvalConfig,
              on_progress: Callable[[int, int], None] | None = None) -> dict:
     """Metrics over `rows` and one record per question (prediction, scores, tool use, its
-    searches and its failure label); `metrics["labels"]` counts the questions per label."""
+    searches and its failure label); `metrics["labels"]` counts the questions per label,
+    `metrics["tool_calls"]` the calls per question of each of `tools` (`config.tools`)."""
     rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
                                    top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
+    tool_specs = specs(tools)
+    template = PromptTemplate(instruction=config.instruction or instruction_for(config.tools))
     device = next(model.parameters()).device
     records = []
     model.eval()
     for start in range(0, len(rows), config.batch_size):
         chunk = rows[start:start + config.batch_size]
-        prompt_ids = []
-        for row in chunk:
-            template = PromptTemplate(instruction=config.instruction) \
-                if config.instruction else None
-            prompt = build_prompt(row.question, [], 0, template, layout=config.layout,
-                                  assistant_prefix=config.assistant_prefix)
-            prompt_ids.append(prompt.token_ids(tokenizer))
+        prompt_ids = [build_prompt(row.question, [], 0, template, layout=config.layout,
+                                   assistant_prefix=config.assistant_prefix).token_ids(tokenizer)
+                      for row in chunk]
         rollouts = generate_rollouts(
-            model, tokenizer, prompt_ids, search, rollout_config,
+            model, tokenizer, prompt_ids, tools, rollout_config,
             generator=torch.Generator(device).manual_seed(config.seed + start),
             eos_token_id=tokenizer.eos_token_id)
         for row, rollout in zip(chunk, rollouts, strict=True):
             response = prefix + rollout.response_text
-            reward = score(response, row.golden_answers, answer_match=config.answer_match)
+            reward = score(response, row.golden_answers, answer_match=config.answer_match,
+                           tools=tool_specs)
+            calls, failed = tool_counts(rollout)
             records.append({"id": row.id, "question": row.question,
                             "golden_answers": row.golden_answers, "prediction": reward.answer,
                             "em": reward.em, "subem": reward.subem, "f1": reward.f1,
                             "acc": reward.acc, "format": reward.format,
                             "search_calls": rollout.num_tool_calls,
-                            "searches": search_queries(response),
-                            "label": failure_label(response, row.golden_answers,
+                            "tool_calls": calls, "code_errors": failed,
+                            "searches": search_queries(response, tool_specs),
+                            "label": failure_label(response, row.golden_answers, tool_specs,
                                                    answer_match=config.answer_match),
                             "stop_reason": rollout.stop_reason})
         if on_progress:
@@ -68,6 +71,11 @@ def evaluate(model, tokenizer, rows: list[QARow], search: SearchBackend, config:
     metrics = {key: mean(key) for key in ("em", "subem", "f1", "acc", "format")}
     metrics.update(tool_use([r["prediction"] for r in records],
                             [r["search_calls"] for r in records]))
+    metrics["tool_calls"] = {
+        t.name: float(statistics.fmean(r["tool_calls"].get(t.name, 0) for r in records))
+        if records else 0.0 for t in tool_specs}
+    if PYTHON_TOOL in tool_specs:
+        metrics["code_errors"] = sum(r["code_errors"] for r in records)
     metrics["questions"] = len(records)
     metrics["labels"] = label_split(r["label"] for r in records)
     return {"metrics": metrics, "records": records}

@@ -353,7 +353,7 @@ class _Engine:
             else:
                 correct.append(s)
 
-        env: list[tuple[_Seq, str, list[int], bool]] = []
+        env: list[tuple[_Seq, str, list[int], Tool | None, bool]] = []
         for tool, pending in calls.items():
             results = run_tool(tool, [text for _, text in pending])
             for (s, _), result in zip(pending, results, strict=True):
@@ -361,18 +361,18 @@ class _Engine:
                 if fitted is None:
                     s.stop_reason = "length"
                 else:
-                    env.append((s, *fitted, True))
+                    env.append((s, *fitted, tool, tool.failed(result)))
         for s in correct:
             fitted = protocol.correction(tok, self.tools, s.resp_len, cfg)
             if fitted is None:
                 s.stop_reason = "length"
             else:
-                env.append((s, *fitted, False))
-        for s, text, ids, is_call in env:
-            s.segments.append(Segment("env", ids, text))
+                env.append((s, *fitted, None, False))
+        for s, text, ids, tool, failed in env:
+            s.segments.append(Segment("env", ids, text, tool and tool.spec.name, failed))
             s.resp_len += len(ids)
             s.env_turns += 1
-            s.tool_calls += int(is_call)
+            s.tool_calls += int(tool is not None)
             s.limit = min(cfg.max_turn_tokens, cfg.max_response_tokens - s.resp_len)
             s.end = None
             s.next_input = [s.pending, *ids]

@@ -1,7 +1,7 @@
 """The native training loop: ICRL with GRPO on one machine, the whole curriculum in one run.
 
 Each step: the curriculum says how many exemplars the prompts show; B questions
-x G samples are rolled out with the search tool; the method core scores each
+x G samples are rolled out with the run's tools; the method core scores each
 response and computes group advantages; one loss-masked GRPO update follows.
 Every step writes one metrics row, its events (stage changes, warnings) and a
 sample of rollouts in one transaction, and says which phase it is in as it goes (the
@@ -41,6 +41,7 @@ from studio.method.reward import RewardBreakdown, overlong_penalty, score
 from studio.method.rollouts import Rollout, rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
+from studio.method.tools import specs
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
@@ -61,6 +62,7 @@ from worker.engines.native.grpo import (
 )
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
+from worker.tools import build_tools
 
 STATE_FILE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
@@ -143,7 +145,7 @@ def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: l
     limit = config.grpo.max_prompt_tokens
     ids, cut = [], 0
     for i, row in enumerate(rows):
-        prompt = config.prompt.build(row.question, data.exemplars, k,
+        prompt = config.build_prompt(row.question, data.exemplars, k,
                                      sample_seed=derive_seed(config.seed, draw, i))
         prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
@@ -247,7 +249,9 @@ class Trainer:
         self.rollout_config = RolloutConfig(**asdict(cfg.grpo.limits()),
                                             temperature=cfg.grpo.temperature,
                                             top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
-        self.search = search_fn(self.data.index, cfg.grpo.top_k)
+        self.tools = build_tools(cfg.tools, self.settings,
+                                 search_fn(self.data.index, cfg.grpo.top_k), cfg.grpo.top_k)
+        self.tool_specs = specs(self.tools)
         self._new_optimizer()
         self.reference = self._reference_model(resume)
         self.controller = AdaptiveController(self.curriculum)
@@ -400,7 +404,7 @@ class Trainer:
         self.recorder.phase(rolling_out, step)
         rollouts = generate_rollouts(
             self.model, tokenizer, [ids for ids in prompts.ids for _ in range(g.group_size)],
-            self.search, self.rollout_config,
+            self.tools, self.rollout_config,
             generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, draw, "roll")),
             eos_token_id=tokenizer.eos_token_id)
         self.recorder.phase(scoring, step)
@@ -409,7 +413,7 @@ class Trainer:
             g.group_size, rows, prompts.ids, rollouts,
             [score(prompts.prefix + r.response_text, rows[i // g.group_size].golden_answers,
                    acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight,
-                   answer_match=cfg.reward.answer_match)
+                   answer_match=cfg.reward.answer_match, tools=self.tool_specs)
              for i, r in enumerate(rollouts)],
             [overlong_penalty(len(r.response_ids), limit, g.overlong_buffer, g.overlong_penalty)
              for r in rollouts],
@@ -488,7 +492,7 @@ class Trainer:
             run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
             stage=self.controller.stage, exemplars=k, question=trained.rows[i // group].question,
             golden_answers=trained.rows[i // group].golden_answers,
-            segments=rollout_segments(trained.rollouts[i], prefix),
+            segments=rollout_segments(trained.rollouts[i], prefix, self.tool_specs),
             reward=trained.rewards[i].score,
             breakdown=self._breakdown(trained.rewards[i], trained.overlong[i], kl_penalties[i]),
             advantage=float(advantages[i]), token_arrays=arrays[i].pack())

@@ -1,4 +1,4 @@
-"""The studio's veRL agent loop: the `<search>`/`<answer>` tag protocol (not veRL's JSON tools).
+"""The studio's veRL agent loop: the tag protocol of the run's tools (not veRL's JSON tools).
 
 veRL imports this module in its Ray workers through the registry file the
 launcher writes (`actor_rollout_ref.rollout.agent.agent_loop_config_path`,
@@ -6,7 +6,8 @@ entries `{name, _target_, spec_path}`), builds one `IcrlSearchAgentLoop` per
 sample and awaits `run(sampling_params, **row)`. The row carries the data
 set's columns and, in veRL's V1 trainer, `global_steps`, from which the loop
 takes the stage's exemplar count, so the whole curriculum runs in one veRL
-run. The protocol itself is `protocol.roll_out`.
+run. The protocol itself is `protocol.roll_out`; it runs one tool call at a time (the
+python tool's program in the studio's sandbox, `worker.tools`), off the event loop.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from verl.experimental.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
 from studio.method import protocol
-from studio.method.tools import SearchTool, Tool
+from studio.method.tools import Tool
+from studio.settings import get_settings
 from worker.engines.verl.protocol import Retriever, load_agent_spec, roll_out, run_in_thread
+from worker.tools import build_tools
 
 
 class IcrlSearchAgentLoop(AgentLoopBase):
@@ -36,7 +39,7 @@ class IcrlSearchAgentLoop(AgentLoopBase):
 
     def prompt_ids(self, question: str, k: int, seed: int) -> list[int]:
         """The native engine's prompt: the run's layout, k exemplars, the assistant prefix."""
-        prompt = self.spec.run_config.prompt.build(question, self.spec.exemplar_list(), k, seed)
+        prompt = self.spec.run_config.build_prompt(question, self.spec.exemplar_list(), k, seed)
         return self._cap_text_prompt_length(prompt.token_ids(self.tokenizer))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
@@ -51,7 +54,8 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         prompt_ids = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
         token = Path(self.spec.token_file).read_text().strip()
         top_k = self.spec.run_config.grpo.top_k
-        tools = [SearchTool(Retriever(self.spec.retrieve_url, token, top_k), top_k)]
+        tools = build_tools(self.spec.run_config.tools, get_settings(),
+                            Retriever(self.spec.retrieve_url, token, top_k), top_k)
         stop = list(protocol.stop_strings(tools))
         request_id = uuid4().hex  # one sticky session per rollout: prefix caching across turns
         metrics: dict[str, float] = {}

@@ -43,7 +43,7 @@ class DatasetReport:
 def dataset_row(config: RunConfig, row: QARow, index: int, source: str, split: str,
                 exemplars: list[Exemplar], k: int) -> dict:
     """One parquet row (see the module docstring)."""
-    prompt = config.prompt.build(row.question, exemplars, k)
+    prompt = config.build_prompt(row.question, exemplars, k)
     return {
         "data_source": source,
         "prompt": prompt.messages,
@@ -63,7 +63,7 @@ def longest_prompt_tokens(config: RunConfig, tokenizer, questions: list[QARow],
     (`studio.method.prompt.longest_prompt_inputs`)."""
     longest, shown = longest_prompt_inputs(tokenizer, [q.question for q in questions],
                                            exemplars, config.prompt.exemplar_selection == "sample")
-    return max(((len(config.prompt.build(questions[i].question, shown, k).token_ids(tokenizer)),
+    return max(((len(config.build_prompt(questions[i].question, shown, k).token_ids(tokenizer)),
                  i) for i in longest), default=(0, 0))
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
 from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
+from studio.method.tools import named_specs
 from studio.run_config import RunConfig
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
@@ -69,7 +71,6 @@ METRIC_NAMES = {
 
 _VALIDATION = re.compile(r"val-core/(?P<source>.+)/(?P<var>[^/]+)/mean@\d+$")
 _BLANK = "\n\n"
-_CORRECTIVE = tags.corrective_message(tags.SEARCH_TOOL)
 
 
 def map_metrics(data: dict) -> dict[str, float]:
@@ -85,15 +86,17 @@ def map_metrics(data: dict) -> dict[str, float]:
     return out
 
 
-def protocol_segments(text: str, tokenizer) -> list[Segment]:
-    """A decoded response split into model and environment segments by the tag protocol.
+def protocol_segments(text: str, tokenizer,
+                      tools: Sequence[tags.ToolSpec] = tags.DEFAULT_TOOLS) -> list[Segment]:
+    """A decoded response split into model and environment segments by the tag protocol
+    of the run's `tools`.
 
-    An `<information>` block is the environment's together with the blank
-    lines the environment writes around it (`tags.format_information`);
+    A result block (`<information>`, `<output>`) is the environment's together with the
+    blank lines the environment writes around it (`tags.result_block`);
     token ids are the tokenizer's encoding of each segment's text.
     """
     spans: list[tuple[str, str]] = []
-    for seg in tags.parse(text):
+    for seg in tags.parse(text, tools):
         if seg.source == "environment":
             before = spans[-1][1] if spans and spans[-1][0] == "model" else ""
             lead = _BLANK if before.endswith(_BLANK) else ""
@@ -112,11 +115,13 @@ def protocol_segments(text: str, tokenizer) -> list[Segment]:
             for source, t in spans if t]
 
 
-def rebuild_rollout(output: str, tokenizer) -> Rollout:
+def rebuild_rollout(output: str, tokenizer,
+                    tools: Sequence[tags.ToolSpec] = tags.DEFAULT_TOOLS) -> Rollout:
     """A `Rollout` from a dumped response (tool calls: env blocks other than corrections)."""
-    segments = protocol_segments(output, tokenizer)
-    calls = sum(1 for s in segments if s.source == "env" and s.text != _CORRECTIVE)
-    stop = "answer" if tags.final_answer(output) is not None else "length"
+    segments = protocol_segments(output, tokenizer, tools)
+    corrective = tags.corrective_message(tools[0])
+    calls = sum(1 for s in segments if s.source == "env" and s.text != corrective)
+    stop = "answer" if tags.final_answer(output, tools) is not None else "length"
     return Rollout(prompt_ids=[], segments=segments, stop_reason=stop, num_tool_calls=calls)
 
 
@@ -182,6 +187,7 @@ class Ingestor:
     def __init__(self, settings: Settings, run_id: int, config: RunConfig, files: RunFiles,
                  tokenizer, metrics_log: Path, attempt: int | None = None):
         self.settings, self.run_id, self.config, self.files = settings, run_id, config, files
+        self.tools = named_specs(config.tools)
         self.tokenizer, self.attempt = tokenizer, attempt
         self.recorder = RunRecorder(settings, run_id, attempt)
         self.log = StepLog(metrics_log)
@@ -245,11 +251,12 @@ class Ingestor:
         return events
 
     def _write(self, step: int, data: dict, dump: list[DumpedResponse]) -> None:
-        rollouts = [rebuild_rollout(r.output, self.tokenizer) for r in dump]
+        rollouts = [rebuild_rollout(r.output, self.tokenizer, self.tools) for r in dump]
         rewards = [score(self.prefix + r.output, r.golden_answers,
                          acc_weight=self.config.reward.acc_weight,
                          format_weight=self.config.reward.format_weight,
-                         answer_match=self.config.reward.answer_match) for r in dump]
+                         answer_match=self.config.reward.answer_match, tools=self.tools)
+                   for r in dump]
         metrics = rollout_metrics(rollouts, rewards) if dump else {}
         if dump:
             metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards],
@@ -272,7 +279,7 @@ class Ingestor:
             run_id=self.run_id, step=step, group_index=groups.index(r.group),
             sample_index=r.sample, stage=self.curriculum.stage_at(step), exemplars=k,
             question=r.question, golden_answers=r.golden_answers,
-            segments=rollout_segments(rollout, self.prefix), reward=reward.score,
+            segments=rollout_segments(rollout, self.prefix, self.tools), reward=reward.score,
             breakdown=reward.to_dict(), advantage=float(advantage))
             for r, rollout, reward, advantage in zip(dump, rollouts, rewards, advantages,
                                                      strict=True)

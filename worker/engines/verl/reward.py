@@ -18,8 +18,11 @@ reward (what GRPO and `filter_groups` see) and `overlong_penalty` says how much.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from studio.method.reward import PENALTY_NAMES, AnswerMatch, score
 from studio.method.reward import overlong_penalty as length_penalty
+from studio.method.tools import named_specs
 
 
 def golden_answers(ground_truth) -> list[str]:
@@ -34,13 +37,16 @@ def golden_answers(ground_truth) -> list[str]:
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None,
                   acc_weight: float = 0.8, format_weight: float = 0.2, overlong_buffer: int = 0,
                   overlong_penalty: float = 1.0, max_response_tokens: int = 0,
-                  answer_match: AnswerMatch = "exact", **_: object) -> dict:
+                  answer_match: AnswerMatch = "exact", tools: Sequence[str] = ("search",),
+                  **_: object) -> dict:
     """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each;
-    with `overlong_buffer` also `overlong_penalty`, already added to `score`."""
+    with `overlong_buffer` also `overlong_penalty`, already added to `score`. `tools`: the
+    run's (their result blocks are the environment's, their calls count as tool calls)."""
     extra_info = extra_info or {}
     prefix = extra_info.get("assistant_prefix") or ""
     result = score(prefix + solution_str, golden_answers(ground_truth),
-                   acc_weight=acc_weight, format_weight=format_weight, answer_match=answer_match)
+                   acc_weight=acc_weight, format_weight=format_weight, answer_match=answer_match,
+                   tools=named_specs(list(tools)))
     out = {"score": result.score, "acc": result.acc, "format": result.format, "em": result.em,
            "subem": result.subem, "f1": result.f1}
     out.update({f"penalty_{name}": float(name in result.penalties) for name in PENALTY_NAMES})
