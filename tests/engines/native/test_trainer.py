@@ -14,7 +14,7 @@ from studio.method.reward import score
 from studio.method.tags import PYTHON_TOOL
 from studio.method.tools import PythonTool
 from studio.services import run_history, runs
-from studio.services.demo import load_demo_pack
+from studio.services.demo import load_demo_pack, load_math_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.tables import RunState
@@ -68,22 +68,33 @@ def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio
 
 
 def test_a_run_with_the_python_tool_trains_end_to_end(studio):
-    """tools: [python]: the prompts name the python tool's tags, the rollouts call it through
-    the studio's sandbox, the reward takes <code> for the tool call, and two steps train."""
+    """tools: [python] on the math pack: a worked exemplar (its <code> and <output>) in the
+    first step's prompts, then none; the prompts name the python tool's tags, the rollouts
+    call it through the studio's sandbox, the reward takes <code> for the tool call and
+    matches numbers, and two steps train. (A run still names a corpus: the demo's, unused.)"""
     settings, model = studio
+    load_math_pack(settings, admin(settings))
     config = tiny_config(model, steps=2)
-    config.update(tools=["python"], curriculum={"stages": [{"exemplars": 0, "steps": 2}]})
-    config["data"]["exemplars"] = None
+    config.update(tools=["python"], curriculum={"stages": [{"exemplars": 1, "steps": 1},
+                                                           {"exemplars": 0, "steps": 1}]},
+                  reward={"answer_match": "numeric"})
+    config["data"].update(train="math", exemplars="math")
+    config["grpo"]["max_prompt_tokens"] = 1900  # the tiny model's 2048 positions
     run = runs.create_run(settings, admin(settings), config, start=False)
     trainer = Trainer(settings, run["id"])
     trainer.run()
 
     assert [type(t) for t in trainer.tools] == [PythonTool]
     assert trainer.tool_specs == (PYTHON_TOOL,)
+    first = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,
+                               trainer.data.questions[:1], 1, 0)
+    exemplar = trainer.tokenizer.decode(first.ids[0])
+    assert "<code>" in exemplar and "<output>" in exemplar and first.cut == 0
     prompts = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,
                                  trainer.data.questions[:1], 0, 0)
     text = trainer.tokenizer.decode(prompts.ids[0])
     assert "<code> and </code>" in text and "<search>" not in text
+    assert trainer.data.questions[0].question.endswith("?")  # a math pack word problem
     [ran] = trainer.tools[0].execute(["print(6*7)"])  # the run's own sandboxed executor
     assert trainer.tools[0].observation(ran) == "\n\n<output>42</output>\n\n"
     metrics = runs.run_metrics(settings, run["id"])
@@ -92,8 +103,8 @@ def test_a_run_with_the_python_tool_trains_end_to_end(studio):
     assert RunFolder.of(settings, run["id"]).latest_checkpoint().step == 2
     for r in runs.run_rollouts(settings, run["id"], limit=100):
         response = "".join(s["text"] for s in r["segments"])
-        assert r["breakdown"] == score(response, r["golden_answers"],
-                                       tools=(PYTHON_TOOL,)).to_dict()
+        assert r["breakdown"] == score(response, r["golden_answers"], tools=(PYTHON_TOOL,),
+                                       answer_match="numeric").to_dict()
 
 
 @dataclass(frozen=True)
