@@ -47,7 +47,8 @@ class _Strict(BaseModel):
 
 
 class DataSpec(_Strict):
-    corpus: str = Field(description="Name of a stored corpus: the documents the model searches")
+    corpus: str | None = Field(default=None, description="Name of a stored corpus: the "
+                               "documents the model searches (a run without search needs none)")
     train: str = Field(description="Name of the QA set to train on")
     eval: list[str] = Field(default_factory=list, description="QA sets to evaluate on")
     exemplars: str | None = Field(default=None, description="Name of the exemplar set")
@@ -459,6 +460,13 @@ class RunConfig(_Strict):
                      sample_seed: int | None = None) -> Prompt:
         """A prompt of this run: its prompt settings and the instruction for its tools."""
         return self.prompt.build(question, exemplars, k, sample_seed, tools=self.tools)
+
+    @model_validator(mode="after")
+    def _search_has_a_corpus(self) -> RunConfig:
+        if "search" in self.tools and self.data.corpus is None:
+            raise ValueError("data.corpus: the search tool searches a corpus; name one "
+                             "(or remove search from tools)")
+        return self
 
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:

@@ -50,6 +50,17 @@ def test_a_run_calls_search_unless_it_chooses_its_tools():
     assert parse_run_config(config.to_yaml()) == config
 
 
+def test_a_run_names_a_corpus_only_when_it_searches():
+    python = parse_run_config({"name": "x", "tools": ["python"], "data": {"train": "t"}})
+    assert python.data.corpus is None
+    for tools in (["search"], ["python", "search"]):
+        with pytest.raises(RunConfigError, match="^run config: data.corpus: the search tool "
+                                                 "searches a corpus; name one"):
+            parse_run_config({"name": "x", "tools": tools, "data": {"train": "t"}})
+    with pytest.raises(RunConfigError, match="data.corpus"):
+        parse_run_config({"name": "x", "data": {"train": "t"}})  # search by default
+
+
 @pytest.mark.parametrize(("tools", "message"), [
     ([], "tools: name at least one tool"),
     (["python", "python"], "tools: 'python' is listed more than once"),

@@ -14,7 +14,7 @@ import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.method.evaluation import EvalConfig
-from studio.services import corpora, qa_sets, runs
+from studio.services import qa_sets, runs
 from studio.services.evaluations import (
     evaluation_records_path,
     get_evaluation,
@@ -23,7 +23,7 @@ from studio.services.evaluations import (
 from studio.settings import Settings, get_settings
 from studio.tables import RunState
 from worker.engines.native.evaluate import evaluate
-from worker.engines.native.trainer import search_fn
+from worker.engines.native.trainer import corpus_index, search_fn
 from worker.lora import load_checkpoint
 from worker.parent_watch import watch_parent
 from worker.tools import build_tools
@@ -49,7 +49,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     try:
         params = evaluation["params"]
         rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
-        index = corpora.open_index(settings, params["corpus_id"])
+        index = corpus_index(settings, params["corpus_id"])  # None: no search
         config = EvalConfig(**params.get("protocol", {}))
         tools = build_tools(config.tools, settings, search_fn(index, config.top_k),
                             config.top_k)

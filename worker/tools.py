@@ -16,9 +16,12 @@ from studio.sandbox import studio_sandbox
 from studio.settings import Settings
 
 
-def build_tools(names: Sequence[str], settings: Settings, search: SearchBackend,
+def build_tools(names: Sequence[str], settings: Settings, search: SearchBackend | None,
                 top_k: int) -> list[Tool]:
-    """One tool per name: search over `search` (its `top_k` passages), python in a sandbox."""
+    """One tool per name: search over `search` (its `top_k` passages; None for a run that
+    does not search, which names no corpus), python in a sandbox."""
+    if "search" in names and search is None:
+        raise ValueError("the search tool needs a corpus to search (data.corpus)")
     makers = {"search": lambda: SearchTool(search, top_k),
               "python": lambda: PythonTool(studio_sandbox(settings).run_batch)}
     unknown = [name for name in names if name not in makers]

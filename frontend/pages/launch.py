@@ -238,8 +238,9 @@ def assemble(base: dict, design: dict | None, name: str, source: str, typed_mode
                   backend=backend, queue=queue, tools=list(tools or []),
                   lora=lora_section(base.get("lora"), use_lora, lora_rank, lora_alpha))
     config["curriculum"].update(curriculum_section(design))
-    config["data"].update(corpus=corpus or "", train=train or "", eval=list(evals or []),
-                          exemplars=exemplars or None)
+    searches = "search" in config["tools"]  # a run without search names no corpus
+    config["data"].update(corpus=(corpus or "") if searches else None, train=train or "",
+                          eval=list(evals or []), exemplars=exemplars or None)
     config["prompt"]["layout"] = layout
     for setting, value in zip(SETTINGS, values, strict=True):
         set_path(config, setting.path,

@@ -183,20 +183,21 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
             model = run.checkpoint_dir
             protocol = with_run_tools(protocol, run.config)
         corpus = corpus or load_plan(settings, run_id).corpus
-    if corpus is None:
+    if corpus is None and "search" in (protocol or {}).get("tools", ["search"]):
         raise InvalidInput("corpus: name the corpus the model searches")
     if run_id is None:  # a run's checkpoint is the studio's own; a named model is checked
         checked_tokenizer(settings, model)
     with session_scope(settings.sqlalchemy_url) as session:
         qa = _data_row(session, QASet, qa_set, "QA set", "qa_set")
-        found = _data_row(session, Corpus, corpus, "corpus", "corpus")
-        if found.status != CorpusStatus.ready:
+        found = _data_row(session, Corpus, corpus, "corpus", "corpus") if corpus else None
+        if found and found.status != CorpusStatus.ready:
             raise InvalidInput(f"corpus: '{found.name}' is {found.status}; wait until it is "
                                "ready")
         total = min(limit or qa.num_rows, qa.num_rows)
         evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa.id,
                                 owner_id=owner_id,
-                                params={"corpus": found.name, "corpus_id": found.id,
+                                params={"corpus": found and found.name,
+                                        "corpus_id": found and found.id,
                                         "limit": limit, "protocol": protocol or {}, "done": 0,
                                         "total": total, "queue": queue})
         session.add(evaluation)

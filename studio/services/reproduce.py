@@ -41,7 +41,7 @@ class Pin(BaseModel):
 
 
 class PinnedData(BaseModel):
-    corpus: Pin
+    corpus: Pin | None  # None: the run does not search
     train: Pin
     eval: list[Pin] = []
     exemplars: Pin | None = None

@@ -42,7 +42,7 @@ class RunPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     config: RunConfig
-    corpus: DataRef
+    corpus: DataRef | None  # None: the run does not search
     train: DataRef
     eval: list[DataRef] = []
     exemplar_set: DataRef | None = None  # its content hash is the snapshot's
@@ -69,13 +69,13 @@ def data_ref(row: Corpus | QASet) -> DataRef:
     return DataRef(id=row.id, name=row.name, content_hash=row.content_hash)
 
 
-def make_plan(config: RunConfig, corpus: Corpus, train: QASet, eval_sets: list[QASet],
+def make_plan(config: RunConfig, corpus: Corpus | None, train: QASet, eval_sets: list[QASet],
               exemplar_set: tuple[int, str, list[Exemplar]] | None) -> RunPlan:
     """The plan of `config` for the rows its names resolved to at launch (run_validation);
     `exemplar_set` is (id, name, its exemplars now)."""
     exemplars = exemplar_set[2] if exemplar_set else []
     return RunPlan(
-        config=config, corpus=data_ref(corpus), train=data_ref(train),
+        config=config, corpus=data_ref(corpus) if corpus else None, train=data_ref(train),
         eval=[data_ref(q) for q in eval_sets],
         exemplar_set=DataRef(id=exemplar_set[0], name=exemplar_set[1],
                              content_hash=exemplars_hash(exemplars)) if exemplar_set else None,
@@ -89,8 +89,8 @@ def pinned_row(session: Session, table: type[Corpus] | type[QASet], ref: DataRef
 
 
 def _check_pinned(session: Session, run_id: int, plan: RunPlan) -> None:
-    pins = [(Corpus, "data.corpus", "corpus", plan.corpus), (QASet, "data.train", "QA set",
-                                                             plan.train)]
+    pins = [(Corpus, "data.corpus", "corpus", plan.corpus)] if plan.corpus else []
+    pins.append((QASet, "data.train", "QA set", plan.train))
     pins += [(QASet, f"data.eval[{i}]", "QA set", ref) for i, ref in enumerate(plan.eval)]
     for table, field, kind, ref in pins:
         if pinned_row(session, table, ref) is None:
@@ -127,6 +127,7 @@ def pinned_ids(session: Session, table: type[Corpus] | type[QASet]) -> set[int]:
     """Ids of the rows of `corpora` or `qa_sets` that some run's plan pins."""
     found = set()
     for stored in session.exec(select(Run.plan).where(Run.plan.is_not(None))):
-        refs = [stored["corpus"]] if table is Corpus else [stored["train"], *stored["eval"]]
+        refs = ([stored["corpus"]] if stored["corpus"] else []) if table is Corpus \
+            else [stored["train"], *stored["eval"]]
         found.update(ref["id"] for ref in refs)
     return found

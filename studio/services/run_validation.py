@@ -40,8 +40,9 @@ CANDIDATES = 100  # the longest questions by characters, of which the tokenizer 
 
 def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
     """The run's plan: every name in `data` resolved to the row it names now, which must
-    exist (the corpus indexed, the exemplar set clean and large enough for the curriculum), and
-its tools must be able to run here (the python tool's sandbox)."""
+    exist (the corpus indexed, which only a run with search names; the exemplar set clean
+    and large enough for the curriculum), and its tools must be able to run here (the
+    python tool's sandbox)."""
     problems = []
     with session_scope(settings.sqlalchemy_url) as session:
         def lookup(table, name: str, kind: str, field: str):
@@ -51,7 +52,8 @@ its tools must be able to run here (the python tool's sandbox)."""
                 problems.append(f"{field}: '{name}' does not exist; upload it first")
                 return None
 
-        corpus = lookup(Corpus, config.data.corpus, "corpus", "data.corpus")
+        corpus = (lookup(Corpus, config.data.corpus, "corpus", "data.corpus")
+                  if config.data.corpus is not None else None)  # none without search
         if corpus and corpus.status != CorpusStatus.ready:
             problems.append(f"data.corpus: '{corpus.name}' is {corpus.status}; "
                             "launch when its index is ready")
@@ -169,8 +171,8 @@ def checked_config(settings: Settings, config: dict | str, *,
     per_stage = timing.get("stages") or [{}] * len(stages)
     for stage, estimate in zip(stages, per_stage, strict=True):
         stage["seconds_per_step"] = estimate.get("seconds_per_step")
-    reach = data_doctor.training_warning(settings, plan.corpus.id, plan.train.id,
-                                         parsed.grpo.top_k)
+    reach = plan.corpus and data_doctor.training_warning(settings, plan.corpus.id,
+                                                         plan.train.id, parsed.grpo.top_k)
     warnings = _warnings(parsed, stages) + ([reach] if reach else []) + timing["warnings"]
     return plan, {"stages": stages, "warnings": warnings,
                   "time_estimate": timing}

@@ -166,6 +166,9 @@ def test_the_tools_checkboxes_choose_the_runs_tools():
     form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
             "cpu", "chat", ["python"], False, None, None, *[None] * len(launch.SETTINGS)]
     assert parse_run_config(launch.assemble(*form)).tools == ["python"]
+    assert launch.assemble(*form)["data"]["corpus"] is None, "a run without search names none"
+    form[5] = None  # no corpus stored: the dropdown is empty
+    assert parse_run_config(launch.assemble(*form)).data.corpus is None
     assert launch.TOOL_CHOICES == ("search", "python")
     form[12] = []
     with pytest.raises(RunConfigError, match="tools: name at least one tool"):

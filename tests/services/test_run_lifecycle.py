@@ -16,7 +16,15 @@ from frontend.server import create_app
 from studio import db
 from studio.method.prompt import common_prefix_length
 from studio.sandbox import bwrap
-from studio.services import evaluations, exemplar_sets, exports, run_validation, runs
+from studio.services import (
+    evaluations,
+    exemplar_sets,
+    exports,
+    run_plans,
+    run_validation,
+    runs,
+)
+from studio.services.demo import load_math_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
 from studio.tables import (
@@ -336,6 +344,33 @@ def test_exemplars_are_checked_against_the_runs_tools(studio):
     assert checked["config"]["tools"] == ["python"]
     with pytest.raises(InvalidInput, match="data.exemplars: 'arithmetic' has 3 errors"):
         run_validation.validate_run(settings, admin(settings), config)
+
+
+def test_a_run_without_search_launches_without_a_corpus(studio):
+    """tools: [python] on the math pack names no corpus: the API validates and launches it,
+    its plan pins none; with search among the tools the missing corpus is a 422 naming
+    data.corpus, and nothing is stored."""
+    settings, model = studio
+    load_math_pack(settings, admin(settings))
+    headers = admin_headers(settings)
+    config = {**tiny_config(model), "tools": ["python"], "reward": {"answer_match": "numeric"},
+              "data": {"train": "math", "eval": ["math-heldout"], "exemplars": "math"},
+              "curriculum": {"stages": [{"exemplars": 1, "steps": 1},
+                                        {"exemplars": 0, "steps": 2}]}}
+    with TestClient(create_app(settings)) as client:
+        refused = client.post("/api/v1/runs", json={**config, "tools": ["search", "python"]},
+                              headers=headers)
+        assert refused.status_code == 422
+        assert refused.json()["detail"] == ("run config: data.corpus: the search tool searches "
+                                            "a corpus; name one (or remove search from tools)")
+        assert client.get("/api/v1/runs", headers=headers).json() == []
+        checked = client.post("/api/v1/runs/validate", json=config, headers=headers)
+        assert checked.status_code == 200, checked.json()
+        assert checked.json()["config"]["data"]["corpus"] is None
+        launched = client.post("/api/v1/runs", json=config, headers=headers)
+        assert launched.status_code == 201, launched.json()
+    plan = run_plans.stored_plan(settings, launched.json()["id"])
+    assert plan.corpus is None and [ref.name for ref in plan.eval] == ["math-heldout"]
 
 
 # --- the same through the API -------------------------------------------------------------------

@@ -3,6 +3,7 @@ and the worker path (spawned process, cancellation, failures with their reason).
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 
@@ -10,20 +11,22 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
+from studio.db import session_scope
 from studio.method.reward import score
 from studio.method.tags import PYTHON_TOOL
 from studio.method.tools import PythonTool
-from studio.services import run_history, runs
+from studio.services import corpora, evaluations, reproduce, run_history, run_plans, runs
 from studio.services.demo import load_demo_pack, load_math_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
-from studio.tables import RunState
+from studio.tables import Run, RunState
 from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native import attention, grpo
 from worker.engines.native.trainer import Trainer, build_step_prompts
+from worker.evaluation import run_evaluation
 
 
 @pytest.fixture
@@ -67,23 +70,41 @@ def test_a_three_step_run_writes_metrics_rollouts_events_and_a_checkpoint(studio
     assert runs.get_run(settings, run["id"])["current_step"] == 3
 
 
-def test_a_run_with_the_python_tool_trains_end_to_end(studio):
-    """tools: [python] on the math pack: a worked exemplar (its <code> and <output>) in the
-    first step's prompts, then none; the prompts name the python tool's tags, the rollouts
-    call it through the studio's sandbox, the reward takes <code> for the tool call and
-    matches numbers, and two steps train. (A run still names a corpus: the demo's, unused.)"""
-    settings, model = studio
+def test_a_run_with_the_python_tool_trains_end_to_end(settings, tmp_path):
+    """tools: [python] on the math pack, with no corpus stored or named: a worked exemplar
+    (its <code> and <output>) in the first step's prompts, then none; the prompts name the
+    python tool's tags, the rollouts call it through the studio's sandbox, the reward takes
+    <code> for the tool call and matches numbers, two steps train, the bundle pins no
+    corpus and launches again, and the end-of-run evaluation on math-heldout runs."""
     load_math_pack(settings, admin(settings))
-    config = tiny_config(model, steps=2)
+    assert corpora.list_corpora(settings) == []
+    config = tiny_config(build_tiny_model(tmp_path / "tiny"), steps=2)
     config.update(tools=["python"], curriculum={"stages": [{"exemplars": 1, "steps": 1},
                                                            {"exemplars": 0, "steps": 1}]},
                   reward={"answer_match": "numeric"})
-    config["data"].update(train="math", exemplars="math")
+    config["data"] = {"train": "math", "eval": ["math-heldout"], "exemplars": "math"}
+    config["engine"]["evaluate_at_end"] = True
     config["grpo"]["max_prompt_tokens"] = 1900  # the tiny model's 2048 positions
     run = runs.create_run(settings, admin(settings), config, start=False)
     trainer = Trainer(settings, run["id"])
     trainer.run()
 
+    assert trainer.data.index is None
+    bundle = reproduce.run_bundle(settings, run["id"])
+    assert bundle["data"]["corpus"] is None and bundle["data"]["train"]["name"] == "math"
+    again = reproduce.launch_from_bundle(settings, admin(settings), json.dumps(bundle),
+                                         start=False)
+    assert run_plans.stored_plan(settings, again["id"]).corpus is None
+    with session_scope(settings.sqlalchemy_url) as session:  # as its worker records it
+        session.get(Run, run["id"]).state = RunState.succeeded
+    base, trained = evaluations.evaluate_finished_run(settings, run["id"])
+    assert trained["params"]["corpus"] is None and trained["params"]["protocol"]["tools"] == [
+        "python"]
+    done = run_evaluation(settings, trained["id"])
+    assert done["state"] == RunState.succeeded, done["error"]
+    assert done["metrics"]["questions"] == 60
+    [row] = evaluations.base_vs_trained(settings, run["id"])
+    assert row["qa_set"] == "math-heldout" and row["trained"]["id"] == trained["id"]
     assert [type(t) for t in trainer.tools] == [PythonTool]
     assert trainer.tool_specs == (PYTHON_TOOL,)
     first = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,

@@ -7,7 +7,11 @@ import math
 import pytest
 
 from studio.run_config import RunConfigError, parse_run_config
+from studio.services.demo import load_math_pack
+from tests.support.actors import admin
 from worker.engines.verl.config import RunFiles, compose, hydra_overrides, hydra_value
+from worker.engines.verl.launcher import LaunchError, VerlLaunch
+from worker.engines.verl.protocol import AgentSpec
 
 PRESETS = {
     "1 GPU": {"nnodes": 1, "gpus_per_node": 1},
@@ -239,3 +243,19 @@ def test_dynamic_sampling_cannot_bound_its_rounds_on_verl():
     with pytest.raises(RunConfigError, match="grpo.dynamic_sampling_max_batches: the verl "
                        "backend cannot bound"):
         with_grpo(dynamic_sampling=True, dynamic_sampling_max_batches=5)
+
+
+def test_a_verl_run_without_search_neither_checks_nor_names_retrieve(verl, studio, verl_run):
+    """tools: [python] on the math pack (no corpus): the launcher prepares the run with the
+    studio's /retrieve unreachable, and the agent spec names none; a search run is refused."""
+    settings, _ = studio
+    load_math_pack(settings, admin(settings))
+    nowhere = {"studio_url": "http://127.0.0.1:1"}
+    _, run, files, _ = verl_run(
+        tools=["python"], verl=nowhere, reward={"answer_match": "numeric"},
+        data={"corpus": None, "train": "math", "eval": ["math-heldout"], "exemplars": "math"})
+    VerlLaunch(settings, run["id"]).prepare()
+    assert AgentSpec.model_validate_json(files.agent_spec.read_text()).retrieve_url is None
+    _, searching, _, _ = verl_run(verl=nowhere)
+    with pytest.raises(LaunchError, match="/retrieve"):
+        VerlLaunch(settings, searching["id"]).prepare()

@@ -72,14 +72,19 @@ KEEP_CHECKPOINTS = 2
 class TrainingData:
     questions: list[QARow]
     exemplars: list[Exemplar]
-    index: SearchIndex
+    index: SearchIndex | None  # None: the run does not search
+
+
+def corpus_index(settings: Settings, corpus_id: int | None) -> SearchIndex | None:
+    """The corpus's BM25 index; None for a run or evaluation without search (no corpus)."""
+    return corpora.open_index(settings, corpus_id) if corpus_id is not None else None
 
 
 def load_training_data(settings: Settings, plan: RunPlan) -> TrainingData:
     """The data the run's plan pins: its training set, exemplar snapshot and corpus index."""
     return TrainingData(questions=qa_sets.load_rows(settings, plan.train.id),
                         exemplars=plan.exemplar_list(),
-                        index=corpora.open_index(settings, plan.corpus.id))
+                        index=corpus_index(settings, plan.corpus and plan.corpus.id))
 
 
 def device_facts(device: torch.device, dtype: torch.dtype) -> dict:
@@ -98,8 +103,12 @@ def determinism_settings() -> dict:
                        "initialisation) has its own generator seeded from (seed, step, what)"}
 
 
-def search_fn(index: SearchIndex, k: int):
-    """The tool: queries -> per query the top-k passages as (title, text)."""
+def search_fn(index: SearchIndex | None, k: int):
+    """The tool: queries -> per query the top-k passages as (title, text); None without an
+    index (a run that does not search)."""
+    if index is None:
+        return None
+
     def search(queries: list[str]) -> list[list[tuple[str, str]]]:
         return [[(h.passage.title, h.passage.text) for h in hits]
                 for hits in index.search(queries, k)]

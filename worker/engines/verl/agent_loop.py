@@ -55,6 +55,7 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         token = Path(self.spec.token_file).read_text().strip()
         top_k = self.spec.run_config.grpo.top_k
         tools = build_tools(self.spec.run_config.tools, get_settings(),
+                            self.spec.retrieve_url and
                             Retriever(self.spec.retrieve_url, token, top_k), top_k)
         stop = list(protocol.stop_strings(tools))
         request_id = uuid4().hex  # one sticky session per rollout: prefix caching across turns

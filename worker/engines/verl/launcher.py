@@ -88,7 +88,9 @@ class VerlLaunch:
         """Write the data set, the agent loop's files and the token; the overrides to run."""
         cfg, files, data_dir = self.config, self.files, self.settings.resolved_data_dir
         base = (cfg.verl.studio_url or self.settings.web_url).rstrip("/")
-        check_retriever(base)
+        searches = "search" in cfg.tools  # only search asks the studio's /retrieve
+        if searches:
+            check_retriever(base)
         files.root.mkdir(parents=True, exist_ok=True)
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
         try:
@@ -96,7 +98,8 @@ class VerlLaunch:
         except PromptTooLong as exc:
             raise LaunchError(str(exc)) from None
         spec = AgentSpec(run_config=cfg, exemplars=self.plan.exemplars,
-                         retrieve_url=f"{base}{API_PREFIX}/corpora/{self.plan.corpus.id}/retrieve",
+                         retrieve_url=f"{base}{API_PREFIX}/corpora/{self.plan.corpus.id}/retrieve"
+                         if searches else None,
                          token_file=str(files.token_file))
         files.agent_spec.write_text(spec.model_dump_json())
         files.agent_loops.write_text(yaml.safe_dump(

@@ -50,7 +50,7 @@ class AgentSpec(BaseModel):
 
     run_config: RunConfig
     exemplars: list[dict]
-    retrieve_url: str
+    retrieve_url: str | None  # None: the run does not search
     token_file: str
 
     def exemplar_list(self) -> list[Exemplar]:
