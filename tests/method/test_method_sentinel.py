@@ -3,7 +3,9 @@ fires on a healthy run; once per episode; rebuilt by replay; its rules' bounds."
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +81,35 @@ def test_each_signal_fires_once_on_its_collapse_and_soon(signal):
     assert [name for _, name in alarms] == [signal]
     step = alarms[0][0]
     assert BREAK <= step < BREAK + SIGNALS[signal].window
+
+
+RECORDED = Path(__file__).resolve().parents[1] / "support" / "recorded"
+
+
+def test_a_recorded_icrl_effect_run_alarms_only_where_its_searching_collapsed():
+    """The ICRL-effect bench's curriculum arm, recorded (its `about` says how): 20 steps of
+    SmolLM2 through 3 -> 2 -> 0 exemplars, every signal at its default. It searched while it
+    had exemplars (noisy format, length, entropy and spread, KL growing, stage changes) and
+    nothing fires there; with none it stopped searching from its first step (step 12) on,
+    and `search_stopped` fires, alone, when its 5-step window has seen it: the step the
+    premature-termination watch warned at, live, in the same run."""
+    run = json.loads((RECORDED / "icrl_effect_curriculum_seed0.json").read_text())
+    steps = run["steps"]
+    assert [m["exemplars"] for m in steps] == [3] * 6 + [2] * 6 + [0] * 8
+    assert min(m["search_calls"] for m in steps[:12]) > 0
+    assert {m["search_calls"] for m in steps[12:]} == {0.0}
+    sentinel = Sentinel(default_rules(), run["max_response_tokens"])
+    alarms = [(t, a.signal) for t, m in enumerate(steps) for a in sentinel.observe(m)]
+    assert alarms == [(16, "search_stopped")]
+    warned = [(e["step"], e["message"]) for e in run["events"] if e["kind"] == "warning"]
+    assert [step for step, _ in warned] == [16, 16]
+    assert "after the last stage change" in warned[0][1]  # the premature-termination watch
+    assert warned[1][1].startswith("search_stopped: ")  # the sentinel, live
+
+    searching = [*steps[:12], *(dict(m, search_calls=steps[11]["search_calls"])
+                                for m in steps[12:])]  # the same run, had it kept searching
+    sentinel = Sentinel(default_rules(), run["max_response_tokens"])
+    assert [a for m in searching for a in sentinel.observe(m)] == []
 
 
 def test_a_signal_fires_again_only_after_its_metric_recovered():
