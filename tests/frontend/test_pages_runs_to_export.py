@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from studio.settings import Settings
 from tests.support.processes import wait_for
@@ -277,13 +278,27 @@ def _choose(page, dropdown: str, run_name: str) -> None:
     page.get_by_role("option", name=re.compile(f" {run_name} · ")).click()
 
 
+CHOSEN_TOKENS = "(s) => [...document.querySelectorAll(s + ' .token')].map(t => t.innerText)"
+
+
 def test_compare_overlays_two_runs_and_marks_config_differences(studio, page):
     ui = studio.ui
     ui.open("Compare")
     for name in ("ui-trained", "ui-long"):
         _choose(page, "#compare-runs", name)
+        # the pick shows as a token before the next one (the tab's choices refresh may land
+        # in between; a pick it dropped would fail here, naming the run)
+        wait_for(lambda n=name: any(f" {n} · " in t for t in
+                                    page.evaluate(CHOSEN_TOKENS, "#compare-runs")),
+                 30, f"{name} to show as chosen")
     page.keyboard.press("Escape")
-    page.wait_for_function(PLOT_POINTS, arg=["#compare-plot", 1], timeout=60_000)
+    try:
+        page.wait_for_function(PLOT_POINTS, arg=["#compare-plot", 1], timeout=60_000)
+    except PlaywrightTimeout:
+        ui.screenshot("compare-timeout")
+        raise AssertionError(f"no curves: chosen {page.evaluate(CHOSEN_TOKENS, '#compare-runs')}"
+                             f", message {page.locator('#compare-message').inner_text()!r}"
+                             ) from None
     names = page.evaluate("() => document.querySelector('#compare-plot .js-plotly-plot')"
                           ".data.map(t => t.name)")
     assert any("ui-trained" in n for n in names) and any("ui-long" in n for n in names)
