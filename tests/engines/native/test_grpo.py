@@ -790,6 +790,35 @@ def test_ppo_epochs_pass_over_the_batch_again_with_the_old_log_probs_of_before(t
         assert s_epochs[key] == pytest.approx(s_twice[key], rel=1e-4, abs=1e-7), key
 
 
+def test_old_log_probs_from_the_caller_spare_the_update_its_own_pass(tiny_dir):
+    """The trainer scores a step's batch once with the sampling weights (the KL in the reward,
+    the logged token figures) and hands the log-probs over: the update then runs no pass
+    without gradients and moves the weights as when it computes them itself."""
+    from transformers import AutoModelForCausalLM
+
+    b = batch_of(8, 8)
+    config = G.GrpoConfig(micro_batch_size=2, mini_batch_size=4, kl_coef=0.0)
+    assert G.update_needs_old_logprobs(config, 8)
+    assert not G.update_needs_old_logprobs(G.GrpoConfig(mini_batch_size=8), 8)
+    m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
+    old, _ = G.token_logprobs(m, b, 2)
+    with_grad = []
+    m.get_input_embeddings().register_forward_hook(
+        lambda *_: with_grad.append(torch.is_grad_enabled()))
+    start = params_of(m)
+    G.update_step(m, torch.optim.SGD(m.parameters(), lr=0.5), None, b, None, config,
+                  old_logp=old)
+    assert with_grad and all(with_grad)
+    given = [p.detach() - s for p, s in zip(m.parameters(), start, strict=True)]
+    own, _ = run_sgd(tiny_dir, b, config, ref=False)
+    assert any(float(d.abs().max()) > 1e-4 for d in own)
+    for x, y in zip(given, own, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="old_logp has shape"):
+        G.update_step(m, torch.optim.SGD(m.parameters(), lr=0.5), None, b, None, config,
+                      old_logp=old[:, :-1])
+
+
 def test_default_config_is_method_md_update_bit_for_bit(tiny_dir):
     """GrpoConfig() against method.md's update written plainly: token log-probs of the whole
     batch in one pass, ratio exp(logp - sg[logp]), PPO clip 0.2, k3 KL (clamped) at 0.001,

@@ -321,7 +321,7 @@ class ScoringTrainer(Trainer):
     """Also scores its logged rollouts the plainest way, a full forward pass each with the
     weights that sampled them, before the trainer's own token arrays and the update."""
 
-    def _token_arrays(self, batch, rollouts, logged):
+    def _token_arrays(self, batch, rollouts, logged, sampling):
         self.expected = []
         with torch.no_grad():
             for i, rollout in enumerate(rollouts[:logged]):
@@ -332,16 +332,19 @@ class ScoringTrainer(Trainer):
                 self.expected.append((
                     logp.gather(1, ids[0, start:].unsqueeze(1)).squeeze(1),
                     -(logp.exp() * logp).sum(dim=-1), rollout, float(batch.advantages[i])))
-        return super()._token_arrays(batch, rollouts, logged)
+        return super()._token_arrays(batch, rollouts, logged, sampling)
 
 
-def test_logged_rollouts_keep_exact_token_logprobs_entropies_and_advantages(studio):
+@pytest.mark.parametrize("options", [{}, {"kl_in": "reward", "kl_coef": 0.1, "ppo_epochs": 2}],
+                         ids=["logged-rows-only", "one-pass-for-the-whole-batch"])
+def test_logged_rollouts_keep_exact_token_logprobs_entropies_and_advantages(studio, options):
     """The stored arrays, read back through the service the API serves, against a plain
     recomputation: equal within float16's rounding (2**-11 relative, plus 1e-4 for the
-    float32 sums of the engine's shared-prefix pass)."""
+    float32 sums of the engine's shared-prefix pass). With the KL in the reward and two
+    epochs the sampling weights score the whole batch once, and the arrays come from it."""
     settings, model = studio
     # room for the corrective message (88 tokens here) after a rambling first turn
-    config = tiny_config(model, steps=1, max_response_tokens=128)
+    config = tiny_config(model, steps=1, max_response_tokens=128, **options)
     run = runs.create_run(settings, admin(settings), config, start=False)
     trainer = ScoringTrainer(settings, run["id"])
     trainer.setup()

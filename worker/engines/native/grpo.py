@@ -75,6 +75,7 @@ __all__ = [
     "make_optimizer",
     "reference_logprobs",
     "token_logprobs",
+    "update_needs_old_logprobs",
     "update_step",
 ]
 
@@ -852,6 +853,14 @@ _TOKEN_MEAN_STATS = ("pg_loss", "kl", "entropy", "clip_frac", "clip_frac_low", "
                      "dual_clip_frac", "ratio_mean", "approx_kl")
 
 
+def update_needs_old_logprobs(config: GrpoConfig, num_sequences: int) -> bool:
+    """Whether :func:`update_step` takes more than one optimizer step over the batch (several
+    mini-batches or PPO epochs): then the sampling policy's log-probs must be computed before
+    the first one."""
+    mini = num_sequences if config.mini_batch_size is None else config.mini_batch_size
+    return num_sequences > mini or config.ppo_epochs > 1
+
+
 def update_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -859,6 +868,8 @@ def update_step(
     batch: PolicyBatch,
     ref_logp: torch.Tensor | None,
     config: GrpoConfig,
+    *,
+    old_logp: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """``config.ppo_epochs`` PPO epochs of GRPO over ``batch``; returns the step's stats.
 
@@ -882,7 +893,9 @@ def update_step(
     detached log-prob of the same forward: the ratio is exactly 1 and no
     extra forward pass is spent. With several mini-batches or epochs the
     weights move between them, so ``old_logp`` is computed once for the
-    whole batch, without gradients, before the first optimizer step.
+    whole batch, without gradients, before the first optimizer step, unless
+    the caller passes it (``[N, T]`` from :func:`token_logprobs` of the same
+    weights: the trainer's one pass that also serves other figures).
 
     ``ref_logp``: ``[N, T]`` from :func:`reference_logprobs`, or None to drop
     the KL term (also dropped when ``kl_coef`` is 0).
@@ -901,6 +914,8 @@ def update_step(
     n, t = batch.input_ids.shape
     if ref_logp is not None and tuple(ref_logp.shape) != (n, t):
         raise ValueError(f"ref_logp has shape {tuple(ref_logp.shape)}, expected {(n, t)}")
+    if old_logp is not None and tuple(old_logp.shape) != (n, t):
+        raise ValueError(f"old_logp has shape {tuple(old_logp.shape)}, expected {(n, t)}")
     use_ref = ref_logp is not None and config.kl_coef > 0
     mini = n if config.mini_batch_size is None else min(config.mini_batch_size, n)
     starts = list(range(0, n, mini))
@@ -910,10 +925,10 @@ def update_step(
     was_training = model.training
     model.train()
     old_all = None
-    if len(starts) > 1 or config.ppo_epochs > 1:
-        old_all, _ = token_logprobs(
+    if update_needs_old_logprobs(config, n):
+        old_all = old_logp if old_logp is not None else token_logprobs(
             model, batch, config.micro_batch_size, share_prompt=config.share_prompt
-        )
+        )[0]
 
     params = [p for p in model.parameters() if p.requires_grad]
     sums: dict[str, float] = {}

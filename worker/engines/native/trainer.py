@@ -58,6 +58,7 @@ from worker.engines.native.grpo import (
     make_optimizer,
     reference_logprobs,
     token_logprobs,
+    update_needs_old_logprobs,
     update_step,
 )
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
@@ -345,17 +346,20 @@ class Trainer:
                            [r.response_mask for r in trained.rollouts],
                            [0.0] * len(trained.rollouts), tokenizer.pad_token_id)
         ref_logp = self._reference_logprobs(batch)
-        kl_penalties = self._kl_penalties(batch, ref_logp)
+        logged = self._logged(len(trained.rollouts))
+        sampling = self._sampling_logprobs(batch, ref_logp, logged)
+        kl_penalties = self._kl_penalties(batch, ref_logp, sampling)
         shaped = [r - p for r, p in zip(trained.shaped_rewards, kl_penalties, strict=True)]
         advantages = group_advantages(shaped, trained.group_ids,
                                       norm_by_std=cfg.grpo.norm_adv_by_std)
         batch = replace(batch, advantages=torch.tensor(advantages, dtype=torch.float32))
-        arrays = self._token_arrays(batch, trained.rollouts, self._logged(len(trained.rollouts)))
+        arrays = self._token_arrays(batch, trained.rollouts, logged, sampling)
         t2 = time.perf_counter()
         self.recorder.phase(updating, step)
         self.model.train()
         update = update_step(self.model, self.optimizer, self.scheduler, batch,
-                             None if cfg.grpo.kl_in == "reward" else ref_logp, self.grpo)
+                             None if cfg.grpo.kl_in == "reward" else ref_logp, self.grpo,
+                             old_logp=sampling[0] if sampling[2] == len(batch) else None)
         t3 = time.perf_counter()
         metrics = rollout_metrics(sampled.rollouts, sampled.rewards)
         metrics["zero_spread_groups"] = zero_spread_share(sampled.shaped_rewards,
@@ -428,14 +432,33 @@ class Trainer:
              for r in rollouts],
             prompts.cut)
 
-    def _kl_penalties(self, batch, ref_logp: torch.Tensor | None) -> list[float]:
+    def _sampling_logprobs(self, batch, ref_logp: torch.Tensor | None,
+                           logged: int) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
+        """(log-probs, entropies, rows scored) of the weights that sampled the step: one pass
+        without gradients serves the KL-in-reward penalties, the logged rollouts' token
+        figures and the old log-probs of an update of several optimizer steps. Over the whole
+        batch when the penalties or the update need it, else over the logged rollouts only
+        (the batch's first rows), or none."""
+        g = self.config.grpo
+        whole = ((g.kl_in == "reward" and ref_logp is not None)
+                 or update_needs_old_logprobs(self.grpo, len(batch)))
+        rows = len(batch) if whole else logged
+        if not rows:
+            return None, None, 0
+        part = batch if rows == len(batch) else batch.rows(list(range(rows)))
+        logp, entropy = token_logprobs(self.model, part, g.micro_batch_size,
+                                       with_entropy=bool(logged),
+                                       share_prompt=self.grpo.share_prompt)
+        return logp, entropy, rows
+
+    def _kl_penalties(self, batch, ref_logp: torch.Tensor | None, sampling) -> list[float]:
         """With `grpo.kl_in: reward`, per rollout `kl_coef` x its KL to the reference (the
-        sampling policy's log-probs, one pass without gradients; `grpo.kl_estimator`, summed
-        over the model's tokens); else 0 each."""
+        sampling policy's log-probs, `_sampling_logprobs`; `grpo.kl_estimator`, summed over
+        the model's tokens); else 0 each."""
         g = self.config.grpo
         if g.kl_in != "reward" or ref_logp is None:
             return [0.0] * len(batch)
-        logp, _ = token_logprobs(self.model, batch, g.micro_batch_size)
+        logp = sampling[0]
         scored = batch.loss_mask > 0
         return [g.kl_coef * sequence_kl(logp[i][scored[i]].tolist(),
                                         ref_logp[i][scored[i]].tolist(), g.kl_estimator)
@@ -469,14 +492,13 @@ class Trainer:
         return min(self.config.engine.log_groups_per_step * self.config.grpo.group_size,
                    n_rollouts)
 
-    def _token_arrays(self, batch, rollouts, logged: int) -> list[TokenArrays]:
+    def _token_arrays(self, batch, rollouts, logged: int, sampling) -> list[TokenArrays]:
         """The logged rollouts' per-token figures, scored by the weights that sampled them
-        (before the update; one extra pass without gradients over those rollouts only)."""
+        (before the update: `_sampling_logprobs`, whose first rows they are)."""
         if not logged:
             return []
         part = batch.rows(list(range(logged)))
-        logp, entropy = token_logprobs(self.model, part, self.config.grpo.micro_batch_size,
-                                       with_entropy=True)
+        logp, entropy, _ = sampling
         arrays = []
         for i, rollout in enumerate(rollouts[:logged]):
             start = int(part.prompt_lengths[i])
