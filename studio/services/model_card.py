@@ -35,7 +35,7 @@ REWARD_CURVES = "reward_curves.png"
 KNOWN_BASES = {DEFAULT_MODEL: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
 TAGS = ["icrl", "grpo", "reinforcement-learning", "tool-use", "search", "icrl-studio"]
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),
-                ("search calls", "search_calls"), ("answer rate", "answer_rate"))
+                ("tool calls", "search_calls"), ("answer rate", "answer_rate"))
 EXAMPLE_QUESTION = "Which river flows through the capital of the country where the author was born"
 
 
@@ -244,7 +244,7 @@ def _measured_behaviour(latest: dict[tuple[str, str], dict]) -> str:
 
 
 def reward_curves_figure(metrics: list[dict]):
-    """Training reward, accuracy, format and search calls per step (shown from 1, whole
+    """Training reward, accuracy, format and tool calls per step (shown from 1, whole
     steps on the axis), a dotted line before each stage as the Live run page draws it; None
     without metric rows."""
     if not metrics:
@@ -281,7 +281,7 @@ def reward_curves_figure(metrics: list[dict]):
     left.set_title("training reward")
     left.set_ylim(-0.02, 1.02)
     left.legend(loc="lower right", fontsize=8)
-    right.set_title("search calls per rollout")
+    right.set_title("tool calls per rollout")
     return figure
 
 

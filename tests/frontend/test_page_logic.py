@@ -194,8 +194,9 @@ def test_the_sentinel_accordion_sets_each_signals_action():
     assert (sentinel.search_stopped.action, sentinel.search_stopped.window) == ("pause", 5)
     assert sentinel.kl_spike.action == "warn"
     labels = [s.label for s in launch.SENTINEL_SETTINGS]
-    assert labels[:2] == ["Format score falling", "Searching stopped"]
-    assert launch.SENTINEL_SETTINGS[1].explain.startswith("Search calls per rollout fell")
+    assert labels[:2] == ["Format score falling", "Tool use stopped"]
+    assert launch.SENTINEL_SETTINGS[1].explain.startswith(
+        "Calls of its tools per rollout fell to almost none after the model had been using them")
 
 
 def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_one():
