@@ -28,11 +28,11 @@ LIVE_PANELS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Penalty rates", []),
     ("KL to the reference", [("kl", "KL")]),
     ("Response length (tokens)", [("response_length", "tokens per rollout")]),
-    ("Search calls per rollout", [("search_calls", "search calls")]),
+    ("Tool calls per rollout", [("search_calls", "tool calls")]),
     ("Masked fraction (tool output, not trained on)", [("masked_fraction", "masked")]),
 ]
 PENALTY_PREFIX = "penalty_"
-WARNING_PANEL = 4  # the search-calls panel: premature termination shows there first
+WARNING_PANEL = 4  # the tool-calls panel: premature termination shows there first
 PALETTE = ["#2563eb", "#16a34a", "#ea580c", "#9333ea", "#0891b2", "#ca8a04", "#db2777",
            "#4b5563", "#65a30d", "#dc2626"]
 PANEL_HEIGHT = 230

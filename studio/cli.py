@@ -408,7 +408,7 @@ def _step_line(run: dict, row: dict) -> str:
     return (f"step {row['step'] + 1}/{run['total_steps']}  stage {row['stage'] + 1} "
             f"({row['exemplars']} exemplars)  reward {_num(row.get('reward_mean'))}  "
             f"format {_num(row.get('format'), 2)}  em {_num(row.get('em'), 2)}  "
-            f"searches {_num(row.get('search_calls'), 2)}  {_num(row.get('time_step'), 1)} s")
+            f"tool calls {_num(row.get('search_calls'), 2)}  {_num(row.get('time_step'), 1)} s")
 
 
 def _follow(settings: Settings, run_id: int, since_step: int = 0) -> dict:
@@ -646,7 +646,7 @@ def _protocol(pairs: list[str]) -> dict:
 
 
 EVAL_COLUMNS = [("EM", "em"), ("SubEM", "subem"), ("F1", "f1"), ("answer rate", "answer_rate"),
-                ("valid search", "valid_search_rate"), ("searches", "search_calls")]
+                ("valid search", "valid_search_rate"), ("tool calls", "search_calls")]
 
 
 @app.command("doctor")

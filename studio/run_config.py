@@ -262,7 +262,7 @@ class EngineSpec(_Strict):
                                      description="Rollout groups kept per step")
     premature_drop: float = Field(
         default=0.5, gt=0, lt=1,
-        description="Warn when search calls per rollout fall by this share after a stage change")
+        description="Warn when tool calls per rollout fall by this share after a stage change")
     threads: int = Field(default=1, gt=0, le=MAX_THREADS,
                          description="CPU threads for PyTorch (1 is fastest here)")
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"

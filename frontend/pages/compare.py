@@ -19,7 +19,7 @@ from studio.settings import Settings
 TITLE = "Compare"
 METRICS = {  # key -> panel title
     "reward_mean": "Reward (total)", "acc": "Accuracy", "format": "Format score",
-    "search_calls": "Search calls per rollout", "kl": "KL to the reference",
+    "search_calls": "Tool calls per rollout", "kl": "KL to the reference",
     "response_length": "Response length (tokens)", "masked_fraction": "Masked fraction",
     "em": "Exact match", "f1": "F1", "valid_search_rate": "Valid search rate",
     "answer_rate": "Answer rate", "entropy": "Entropy",

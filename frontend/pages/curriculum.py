@@ -36,7 +36,7 @@ PRESET_LABELS = {
 METRIC_WORDS = {
     "format": "format reward (answers in the right tags)",
     "valid_search_rate": "share of searches that were well formed",
-    "search_calls": "searches per answer",
+    "search_calls": "tool calls per answer",
     "acc": "accuracy (answers that match)",
     "reward_mean": "total reward",
 }

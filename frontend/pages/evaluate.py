@@ -17,7 +17,7 @@ from studio.tables import ACTIVE_STATES
 
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
-           "SubEM trained", "F1 base", "F1 trained", "searches base", "searches trained",
+           "SubEM trained", "F1 base", "F1 trained", "tool calls base", "tool calls trained",
            "valid search % base", "valid search % trained", "calls per tool base",
            "calls per tool trained", "code errors base", "code errors trained", "status"]
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "

@@ -20,11 +20,13 @@ from frontend.components import (
 )
 from frontend.shared import on_show
 from studio.escaping import code_span, markdown_text
+from studio.method.prompt import SEARCH_ONLY
+from studio.method.tools import TOOLS
 from studio.run_config import PromptSpec
 from studio.services import exemplar_sets, qa_sets
 from studio.services.access import Actor
 from studio.services.errors import UserError
-from studio.services.prompt_preview import preview_exemplars
+from studio.services.prompt_preview import preview_exemplars, tools_written
 from studio.settings import Settings
 
 TITLE = "Exemplars"
@@ -32,9 +34,11 @@ TITLE = "Exemplars"
 INTRO = """
 ## Exemplars
 An exemplar is one worked example: a question, then the whole trace of solving it
-with `<think>`, `<search>`, the `<information>` the search returned, and the final
+with `<think>`, each tool call and what the environment returned (`<search>` and the
+`<information>` it found; `<code>` and the `<output>` it printed), and the final
 `<answer>`. Its tags are checked as you type; on the right is the prompt the model
-will read at each stage of the curriculum (k = how many exemplars it shows).
+will read at each stage of the curriculum (k = how many exemplars it shows), with the
+instruction for the tools you tick.
 """
 
 NEW = 0
@@ -75,8 +79,10 @@ def draft_set(stored: list[dict], number: int, item: dict) -> list[dict]:
 
 
 def preview(settings: Settings, stored: list[dict] | None, number: int | None, question: str,
-            solution: str, answer: str, model: str, layout: str, asked: str, k: int | None):
-    """Token counts for k = 0..N and the prompt text for the chosen k, or why there are none."""
+            solution: str, answer: str, model: str, layout: str, tools: list[str], asked: str,
+            k: int | None):
+    """Token counts for k = 0..N and the prompt text for the chosen k (its instruction for
+    `tools`, as a run with them reads it), or why there are none."""
     exemplars, item = stored or [], _item(question, solution, answer)
     if item["question"].strip() and item["solution"].strip():
         exemplars = draft_set(exemplars, number or NEW, item)
@@ -85,12 +91,13 @@ def preview(settings: Settings, stored: list[dict] | None, number: int | None, q
     try:
         result = preview_exemplars(settings, exemplars, asked or "", layout=layout,
                                    model=(model or "").strip() or None,
-                                   assistant_prefix=PromptSpec().assistant_prefix)
+                                   assistant_prefix=PromptSpec().assistant_prefix,
+                                   tools=tools or [])
     except UserError as exc:
         return [], "", gr.Radio(choices=ks, value=k), error_markdown(str(exc), "No preview")
     prompts = result["prompts"]
     note = (f"Counted with the tokenizer of {code_span(result['model'])}; layout "
-            f"{code_span(layout)}. "
+            f"{code_span(layout)}; tools {', '.join(map(code_span, result['tools']))}. "
             f"k = {k}: {prompts[k]['tokens']} tokens.")
     return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], gr.Radio(choices=ks, value=k), note
 
@@ -120,11 +127,12 @@ def exemplar_choices(stored: list[dict], number: int) -> gr.Dropdown:
 
 
 def open_set(settings: Settings, set_id: int | None, number: int | None = None):
-    """The stored exemplars of a set, and the exemplar to edit (the first, or `number`)."""
+    """The stored exemplars of a set, the exemplar to edit (the first, or `number`) and the
+    tools its solutions call (what the preview starts with)."""
     stored = exemplar_sets.get_exemplar_set(settings, set_id)["exemplars"] if set_id else []
     if number is None or number > len(stored):
         number = 1 if stored else NEW
-    return stored, exemplar_choices(stored, number)
+    return stored, exemplar_choices(stored, number), tools_written(stored)
 
 
 def fields(stored: list[dict] | None, number: int | None):
@@ -193,8 +201,9 @@ def build(settings: Settings) -> None:
             sets_empty = gr.Markdown()
             question = gr.Textbox(label="Question", elem_id="exemplar-question")
             solution = gr.Textbox(
-                label="Solution: <think> … </think> <search> … </search> "
-                      "<information> … </information> … <answer> … </answer>",
+                label="Solution: <think> … </think>, tool calls and what came back "
+                      "(<search> … </search> <information> … </information>, or <code> … "
+                      "</code> <output> … </output>) … <answer> … </answer>",
                 lines=14, max_lines=30, elem_id="exemplar-solution")
             answer = gr.Textbox(label="Gold answer (optional: checked against the final "
                                       "<answer>)", elem_id="exemplar-answer")
@@ -216,6 +225,10 @@ def build(settings: Settings) -> None:
                                   label="Prompt layout",
                                   info="chat: exemplars as earlier turns; inline: the paper's "
                                        "one message")
+            tools = gr.CheckboxGroup(list(TOOLS), value=list(SEARCH_ONLY),
+                                     label="Tools", elem_id="preview-tools",
+                                     info="The run's tools: the instruction names each one "
+                                          "(a set's solutions preselect the tools they call)")
             asked = gr.Textbox(label="Question at the end of the prompt",
                                elem_id="preview-question")
             k = gr.Radio([0], value=0, label="Exemplars shown (k)", elem_id="preview-k")
@@ -225,7 +238,7 @@ def build(settings: Settings) -> None:
                                 interactive=False, elem_id="prompt-text")
 
     editor = [question, solution, answer]
-    preview_inputs = [stored, number, *editor, model, layout, asked, k]
+    preview_inputs = [stored, number, *editor, model, layout, tools, asked, k]
     preview_outputs = [tokens, prompt, k, note]
 
     def show_preview(*values):
@@ -236,15 +249,15 @@ def build(settings: Settings) -> None:
         return dropdown, empty, sample_question(settings)
 
     on_show(refresh, set_pick, [set_pick, sets_empty, asked])
-    set_pick.change(lambda i: open_set(settings, i), set_pick, [stored, number]).then(
+    set_pick.change(lambda i: open_set(settings, i), set_pick, [stored, number, tools]).then(
         fields, [stored, number], editor)
     number.input(fields, [stored, number], editor)
     # .change, not .input: Gradio's textbox sends no input event for a deletion.
     for box in editor:
         box.change(check, editor, findings, trigger_mode="always_last", show_progress="hidden")
     gr.on([*(box.change for box in editor), stored.change, model.submit, model.blur,
-           layout.input, asked.submit, k.input], show_preview, preview_inputs, preview_outputs,
-          trigger_mode="always_last", show_progress="minimal")
+           layout.input, tools.input, asked.submit, k.input], show_preview, preview_inputs,
+          preview_outputs, trigger_mode="always_last", show_progress="minimal")
     save_button.click(acting(settings, save), [set_pick, number, *editor],
                       [stored, number, message])
     delete_button.click(acting(settings, delete), [set_pick, number],

@@ -451,7 +451,7 @@ PREMATURE_WINDOW = 5
 
 @dataclass
 class PrematureWatch:
-    """Warns when search calls per rollout fall sharply after a stage change (method.md)."""
+    """Warns when tool calls per rollout fall sharply after a stage change (method.md)."""
 
     drop: float
     history: list[float] = field(default_factory=list)
@@ -477,6 +477,6 @@ class PrematureWatch:
 
 def premature_message(warning: dict) -> str:
     """The words of PrematureWatch's warning, for the run's events."""
-    return (f"search calls per rollout fell from {warning['before']} to {warning['after']} "
+    return (f"tool calls per rollout fell from {warning['before']} to {warning['after']} "
             f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
-            "without searching (premature termination); consider a gentler curriculum")
+            "without calling its tools (premature termination); consider a gentler curriculum")

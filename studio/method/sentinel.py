@@ -49,9 +49,9 @@ SIGNALS: dict[str, Signal] = {
         advice="lower the learning rate, or make the curriculum gentler if it followed a "
         "stage change"),
     "search_stopped": Signal(
-        "Searching stopped", "search_calls", "fall", 5, 0.9, floor=0.25,
-        meaning="search calls per rollout fell to almost none after the model had been "
-        "searching: it has stopped using the search tool (premature termination)",
+        "Tool use stopped", "search_calls", "fall", 5, 0.9, floor=0.25,
+        meaning="calls of its tools per rollout fell to almost none after the model had been "
+        "using them: it has stopped calling its tools (premature termination)",
         advice="make the curriculum gentler (longer stages, one exemplar removed at a time) "
         "or lower the learning rate"),
     "entropy_collapse": Signal(

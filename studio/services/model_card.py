@@ -20,7 +20,9 @@ import yaml
 from studio.base_models import DEFAULT_MODEL
 from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
+from studio.method.tools import named_specs
 from studio.run_config import LoraSpec, RunConfig
+from studio.sandbox import Limits
 from studio.services import evaluations, qa_sets, runs
 from studio.services.errors import NotFound
 from studio.services.exports import checkpoint_steps
@@ -33,10 +35,46 @@ from studio.tables import Corpus, QASet, RunState
 REWARD_CURVES = "reward_curves.png"
 # What the studio knows of a base model it ships: its Hub id and licence.
 KNOWN_BASES = {DEFAULT_MODEL: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
-TAGS = ["icrl", "grpo", "reinforcement-learning", "tool-use", "search", "icrl-studio"]
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),
-                ("search calls", "search_calls"), ("answer rate", "answer_rate"))
+                ("tool calls", "search_calls"), ("answer rate", "answer_rate"))
 EXAMPLE_QUESTION = "Which river flows through the capital of the country where the author was born"
+
+
+def hub_tags(config: RunConfig) -> list[str]:
+    """The card's Hub tags: the studio's, with the run's tool names."""
+    return ["icrl", "grpo", "reinforcement-learning", "tool-use", *config.tools, "icrl-studio"]
+
+
+@dataclass(frozen=True)
+class ToolUsage:
+    """How the card tells an application to serve one tool: what the model writes in the
+    call tag and what the application does before appending the result tag."""
+
+    writes: str  # "a query", "a Python program"
+    runs: str  # the application's part, then "appends <result> with ..."
+    returns: str
+    serves: str  # the stop-string comment's verb phrase: "run the query"
+    purpose: str  # the intro's "to answer questions by ..."
+    use: str  # the limits' "intended for research and prototypes of ..."
+    calls: str  # the limits' "its ... and answers may be poor"
+
+
+TOOL_USAGE = {
+    "search": ToolUsage(
+        "a query", "your application runs the\nquery (top-{top_k} passages of a BM25 index in "
+        "training) and appends\n", "with the passages", "run the query",
+        "searching a document collection",
+        "question answering over the documents it\n  was trained to search, with the tag "
+        "protocol above and a search tool that returns passages", "search queries"),
+    "python": ToolUsage(
+        "a Python program", "your application runs it\nin a sandbox (in training: a "
+        "throw-away bubblewrap sandbox with no network, {wall:g} s and {cpu} CPU seconds "
+        "at most) and appends\n", "with what it printed (and the last line of its error, if "
+        "it failed)", "run the program in a sandbox", "running Python code",
+        "answering questions by writing Python code, with the tag protocol above and a\n  "
+        "sandbox that runs it and returns what it printed", "code"),
+}
+"""Keyed by registered tool name: the card describes the tools of the run it is for."""
 
 
 @dataclass
@@ -98,10 +136,13 @@ def _pinned(settings: Settings, table, ref: DataRef | None, describe) -> str:
 
 
 def _data_section(settings: Settings, plan: RunPlan) -> str:
+    """The run's pinned data; a run without a corpus (no search tool) gets no corpus row."""
     rows = [
         ["corpus (searched with BM25)", _pinned(settings, Corpus, plan.corpus,
                                                 lambda c: f"{c.num_documents:,} documents, "
                                                           f"{c.num_passages:,} passages")],
+    ] if plan.corpus else []
+    rows += [
         ["training questions", _pinned(settings, QASet, plan.train,
                                        lambda q: f"{q.num_rows:,} question/answer pairs")],
         ["exemplars (in-context, removed over training)",
@@ -156,13 +197,31 @@ def _lora_words(lora: LoraSpec) -> str:
             "loads it onto the base model).")
 
 
+def _calls(config: RunConfig) -> str:
+    """What the model writes for each of the run's tools and what the application does."""
+    limits = Limits()
+    clauses = []
+    for spec in named_specs(config.tools):
+        usage = TOOL_USAGE[spec.name]
+        runs = usage.runs.format(top_k=config.grpo.top_k, wall=limits.wall_seconds,
+                                 cpu=limits.cpu_seconds)
+        clauses.append(f"writes {usage.writes} inside `<{spec.call_tag}>...</{spec.call_tag}>` "
+                       f"and stops; {runs}`<{spec.result_tag}>...</{spec.result_tag}>` "
+                       f"{usage.returns}")
+    return "; or it ".join(clauses)
+
+
 def _usage_section(config: RunConfig, repo: str) -> str:
     prompt = config.build_prompt(EXAMPLE_QUESTION, [], 0)
     prefix = config.prompt.assistant_prefix or ""
+    specs = named_specs(config.tools)
+    stops = [f"</{spec.call_tag}>" for spec in specs] + ["</answer>"]
+    served = "\n".join(
+        f"# on </{spec.call_tag}>: {TOOL_USAGE[spec.name].serves}, append "
+        f"\"\\n\\n<{spec.result_tag}>...</{spec.result_tag}>\\n\\n\", generate again"
+        for spec in specs)
     return f"""The model was trained to answer with this tag protocol: it thinks inside
-`<think>`, writes a query inside `<search>...</search>` and stops; your application runs the
-query (top-{config.grpo.top_k} passages of a BM25 index in training) and appends
-`<information>...</information>` with the passages; the model continues and ends with
+`<think>`, {_calls(config)}; the model continues and ends with
 `<answer>...</answer>`. It was trained and evaluated zero-shot with these messages:
 
 ```json
@@ -179,9 +238,9 @@ text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_pr
 text += {json.dumps(prefix)}
 inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
 out = model.generate(**inputs, max_new_tokens={config.grpo.max_turn_tokens},
-                     stop_strings=["</search>", "</answer>"], tokenizer=tokenizer)
+                     stop_strings={json.dumps(stops)}, tokenizer=tokenizer)
 print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:]))
-# on </search>: run the query, append "\\n\\n<information>...</information>\\n\\n", generate again
+{served}
 ```"""
 
 
@@ -207,7 +266,7 @@ def _latest_evaluations(settings: Settings, run_id: int,
     return latest
 
 
-def _evaluation_section(latest: dict[tuple[str, str], dict]) -> str:
+def _evaluation_section(latest: dict[tuple[str, str], dict], config: RunConfig) -> str:
     if not latest:
         return ("No evaluation was run before this export. `studio eval` (or the Evaluate "
                 "page) measures the base model and this run on held-out questions.")
@@ -219,13 +278,15 @@ def _evaluation_section(latest: dict[tuple[str, str], dict]) -> str:
         rows.append([qa_name, model, metrics.get("questions", "")]
                     + [f"{metrics[key]:.3f}" if isinstance(metrics.get(key), float) else ""
                        for _, key in EVAL_COLUMNS])
-    return ("Zero-shot (no exemplars), temperature 0.1, the same search tool:\n\n"
+    return (f"Zero-shot (no exemplars), temperature 0.1, the same {_tool_words(config)}:\n\n"
             + _table(["QA set", "model", "questions"] + [c for c, _ in EVAL_COLUMNS], rows))
 
 
-def _measured_behaviour(latest: dict[tuple[str, str], dict]) -> str:
+def _measured_behaviour(latest: dict[tuple[str, str], dict], config: RunConfig) -> str:
     """What the model was seen to do zero-shot, from its own evaluations only (no claim
     without a measurement)."""
+    call, calls = ("search", "searches") if config.tools == ["search"] else \
+        ("tool call", "calls its tools")
     sentences = []
     for (qa_name, model), evaluation in sorted(latest.items()):
         if not model.startswith("this model"):
@@ -237,14 +298,14 @@ def _measured_behaviour(latest: dict[tuple[str, str], dict]) -> str:
                    f"{base.get('em', 0):.0%})" if base else "")
         sentences.append(
             f"Zero-shot on {m.get('questions', '?')} questions of {qa_name}, it made a valid "
-            f"search on {m.get('valid_search_rate', 0):.0%} of them and answered "
+            f"{call} on {m.get('valid_search_rate', 0):.0%} of them and answered "
             f"{m.get('em', 0):.0%} exactly{against}.")
-    return " ".join(sentences) or ("Whether it searches zero-shot has not been measured: no "
+    return " ".join(sentences) or (f"Whether it {calls} zero-shot has not been measured: no "
                                    "evaluation of this run was made before this export.")
 
 
 def reward_curves_figure(metrics: list[dict]):
-    """Training reward, accuracy, format and search calls per step (shown from 1, whole
+    """Training reward, accuracy, format and tool calls per step (shown from 1, whole
     steps on the axis), a dotted line before each stage as the Live run page draws it; None
     without metric rows."""
     if not metrics:
@@ -281,7 +342,7 @@ def reward_curves_figure(metrics: list[dict]):
     left.set_title("training reward")
     left.set_ylim(-0.02, 1.02)
     left.legend(loc="lower right", fontsize=8)
-    right.set_title("search calls per rollout")
+    right.set_title("tool calls per rollout")
     return figure
 
 
@@ -309,7 +370,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         metadata["base_model"] = hub_id
     if licence:
         metadata["license"] = licence
-    metadata["tags"] = TAGS
+    metadata["tags"] = hub_tags(config)
     metrics = [m for m in runs.run_metrics(settings, run_id) if m["step"] < step]
     latest = _latest_evaluations(settings, run_id, config)
     png = reward_curves_png(metrics)
@@ -327,11 +388,11 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
     sections = [
         f"# {markdown_text(run['name'])}",
         f"{base} trained with in-context reinforcement learning (ICRL) in ICRL Studio to answer "
-        f"questions by searching a document collection: GRPO with an exemplar curriculum "
+        f"questions by {_purposes(config)}: GRPO with an exemplar curriculum "
         f"({curriculum} worked examples in the prompt), which aims at a model that calls the "
-        f"search tool without examples. This checkpoint is after {step} "
+        f"{_tool_words(config)} without examples. This checkpoint is after {step} "
         f"of {run['total_steps']} training steps (run state: {run['state']}). "
-        + _measured_behaviour(latest)
+        + _measured_behaviour(latest, config)
         + (" " + _lora_words(config.lora) if config.lora else ""),
         "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
         "## Training data\n\n" + _data_section(settings, plan),
@@ -339,12 +400,21 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         "## Hyper-parameters\n\n" + _hyperparameters_section(config)
         + "\n\nThe whole run config is `run.yaml` in this repository.",
         "## Reward curves\n\n" + curves,
-        "## Evaluation\n\n" + _evaluation_section(latest),
+        "## Evaluation\n\n" + _evaluation_section(latest, config),
         "## Intended use and limits\n\n" + _limits(config),
         "## Reproduce\n\n" + _reproduce_section(run_bundle(settings, run_id), hub_id),
     ]
     front = yaml.safe_dump(metadata, sort_keys=False)
     return ModelCard(f"---\n{front}---\n\n" + "\n\n".join(sections) + "\n", metadata, png, step)
+
+
+def _purposes(config: RunConfig) -> str:
+    return " and ".join(TOOL_USAGE[name].purpose for name in config.tools)
+
+
+def _tool_words(config: RunConfig) -> str:
+    """ "search tool", "python tool", "search and python tools"."""
+    return " and ".join(config.tools) + (" tool" if len(config.tools) == 1 else " tools")
 
 
 def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
@@ -372,14 +442,20 @@ def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
 
 
 def _limits(config: RunConfig) -> str:
-    return f"""- Intended for research and prototypes of question answering over the documents it
-  was trained to search, with the tag protocol above and a search tool that returns passages.
-  How it answers without the tool was not measured.
-- It was trained on the questions and corpus named above only; on other documents or kinds of
-  questions its search queries and answers may be poor. The reward checks the final answer
+    usages = [TOOL_USAGE[name] for name in config.tools]
+    data = "questions and corpus" if config.data.corpus else "questions"
+    other = "documents or kinds of\n  questions" if "search" in config.tools else \
+        "kinds of questions"
+    calls = ", ".join(u.calls for u in usages)
+    poor = f"on other {other} its {calls} and answers may be poor."
+    read = "passages" if "search" in config.tools else "output"
+    tools = "tool" if len(usages) == 1 else "tools"
+    return f"""- Intended for research and prototypes of {"; and ".join(u.use for u in usages)}.
+  How it answers without the {tools} was not measured.
+- It was trained on the {data} named above only; {poor} The reward checks the final answer
   against reference answers ({config.reward.acc_weight:g} weight) and the tag format
   ({config.reward.format_weight:g} weight), not the truth of its reasoning: answers can be wrong,
-  made up or unsupported by the passages it read.
+  made up or unsupported by the {read} it read.
 - It inherits the limits and biases of its base model and of the training data; do not use it
   for decisions about people, or for medical, legal or financial advice.
 - Figures above come from small evaluation sets where stated; measure on your own held-out

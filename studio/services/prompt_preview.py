@@ -3,8 +3,12 @@ their token counts, for k = 0..N exemplars (the curriculum's stages)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from studio.method.exemplars import Exemplar
-from studio.method.prompt import LAYOUTS, build_prompt
+from studio.method.prompt import LAYOUTS, SEARCH_ONLY
+from studio.method.tools import TOOLS, check_tool_names
+from studio.run_config import PromptSpec
 from studio.services.errors import InvalidInput
 from studio.services.exemplar_sets import load_exemplars
 from studio.services.tokenizers import cached_tokenizer
@@ -13,23 +17,31 @@ from studio.settings import Settings
 
 def preview_prompts(settings: Settings, set_id: int, question: str, *,
                     ks: list[int] | None = None, layout: str = "inline",
-                    model: str | None = None, assistant_prefix: str | None = None) -> dict:
+                    model: str | None = None, assistant_prefix: str | None = None,
+                    tools: Sequence[str] = SEARCH_ONLY) -> dict:
     """The prompt for each k in `ks` (default 0..N) of a stored set, with text and token count."""
     return preview_exemplars(settings, load_exemplars(settings, set_id), question, ks=ks,
-                             layout=layout, model=model, assistant_prefix=assistant_prefix)
+                             layout=layout, model=model, assistant_prefix=assistant_prefix,
+                             tools=tools)
 
 
 def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], question: str, *,
                       ks: list[int] | None = None, layout: str = "inline",
-                      model: str | None = None, assistant_prefix: str | None = None) -> dict:
+                      model: str | None = None, assistant_prefix: str | None = None,
+                      tools: Sequence[str] = SEARCH_ONLY) -> dict:
     """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress.
 
-    Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict.
+    Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict. The prompt is
+    built as a run with these `tools` builds it (`PromptSpec.build`): the same instruction.
     """
     if not question.strip():
         raise InvalidInput("question: type the question the prompt should end with")
     if layout not in LAYOUTS:
         raise InvalidInput(f"layout: '{layout}' is not one of {', '.join(LAYOUTS)}")
+    try:
+        tools = check_tool_names(tools)
+    except ValueError as exc:
+        raise InvalidInput(f"tools: {exc}") from None
     ks = list(range(len(exemplars) + 1)) if ks is None else ks
     bad = [k for k in ks if not 0 <= k <= len(exemplars)]
     if bad:
@@ -37,10 +49,20 @@ def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], ques
                            f"{len(exemplars)} exemplars)")
     model = model or settings.default_model
     tokenizer = cached_tokenizer(model, str(settings.resolved_data_dir))
+    spec = PromptSpec(layout=layout, assistant_prefix=assistant_prefix)
     prompts = []
     for k in ks:
-        prompt = build_prompt(question, exemplars, k, layout=layout,
-                              assistant_prefix=assistant_prefix)
+        prompt = spec.build(question, exemplars, k, tools=tools)
         prompts.append({"k": k, "messages": prompt.messages, "text": prompt.text(tokenizer),
                         "tokens": len(prompt.token_ids(tokenizer))})
-    return {"model": model, "layout": layout, "prompts": prompts}
+    return {"model": model, "layout": layout, "tools": list(tools), "prompts": prompts}
+
+
+def tools_written(exemplars: Sequence[Exemplar | dict]) -> list[str]:
+    """The registered tools whose call tag the exemplars' solutions write (search when none
+    does): what a preview of the set starts with."""
+    solutions = [e.solution if isinstance(e, Exemplar) else str(e.get("solution") or "")
+                 for e in exemplars]
+    written = [name for name, tool in TOOLS.items()
+               if any(f"<{tool.spec.call_tag}>" in text for text in solutions)]
+    return written or list(SEARCH_ONLY)

@@ -259,6 +259,15 @@ def test_prompt_preview_counts_tokens_for_each_k(api, tmp_path):
     bad_k = api.post(f"/exemplar-sets/{set_id}/preview", json={"question": "q", "ks": [3],
                                                                "model": str(model)})
     assert bad_k.status_code == 422 and "outside 0..2" in bad_k.json()["detail"]
+    coded = api.post(f"/exemplar-sets/{set_id}/preview", json={
+        "question": "What is 6 times 7", "model": str(model), "tools": ["python"], "ks": [0]})
+    assert coded.status_code == 200, coded.text
+    assert "<code> and </code>" in coded.json()["prompts"][0]["text"]
+    assert "<search>" not in coded.json()["prompts"][0]["text"]
+    bad_tool = api.post(f"/exemplar-sets/{set_id}/preview", json={
+        "question": "q", "model": str(model), "tools": ["grep"]})
+    assert bad_tool.status_code == 422
+    assert bad_tool.json()["detail"].startswith("tools: unknown tool 'grep'; known tools: ")
 
 
 # --- the demo pack -----------------------------------------------------------------------------------

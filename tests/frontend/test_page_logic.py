@@ -14,13 +14,14 @@ import pytest
 from frontend.components import error_markdown, only_choice, picker, problems
 from frontend.pages import curriculum, exemplars, home, launch
 from studio.db import session_scope
-from studio.demo import EXEMPLARS
+from studio.demo import EXEMPLARS, MATH_EXEMPLARS
 from studio.escaping import markdown_text
+from studio.method.prompt import DEFAULT_INSTRUCTION, instruction_for
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
-from studio.services.prompt_preview import preview_exemplars
+from studio.services.prompt_preview import preview_exemplars, tools_written
 from studio.tables import Run
 from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
@@ -193,8 +194,9 @@ def test_the_sentinel_accordion_sets_each_signals_action():
     assert (sentinel.search_stopped.action, sentinel.search_stopped.window) == ("pause", 5)
     assert sentinel.kl_spike.action == "warn"
     labels = [s.label for s in launch.SENTINEL_SETTINGS]
-    assert labels[:2] == ["Format score falling", "Searching stopped"]
-    assert launch.SENTINEL_SETTINGS[1].explain.startswith("Search calls per rollout fell")
+    assert labels[:2] == ["Format score falling", "Tool use stopped"]
+    assert launch.SENTINEL_SETTINGS[1].explain.startswith(
+        "Calls of its tools per rollout fell to almost none after the model had been using them")
 
 
 def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_one():
@@ -268,6 +270,31 @@ def test_draft_previews_count_tokens(settings, tmp_path):
     assert result["prompts"][0]["tokens"] < result["prompts"][2]["tokens"]
     with pytest.raises(InvalidInput, match="outside 0..2"):
         preview_exemplars(settings, DEMO[:2], "q", ks=[3], model=model)
+
+
+def test_a_preview_for_the_python_tool_instructs_python_only(settings, tmp_path):
+    """The preview builds the prompt as a run with these tools does: `<code>`/`<output>` in
+    the instruction for python alone, no search; search alone keeps method.md's words."""
+    model = str(build_tiny_model(tmp_path / "tiny"))
+    math = [json.loads(line) for line in MATH_EXEMPLARS.read_text().splitlines()[:2]]
+    shown = preview_exemplars(settings, math, "What is 6 times 7?", model=model,
+                              tools=["python"])
+    text = shown["prompts"][0]["text"]
+    assert shown["tools"] == ["python"] and instruction_for(["python"]) in text
+    assert "<code> and </code>" in text and "<output> and </output>" in text
+    assert "<search>" not in text and "<information>" not in text
+    searched = preview_exemplars(settings, DEMO[:1], "Where is Fennick Light?", model=model)
+    assert DEFAULT_INSTRUCTION in searched["prompts"][0]["text"]
+    assert searched["prompts"] == preview_exemplars(
+        settings, DEMO[:1], "Where is Fennick Light?", model=model, tools=("search",))["prompts"]
+    for bad, words in ((["grep"], "unknown tool 'grep'"), ([], "at least one tool"),
+                       (["python", "python"], "'python' is listed more than once")):
+        with pytest.raises(InvalidInput, match=f"^tools: .*{words}"):
+            preview_exemplars(settings, math, "q", model=model, tools=bad)
+    assert exemplars.open_set(settings, None)[2] == ["search"]
+    assert tools_written(math) == ["python"] and tools_written(DEMO) == ["search"]
+    page = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 2)
+    assert "<code> and </code>" in page[1] and "tools `python`" in page[3]
 
 
 def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_text(settings):

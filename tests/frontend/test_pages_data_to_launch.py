@@ -145,6 +145,14 @@ def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_mod
     assert first["question"] in prompt
     assert json.loads(EXEMPLARS.read_text().splitlines()[2])["question"] not in prompt
     ui.screenshot("exemplars")
+    ui.page.locator("#preview-tools label", has_text="python").click()  # search stays ticked
+    ui.wait_text("#preview-note", "tools search, python")
+    both = ui.page.locator("#prompt-text textarea").input_value()
+    assert "- search: " in both and "<code> and </code>" in both
+    ui.page.locator("#preview-tools label", has_text="search").click()
+    ui.wait_text("#preview-note", "tools python. ")
+    python_only = ui.page.locator("#prompt-text textarea").input_value()
+    assert "<code> and </code>" in python_only and "<search> and </search>" not in python_only
 
     edited = first["question"].replace("town", "harbour town")
     ui.page.fill("#exemplar-question textarea", edited)

@@ -70,7 +70,7 @@ def test_live_figure_is_valid_plotly_with_every_panel_and_penalty():
     go.Figure(figure)  # raises on anything plotly does not accept
     names = [t["name"] for t in figure["data"]]
     assert names[:3] == ["total", "accuracy", "format"]
-    assert {"missing answer", "no search", "KL", "search calls", "masked"} <= set(names)
+    assert {"missing answer", "no search", "KL", "tool calls", "masked"} <= set(names)
     reward = figure["data"][0]
     assert reward["x"] == list(range(1, 13)) and reward["y"][-1] == 11 / 12
     assert sorted(panel_titles(figure)) == sorted(title for title, _ in LIVE_PANELS)

@@ -163,6 +163,9 @@ def test_the_message_says_what_fell_what_it_means_and_what_to_try():
     assert message.startswith("search_stopped: search_calls averaged 0 over the last 5 steps, "
                               "down from ")
     assert "premature termination" in message and "Try: make the curriculum gentler" in message
+    assert SIGNALS["search_stopped"].title == "Tool use stopped"
+    assert "That is: calls of its tools per rollout fell to almost none after the model had " \
+        "been using them: it has stopped calling its tools" in message  # any tool, not search
     assert message.endswith("The run is paused at a checkpoint; Resume continues it from there.")
     assert alarm_message(alarms[0].to_dict()) == message
     share = Sentinel({"length_at_limit": Rule("warn", 5, 0.95)}, LIMIT)

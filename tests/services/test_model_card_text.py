@@ -4,12 +4,13 @@ element of theirs."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
 from studio.services import model_card
-from studio.services.demo import load_demo_pack
+from studio.services.demo import load_demo_pack, load_math_pack
 from tests.support.actors import admin
 from tests.support.hostile_text import HOSTILE
 from tests.support.synthetic_runs import finished_run
@@ -58,3 +59,30 @@ def test_a_hostile_run_name_and_prefix_are_text_in_the_card(settings, tmp_path):
         {"src": "reward_curves.png", "alt": "reward curves"}]
     assert found.texts["h1"] == [HOSTILE]
     assert prefix in found.texts["td"]
+
+
+def test_a_python_runs_card_tells_how_to_serve_its_code_not_a_search(settings, tmp_path):
+    """A python-only run (the math pack, no corpus): the card's protocol, stop strings, tags
+    and limits are the python tool's `<code>`/`<output>` and a sandbox; nothing of search."""
+    load_math_pack(settings, admin(settings))
+    run_id = finished_run(settings, {
+        "name": "math-run", "model": str(build_tiny_model(tmp_path / "tiny")),
+        "tools": ["python"], "reward": {"answer_match": "numeric"},
+        "data": {"train": "math", "exemplars": "math"}}, steps=4)
+
+    card = model_card.build_model_card(settings, run_id)
+    usage = card.markdown.split("## How to use", 1)[1].split("## Training data", 1)[0]
+    assert "writes a Python program inside `<code>...</code>` and stops" in usage
+    assert "runs it\nin a sandbox" in usage and "`<output>...</output>` with what it printed" \
+        in usage
+    assert 'stop_strings=["</code>", "</answer>"]' in usage
+    assert '# on </code>: run the program in a sandbox, append "\\n\\n<output>' in usage
+    assert "<code> and </code>" in usage  # the instruction the run trained with
+    assert card.metadata["tags"] == ["icrl", "grpo", "reinforcement-learning", "tool-use",
+                                     "python", "icrl-studio"]
+    assert "questions by running Python code" in card.markdown
+    assert "calls the python tool without examples" in card.markdown
+    assert "Whether it calls its tools zero-shot has not been measured" in card.markdown
+    assert "a\n  sandbox that runs it and returns what it printed" in card.markdown
+    described = card.markdown.split("## Reproduce", 1)[0]  # the bundle's config lists all
+    assert re.findall(r"\bsearch|BM25|<information>|passages|corpus", described) == []

@@ -16,6 +16,8 @@ router = APIRouter(prefix="/exemplar-sets", tags=["exemplar-sets"])
 Number = Annotated[int, Path(ge=1, le=10_000, description="The exemplar's number, from 1")]
 MAX_PREVIEW_K = 64
 """The most exemplars a prompt preview shows (each k is one prompt rendered)."""
+MAX_PREVIEW_TOOLS = 16
+"""A bound on the request's tool list (the service refuses unknown or repeated names)."""
 
 
 class ExemplarIn(BaseModel):
@@ -86,10 +88,13 @@ class PreviewRequest(BaseModel):
     layout: str = "inline"
     model: str | None = None
     assistant_prefix: str | None = None
+    tools: list[str] = Field(default_factory=lambda: ["search"], max_length=MAX_PREVIEW_TOOLS,
+                             description="The run's tools: the instruction names each one")
 
 
 @router.post("/{set_id}/preview")
 def preview(set_id: Id, body: PreviewRequest, settings: Settings = Depends(get_settings)) -> dict:
     """The prompt for k = 0..N exemplars, rendered for a model, with token counts."""
     return preview_prompts(settings, set_id, body.question, ks=body.ks, layout=body.layout,
-                           model=body.model, assistant_prefix=body.assistant_prefix)
+                           model=body.model, assistant_prefix=body.assistant_prefix,
+                           tools=body.tools)

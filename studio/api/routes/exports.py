@@ -53,7 +53,7 @@ def preview_card(run_id: Id, step: Step = None, repo_id: str | None = Query(None
             responses={200: {"content": {"image/png": {}}}})
 def reward_curves(run_id: Id, step: Step = None,
                   settings: Settings = Depends(get_settings)) -> Response:
-    """The card's image: training reward, accuracy, format and search calls per step."""
+    """The card's image: training reward, accuracy, format and tool calls per step."""
     return Response(model_card.reward_curves_image(settings, run_id, step),
                     media_type="image/png")
 
