@@ -87,6 +87,9 @@ def preview(settings: Settings, stored: list[dict] | None, number: int | None, q
     if item["question"].strip() and item["solution"].strip():
         exemplars = draft_set(exemplars, number or NEW, item)
     ks = list(range(len(exemplars) + 1))
+    # k as read when the event fired: the user may have picked another since (that pick
+    # queues its own preview), so the pick is rewritten only when it no longer exists
+    k_choice = gr.Radio(choices=ks) if k in ks else gr.Radio(choices=ks, value=ks[-1])
     k = k if k in ks else ks[-1]
     try:
         result = preview_exemplars(settings, exemplars, asked or "", layout=layout,
@@ -94,12 +97,12 @@ def preview(settings: Settings, stored: list[dict] | None, number: int | None, q
                                    assistant_prefix=PromptSpec().assistant_prefix,
                                    tools=tools or [])
     except UserError as exc:
-        return [], "", gr.Radio(choices=ks, value=k), error_markdown(str(exc), "No preview")
+        return [], "", k_choice, error_markdown(str(exc), "No preview")
     prompts = result["prompts"]
     note = (f"Counted with the tokenizer of {code_span(result['model'])}; layout "
             f"{code_span(layout)}; tools {', '.join(map(code_span, result['tools']))}. "
             f"k = {k}: {prompts[k]['tokens']} tokens.")
-    return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], gr.Radio(choices=ks, value=k), note
+    return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], k_choice, note
 
 
 def sample_question(settings: Settings) -> str:

@@ -295,6 +295,10 @@ def test_a_preview_for_the_python_tool_instructs_python_only(settings, tmp_path)
     assert tools_written(math) == ["python"] and tools_written(DEMO) == ["search"]
     page = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 2)
     assert "<code> and </code>" in page[1] and "tools `python`" in page[3]
+    # the k it was asked for stays as the user may have picked since; one gone is replaced
+    assert page[2].constructor_args == {"choices": list(range(len(math) + 1))}
+    gone = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 9)
+    assert gone[2].constructor_args["value"] == len(math) and f"k = {len(math)}:" in gone[3]
 
 
 def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_text(settings):
