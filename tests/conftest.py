@@ -20,7 +20,10 @@ from studio.settings import Settings
 from tests.support.actors import admin
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("STUDIO_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
+REDIS_URL = os.environ.get(
+    "STUDIO_TEST_REDIS_URL",
+    # tests flush their database: under pytest-xdist each worker has its own (gw0: 9, gw1: 10)
+    f"redis://127.0.0.1:6379/{9 + int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:])}")
 
 
 @pytest.fixture(scope="session")
