@@ -3,6 +3,7 @@
     .venv/bin/python bench/icrl_effect.py                    # the quick-start preset (~1 h)
     .venv/bin/python bench/icrl_effect.py --lr 1e-4 --stages 3x10,2x8,0x12
     .venv/bin/python bench/icrl_effect.py --quick            # a tiny model: checks the script
+    .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
 quick-start preset (`studio.services.presets`) unless a flag changes it:
@@ -10,6 +11,10 @@ quick-start preset (`studio.services.presets`) unless a flag changes it:
 * ``base``: the model, untrained;
 * ``curriculum``: the preset's run as it is (exemplars 3 -> 2 -> 0 by default);
 * ``exemplar-free``: the same run with no exemplar at any step (Search-R1's start).
+
+``--pack math`` asks the same of the python tool: the math pack (`studio demo --math`)
+instead of the demo world, `tools: [python]`, no corpus, numeric answer matching, and the
+evaluation on `math-heldout`; "valid call" is then a run `<code>` call.
 
 The two trained arms train side by side, one process and one thread each (the machine's
 two cores). Then each model is evaluated zero-shot on the demo pack's held-out questions
@@ -63,6 +68,13 @@ def arm_configs(args, settings) -> dict[str, dict]:
     if args.model:
         config["model"] = args.model
     config["seed"] = args.seed
+    if args.pack == "math":
+        from studio.services import demo
+
+        config["tools"] = ["python"]
+        config["data"] = {"train": demo.MATH_NAME, "exemplars": demo.MATH_NAME,
+                          "eval": [demo.MATH_HELDOUT_NAME]}
+        config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pack", choices=("demo", "math"), default="demo",
+                        help="demo: search on the demo world; math: python on the math pack")
     parser.add_argument("--limit", type=int, help="evaluate on the first N held-out questions")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/icrl-effect"))
     parser.add_argument("--out", type=Path, help="default: DATA_DIR/icrl_effect")
@@ -189,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(data_dir=args.data_dir)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
-    demo.load_demo_pack(settings, admin(settings), index_now=True)
+    if args.pack == "math":
+        demo.load_math_pack(settings, admin(settings))
+        heldout, corpus = demo.MATH_HELDOUT_NAME, None
+    else:
+        demo.load_demo_pack(settings, admin(settings), index_now=True)
+        heldout, corpus = demo.HELDOUT_NAME, demo.DEMO_NAME
     logs = args.data_dir / "logs"
     logs.mkdir(exist_ok=True)
 
@@ -204,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from studio.run_config import RunConfig
 
-    protocol = evaluations.run_protocol(RunConfig.model_validate(configs["curriculum"]))
+    protocol = evaluations.with_run_tools(  # the base model calls the runs' tools too
+        evaluations.run_protocol(RunConfig.model_validate(configs["curriculum"])),
+        configs["curriculum"])
     targets = {"base": {"model": configs["curriculum"]["model"]},
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
     queued = {arm: evaluations.create_evaluation(
-        settings, admin(settings), qa_set=demo.HELDOUT_NAME, corpus=demo.DEMO_NAME,
+        settings, admin(settings), qa_set=heldout, corpus=corpus,
         limit=args.limit, protocol=protocol, start=False, **target)
         for arm, target in targets.items()}
     with ThreadPoolExecutor(2) as pool:
@@ -227,16 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# ICRL effect: {configs['curriculum']['model']}, curriculum {stages}, "
           f"{grpo['batch_size']} questions x {grpo['group_size']} samples per step, "
           f"lr {grpo['lr']}, LoRA {configs['curriculum'].get('lora') or 'off'}, seed "
-          f"{args.seed}; zero-shot on {questions} held-out demo questions "
+          f"{args.seed}; zero-shot on {questions} held-out {args.pack} questions "
           f"(training {train_minutes:.0f} min for both arms side by side, {minutes:.0f} min "
           "in all)\n")
-    print("| model | valid-search rate | answer rate | EM | SubEM | F1 | search calls |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | code errors |")
+    print("|---|---|---|---|---|---|---|---|")
     labels = {"base": "base (no training)", "curriculum": "trained, exemplar curriculum",
               "exemplar-free": "trained, exemplar-free"}
     for arm, m in results.items():
         print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
-              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} |")
+              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} | "
+              f"{m.get('code_errors', '–')} |")
     print()
     for arm, folder in folders.items():
         print(f"{arm} model: {folder}")

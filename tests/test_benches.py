@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -66,16 +68,20 @@ def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
     assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)
 
 
-def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path, capsys):
+@pytest.mark.parametrize("pack", ["demo", "math"])
+def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path, capsys, pack):
     """Both trained arms side by side in their own processes, three zero-shot evaluations on
-    held-out questions, the curves, and each trained arm's model as a plain HF folder."""
+    held-out questions, the curves, and each trained arm's model as a plain HF folder; with
+    the math pack the runs and the base model's evaluation call python, with no corpus."""
     bench = _load("icrl_effect")
-    assert bench.main(["--quick", "--data-dir", str(tmp_path / "data")]) == 0
+    assert bench.main(["--quick", "--pack", pack, "--data-dir", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     assert [r.split("|")[1].strip() for r in rows[1:]] == [
         "base (no training)", "trained, exemplar curriculum", "trained, exemplar-free"]
-    assert "zero-shot on 4 held-out demo questions" in out
+    assert f"zero-shot on 4 held-out {pack} questions" in out
+    code_errors = [r.split("|")[8].strip() for r in rows[1:]]
+    assert code_errors == (["0"] * 3 if pack == "math" else ["–"] * 3)
     for arm in ("curriculum", "exemplar-free"):
         (line,) = [x for x in out.splitlines() if x.startswith(f"{arm} model: ")]
         folder = Path(line.split(": ", 1)[1])
