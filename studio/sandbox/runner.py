@@ -39,13 +39,20 @@ def _marker(limit: int) -> str:
     return f"\n[output truncated: more than {limit} bytes]"
 
 
+_COMPILE_ERRORS = frozenset({"SyntaxError", "IndentationError", "TabError"})
+"""Raised before the code runs: Python prints them with no "Traceback" header."""
+
+
 def _exception_kind(stderr: str) -> str | None:
-    """The exception's name from a traceback's last line ("NameError: name 'x' ...")."""
+    """The exception's name from a traceback's last line ("NameError: name 'x' ..."), or
+    from a compile error's ("SyntaxError: invalid syntax"), which has no traceback."""
     lines = [line for line in stderr.splitlines() if line.strip()]
-    if not lines or "Traceback (most recent call last):" not in stderr:
+    match = _EXCEPTION_LINE.match(lines[-1]) if lines else None
+    if not match:
         return None
-    match = _EXCEPTION_LINE.match(lines[-1])
-    return match.group(1).rsplit(".", 1)[-1] if match else None
+    kind = match.group(1).rsplit(".", 1)[-1]
+    traceback = "Traceback (most recent call last):" in stderr
+    return kind if traceback or kind in _COMPILE_ERRORS else None
 
 
 def _error(returncode: int | None, stderr: str, timed_out: bool, over_output: bool) -> str | None:

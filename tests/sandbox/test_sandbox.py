@@ -58,6 +58,10 @@ def test_an_exception_is_named_and_its_traceback_kept(sandbox):
     assert run.error == "exception: NameError"
     assert run.stderr.rstrip().endswith("NameError: name 'undefined_name' is not defined")
     assert sandbox.run("import sys; sys.exit(3)").error == "exit 3"
+    # a syntax error has no traceback: it is named all the same, and the model reads its line
+    bad = sandbox.run("total = $144 x 2.13\nprint(total)")
+    assert bad.error == "exception: SyntaxError" and bad.stdout == ""
+    assert PythonTool(sandbox.run_batch).observation(bad) == "\n\n<output>SyntaxError: invalid syntax</output>\n\n"
     assert sandbox.run("import os; os.kill(os.getpid(), 9)").error == "killed: SIGKILL"
 
 
