@@ -3,6 +3,7 @@
     .venv/bin/python bench/icrl_effect.py                    # the quick-start preset (~1 h)
     .venv/bin/python bench/icrl_effect.py --lr 1e-4 --stages 3x10,2x8,0x12
     .venv/bin/python bench/icrl_effect.py --quick            # a tiny model: checks the script
+    .venv/bin/python bench/icrl_effect.py --arms curriculum --seed 2   # one arm of a seed sweep
     .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
@@ -44,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from tests.support.actors import admin  # noqa: E402
 
 CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate")
+ARMS = ("base", "curriculum", "exemplar-free")
 
 
 def arm_configs(args, settings) -> dict[str, dict]:
@@ -177,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"which arms to run, comma-separated (default: {','.join(ARMS)}); "
+                        "a seed sweep of the curriculum alone: --arms curriculum")
     parser.add_argument("--pack", choices=("demo", "math"), default="demo",
                         help="demo: search on the demo world; math: python on the math pack")
     parser.add_argument("--limit", type=int, help="evaluate on the first N held-out questions")
@@ -188,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return run_child(args)
+    arms = [arm for arm in ARMS if arm in args.arms.split(",")]
+    if not arms or len(arms) != len(args.arms.split(",")):
+        parser.error(f"--arms: a comma-separated choice of {', '.join(ARMS)}")
 
     from studio import db
     from studio.services import demo, evaluations, runs
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     configs = arm_configs(args, settings)
     created = {arm: runs.create_run(settings, admin(settings), config, start=False)
-               for arm, config in configs.items()}
+               for arm, config in configs.items() if arm in arms}
     with ThreadPoolExecutor(2) as pool:  # the two trained arms side by side
         list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
                                         args.data_dir, logs / f"train-{arm}.log"), created))
@@ -226,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     protocol = evaluations.with_run_tools(  # the base model calls the runs' tools too
         evaluations.run_protocol(RunConfig.model_validate(configs["curriculum"])),
         configs["curriculum"])
-    targets = {"base": {"model": configs["curriculum"]["model"]},
+    targets = {**({"base": {"model": configs["curriculum"]["model"]}} if "base" in arms else {}),
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
     queued = {arm: evaluations.create_evaluation(
         settings, admin(settings), qa_set=heldout, corpus=corpus,
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{grpo['batch_size']} questions x {grpo['group_size']} samples per step, "
           f"lr {grpo['lr']}, LoRA {configs['curriculum'].get('lora') or 'off'}, seed "
           f"{args.seed}; zero-shot on {questions} held-out {args.pack} questions "
-          f"(training {train_minutes:.0f} min for both arms side by side, {minutes:.0f} min "
+          f"(training {train_minutes:.0f} min: {' beside '.join(created)}; {minutes:.0f} min "
           "in all)\n")
     print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | code errors |")
     print("|---|---|---|---|---|---|---|---|")

@@ -89,6 +89,20 @@ def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path,
     assert (tmp_path / "data" / "icrl_effect.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_icrl_effect_benchmark_runs_only_the_arms_asked_for(tmp_path, capsys):
+    """A seed sweep trains and evaluates the curriculum alone; an unknown arm is refused."""
+    bench = _load("icrl_effect")
+    assert bench.main(["--quick", "--arms", "curriculum", "--seed", "3",
+                       "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == ["trained, exemplar curriculum"]
+    assert "seed 3;" in out and "min: curriculum;" in out
+    assert [x.split(": ")[0] for x in out.splitlines() if " model: " in x] == ["curriculum model"]
+    with pytest.raises(SystemExit):
+        bench.main(["--quick", "--arms", "curriculum,teacher", "--data-dir", str(tmp_path)])
+
+
 def test_the_sandbox_benchmark_compares_a_sandboxed_call_with_a_plain_one(capsys):
     assert _load("sandbox").main(["--repeats", "2"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
