@@ -86,21 +86,26 @@ def test_each_signal_fires_once_on_its_collapse_and_soon(signal):
 RECORDED = Path(__file__).resolve().parents[1] / "support" / "recorded"
 
 
-def test_a_recorded_icrl_effect_run_alarms_only_where_its_searching_collapsed():
+def recorded_alarms(run: dict) -> list[tuple[int, str]]:
+    sentinel = Sentinel(default_rules(), run["max_response_tokens"])
+    return [(t, a.signal) for t, m in enumerate(run["steps"]) for a in sentinel.observe(m)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_recorded_icrl_effect_run_alarms_only_where_its_searching_collapsed(seed):
     """The ICRL-effect bench's curriculum arm, recorded (its `about` says how): 20 steps of
     SmolLM2 through 3 -> 2 -> 0 exemplars, every signal at its default. It searched while it
     had exemplars (noisy format, length, entropy and spread, KL growing, stage changes) and
     nothing fires there; with none it stopped searching from its first step (step 12) on,
     and `search_stopped` fires, alone, when its 5-step window has seen it: the step the
-    premature-termination watch warned at, live, in the same run."""
-    run = json.loads((RECORDED / "icrl_effect_curriculum_seed0.json").read_text())
+    premature-termination watch warned at, live, in the same run. Two seeds, the same
+    story."""
+    run = json.loads((RECORDED / f"icrl_effect_curriculum_seed{seed}.json").read_text())
     steps = run["steps"]
     assert [m["exemplars"] for m in steps] == [3] * 6 + [2] * 6 + [0] * 8
     assert min(m["search_calls"] for m in steps[:12]) > 0
     assert {m["search_calls"] for m in steps[12:]} == {0.0}
-    sentinel = Sentinel(default_rules(), run["max_response_tokens"])
-    alarms = [(t, a.signal) for t, m in enumerate(steps) for a in sentinel.observe(m)]
-    assert alarms == [(16, "search_stopped")]
+    assert recorded_alarms(run) == [(16, "search_stopped")]
     warned = [(e["step"], e["message"]) for e in run["events"] if e["kind"] == "warning"]
     assert [step for step, _ in warned] == [16, 16]
     assert "after the last stage change" in warned[0][1]  # the premature-termination watch
@@ -108,8 +113,20 @@ def test_a_recorded_icrl_effect_run_alarms_only_where_its_searching_collapsed():
 
     searching = [*steps[:12], *(dict(m, search_calls=steps[11]["search_calls"])
                                 for m in steps[12:])]  # the same run, had it kept searching
-    sentinel = Sentinel(default_rules(), run["max_response_tokens"])
-    assert [a for m in searching for a in sentinel.observe(m)] == []
+    assert recorded_alarms({**run, "steps": searching}) == []
+
+
+def test_a_recorded_exemplar_free_run_raises_no_alarm():
+    """The same bench's exemplar-free arm (seed 1): 20 real steps that move a lot without
+    collapsing (format 0 -> 0.9, answers from 235 tokens down to 14 as it learns to answer at
+    once, entropy up to 4.2, KL up to 0.6, grad norm up to 1.9, a few searches early on):
+    no signal fires, and none fired live."""
+    run = json.loads((RECORDED / "icrl_effect_exemplar_free_seed1.json").read_text())
+    steps = run["steps"]
+    assert len(steps) == 20 and {m["exemplars"] for m in steps} == {0}
+    assert max(m["kl"] for m in steps) > 0.5 and max(m["format"] for m in steps) > 0.8
+    assert recorded_alarms(run) == []
+    assert [e for e in run["events"] if e["kind"] == "warning"] == []
 
 
 def test_a_signal_fires_again_only_after_its_metric_recovered():
