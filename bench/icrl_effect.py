@@ -1,9 +1,9 @@
 """Does the exemplar curriculum teach SmolLM2-135M to search on its own? Three arms.
 
-    .venv/bin/python bench/icrl_effect.py                    # the quick-start preset (~1 h)
+    .venv/bin/python bench/icrl_effect.py                 # the quick-start preset (~25 min)
     .venv/bin/python bench/icrl_effect.py --lr 1e-4 --stages 3x10,2x8,0x12
-    .venv/bin/python bench/icrl_effect.py --quick            # a tiny model: checks the script
-    .venv/bin/python bench/icrl_effect.py --arms curriculum --seed 2   # one arm of a seed sweep
+    .venv/bin/python bench/icrl_effect.py --quick         # a tiny model: checks the script
+    .venv/bin/python bench/icrl_effect.py --arms curriculum --seed 2   # a seed sweep's run
     .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
