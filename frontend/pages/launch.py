@@ -54,11 +54,14 @@ curriculum is the one on the **Curriculum** page.
 """
 
 QUICK_START_WORDS = f"""
-### Quick start: see the method work
+### Quick start: a whole run, end to end
 One click launches a ready-made run on the demo pack's invented world:
 {presets.DESCRIPTIONS[presets.QUICK_START]}. Its settings were chosen by experiment for
 the bundled model on two CPU cores (docs/engine.md). Nothing else is needed: it stores the
-demo pack if it is missing.
+demo pack if it is missing. What to expect of the bundled 135M model: it learns the
+reply's format and searches while exemplars are in its prompt, but in most runs it stops
+searching once they go, and it does not yet answer from what it finds; teaching the tool
+itself takes a larger model (docs/engine.md, "The ICRL effect").
 """
 
 MODEL_SOURCES = {
