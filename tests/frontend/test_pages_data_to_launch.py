@@ -54,7 +54,8 @@ def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path
     ui.wait_text("#exemplar-table", "exemplars.jsonl")
     assert ui.table_rows("#exemplar-table") == [
         ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]
-    ui.wait_empty("#corpus-empty")  # the "No corpus yet" note went away
+    wait_for(lambda: ui.page.locator("#corpus-empty").inner_text().strip() == "", 30,
+             "the 'No corpus yet' note to go (not Gradio's progress text, '0.1s')")
 
     ui.choose("#search-corpus", "demo (ready)")
     ui.page.fill("#search-query textarea", "lighthouse first lit")

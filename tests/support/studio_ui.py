@@ -42,13 +42,6 @@ class StudioUI:
             timeout=timeout * 1000)
         return seen.json_value()
 
-    def wait_empty(self, selector: str, timeout: float = 30) -> None:
-        """Wait until the element shows no text (a refresh in flight shows Gradio's progress
-        text, "0.1s", in its outputs for a moment: read once, that is not the answer)."""
-        self.page.wait_for_function(
-            "(s) => { const e = document.querySelector(s); return e && !e.innerText.trim(); }",
-            arg=selector, timeout=timeout * 1000)
-
     def wait_value(self, selector: str, text: str, timeout: float = 30) -> str:
         """Wait until a textbox's value contains `text`; return the value."""
         self.page.wait_for_function(
