@@ -193,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return run_child(args)
-    arms = [arm for arm in ARMS if arm in args.arms.split(",")]
-    if not arms or len(arms) != len(args.arms.split(",")):
+    asked = args.arms.split(",")
+    if set(asked) - set(ARMS):
         parser.error(f"--arms: a comma-separated choice of {', '.join(ARMS)}")
+    arms = [arm for arm in ARMS if arm in asked]
 
     from studio import db
     from studio.services import demo, evaluations, runs
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = arm_configs(args, settings)
     created = {arm: runs.create_run(settings, admin(settings), config, start=False)
                for arm, config in configs.items() if arm in arms}
-    with ThreadPoolExecutor(2) as pool:  # the two trained arms side by side
+    with ThreadPoolExecutor(2) as pool:  # the trained arms side by side
         list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
                                         args.data_dir, logs / f"train-{arm}.log"), created))
     train_minutes = (time.time() - t0) / 60
