@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,52 @@ def test_the_grpo_options_benchmark_trains_each_family_it_is_given(tmp_path, cap
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2] == "2" and float(cells[-1]) > 0
+
+
+def test_the_reader_ceiling_benchmark_asks_each_question_three_ways(tmp_path, capsys):
+    """4 held-out questions, 0 and 2 exemplars, three pre-filled replies each: one row per
+    condition and hop count, one answer per question, condition and exemplar count."""
+    bench = _load("reader_ceiling")
+    out = tmp_path / "answers.jsonl"
+    assert bench.main(["--quick", "--data-dir", str(tmp_path), "--out", str(out)]) == 0
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    totals = [(r[0], r[1]) for r in rows[1:] if r[2] == "all"]
+    assert totals == [(k, c) for k in ("0", "2") for c in bench.CONDITIONS]
+    assert all(r[3] == "4" for r in rows[1:] if r[2] == "all")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 4 * 3 * 2
+    assert all(r["em"] in (0, 1) and 0 <= r["f1"] <= 1 for r in records)
+    assert not any(r["reachable"] for r in records if r["condition"] == "closed book")
+
+
+def test_the_reader_ceilings_replies_carry_the_search_the_question_would_make(tmp_path):
+    """The BM25 reply holds the top 3 passages for the question, in order; the support reply
+    holds the passage with the golden answer; both end at `<answer>`; closed book is only that."""
+    from transformers import AutoTokenizer
+
+    from studio import demo
+    from studio.method.protocol import Limits
+    from studio.retrieval.index import build_index
+    from studio.retrieval.passages import Passage
+    from tests.support.tiny_model import build_tiny_model
+
+    bench = _load("reader_ceiling")
+    passages = {p["id"]: p for p in bench.read_jsonl(demo.CORPUS)}
+    row = next(r for r in bench.read_jsonl(demo.QA) if r["hops"] == 1)
+    index = build_index(Passage(p["id"], p["title"], p["text"]) for p in passages.values())
+    top = [h.passage for h in index.search([row["question"]], 3)[0]]
+    support = [(passages[i]["title"], passages[i]["text"]) for i in row["support"]]
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
+    prefixes = bench.reply_prefixes(
+        row["question"], support,
+        lambda queries: [[(p.title, p.text) for p in top] for _ in queries], tokenizer,
+        Limits(max_obs_tokens=5000, max_response_tokens=6000))
+    assert prefixes["closed book"] == ("<answer>", "")
+    for condition in ("BM25 top 3", "support passages"):
+        reply, block = prefixes[condition]
+        assert reply == f"<search> {row['question']} </search>{block}<answer>"
+    bm25 = prefixes["BM25 top 3"][1]
+    assert [bm25.index(f"(Title: {p.title})") for p in top] == sorted(
+        bm25.index(f"(Title: {p.title})") for p in top)
+    assert any(g in prefixes["support passages"][1] for g in row["golden_answers"])
