@@ -4,6 +4,7 @@
     .venv/bin/python bench/icrl_effect.py --lr 1e-4 --stages 3x10,2x8,0x12
     .venv/bin/python bench/icrl_effect.py --quick         # a tiny model: checks the script
     .venv/bin/python bench/icrl_effect.py --arms curriculum --seed 2   # a seed sweep's run
+    .venv/bin/python bench/icrl_effect.py --top-k 1 --seed 1   # one passage per search
     .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
@@ -61,7 +62,7 @@ def arm_configs(args, settings) -> dict[str, dict]:
     grpo = config["grpo"]
     for flag, key in (("lr", "lr"), ("batch", "batch_size"), ("group", "group_size"),
                       ("turn_tokens", "max_turn_tokens"), ("obs_tokens", "max_obs_tokens"),
-                      ("temperature", "temperature")):
+                      ("temperature", "temperature"), ("top_k", "top_k")):
         if getattr(args, flag) is not None:
             grpo[key] = getattr(args, flag)
     if args.lora_rank is not None:
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--obs-tokens", type=int, dest="obs_tokens",
                         help="search results cut to this many tokens")
     parser.add_argument("--temperature", type=float, help="rollout sampling temperature")
+    parser.add_argument("--top-k", type=int, dest="top_k",
+                        help="passages a search returns, in training and in the evaluation")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
     parser.add_argument("--seed", type=int, default=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -173,3 +174,19 @@ def test_the_reader_ceilings_replies_carry_the_search_the_question_would_make(tm
     assert [bm25.index(f"(Title: {p.title})") for p in top] == sorted(
         bm25.index(f"(Title: {p.title})") for p in top)
     assert any(g in prefixes["support passages"][1] for g in row["golden_answers"])
+
+
+def test_the_icrl_effect_benchmarks_top_k_reaches_both_arms_and_the_evaluation(tmp_path):
+    """`--top-k 1`: every trained arm searches for one passage, and so does the zero-shot
+    evaluation the bench builds from the curriculum arm's config."""
+    from studio.run_config import RunConfig
+    from studio.services.evaluations import run_protocol
+    from studio.settings import Settings
+
+    bench = _load("icrl_effect")
+    args = argparse.Namespace(
+        stages=None, lr=None, batch=None, group=None, turn_tokens=None, obs_tokens=None,
+        temperature=None, top_k=1, lora_rank=None, model=None, seed=1, pack="demo")
+    configs = bench.arm_configs(args, Settings(data_dir=tmp_path))
+    assert [c["grpo"]["top_k"] for c in configs.values()] == [1, 1]
+    assert run_protocol(RunConfig.model_validate(configs["curriculum"]))["top_k"] == 1
