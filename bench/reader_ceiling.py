@@ -47,22 +47,30 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def reply_prefixes(question: str, support: list[tuple[str, str]], search, tokenizer,
-                   limits) -> dict[str, tuple[str, str]]:
-    """Per condition: (pre-filled reply, the information block's text or "")."""
+                   limits) -> dict[str, str]:
+    """Per condition, the pre-filled reply."""
     from studio.method.protocol import fit_observation
     from studio.method.tools import SearchTool
 
     call = f"<search> {question} </search>"
-    prefixes = {CONDITIONS[0]: ("<answer>", "")}
+    prefixes = {CONDITIONS[0]: "<answer>"}
     for name, backend in ((CONDITIONS[1], search), (CONDITIONS[2], lambda qs: [support])):
         tool = SearchTool(backend, top_k=3 if name == CONDITIONS[1] else len(support))
         (result,) = tool.execute([question])
         fitted = fit_observation(tokenizer, tool, result,
                                  len(tokenizer(call, add_special_tokens=False)["input_ids"]),
                                  limits)
-        block = fitted[0] if fitted else ""
-        prefixes[name] = (f"{call}{block}<answer>", block)
+        prefixes[name] = f"{call}{fitted[0] if fitted else ''}<answer>"
     return prefixes
+
+
+def holds_answer(reply: str, golden_answers: list[str]) -> bool:
+    """Whether the passages in the reply's result block hold a golden answer as whole words
+    (the data doctor's test; read inside the block, whose tags would glue to its last word)."""
+    from studio.method.failures import retrieved_texts
+    from studio.method.reward import contains_answer
+
+    return any(contains_answer(text, golden_answers) for text in retrieved_texts(reply))
 
 
 def greedy(model, tokenizer, text: str, new_tokens: int) -> str:
@@ -82,7 +90,7 @@ def measure(model, tokenizer, config, questions: list[dict], passages: dict[str,
     """One record per question and condition: hops, what the model wrote after `<answer>`,
     the answer read, EM, SubEM, F1, and whether the information block held a golden
     answer."""
-    from studio.method.reward import contains_answer, exact_match, substring_match, token_f1
+    from studio.method.reward import exact_match, substring_match, token_f1
     from studio.method.tags import final_answer
     from studio.retrieval.index import build_index
     from studio.retrieval.passages import Passage
@@ -98,8 +106,8 @@ def measure(model, tokenizer, config, questions: list[dict], passages: dict[str,
     for done, row in enumerate(questions, 1):
         support = [(passages[i]["title"], passages[i]["text"]) for i in row["support"]]
         prompt = config.build_prompt(row["question"], exemplars, k)
-        for condition, (prefix, block) in reply_prefixes(row["question"], support, search,
-                                                         tokenizer, limits).items():
+        for condition, prefix in reply_prefixes(row["question"], support, search, tokenizer,
+                                                limits).items():
             shown = replace(prompt, assistant_prefix=prefix)
             written = greedy(model, tokenizer, shown.text(tokenizer),
                              config.grpo.max_turn_tokens)
@@ -110,7 +118,7 @@ def measure(model, tokenizer, config, questions: list[dict], passages: dict[str,
                             "em": exact_match(answer, golds),
                             "subem": substring_match(answer, golds),
                             "f1": token_f1(answer, golds),
-                            "reachable": bool(block) and contains_answer(block, golds)})
+                            "reachable": holds_answer(prefix, golds)})
         if on_question:
             on_question(done, len(questions))
     return records

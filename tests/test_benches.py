@@ -146,10 +146,12 @@ def test_the_reader_ceiling_benchmark_asks_each_question_three_ways(tmp_path, ca
 
 def test_the_reader_ceilings_replies_carry_the_search_the_question_would_make(tmp_path):
     """The BM25 reply holds the top 3 passages for the question, in order; the support reply
-    holds the passage with the golden answer; both end at `<answer>`; closed book is only that."""
+    holds the passages with the golden answer, found for every held-out question (as whole
+    words, the last one before the closing tag too); both end at `<answer>`."""
     from transformers import AutoTokenizer
 
     from studio import demo
+    from studio.method.failures import retrieved_texts
     from studio.method.protocol import Limits
     from studio.retrieval.index import build_index
     from studio.retrieval.passages import Passage
@@ -157,23 +159,26 @@ def test_the_reader_ceilings_replies_carry_the_search_the_question_would_make(tm
 
     bench = _load("reader_ceiling")
     passages = {p["id"]: p for p in bench.read_jsonl(demo.CORPUS)}
-    row = next(r for r in bench.read_jsonl(demo.QA) if r["hops"] == 1)
     index = build_index(Passage(p["id"], p["title"], p["text"]) for p in passages.values())
-    top = [h.passage for h in index.search([row["question"]], 3)[0]]
-    support = [(passages[i]["title"], passages[i]["text"]) for i in row["support"]]
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny"))
-    prefixes = bench.reply_prefixes(
-        row["question"], support,
-        lambda queries: [[(p.title, p.text) for p in top] for _ in queries], tokenizer,
-        Limits(max_obs_tokens=5000, max_response_tokens=6000))
-    assert prefixes["closed book"] == ("<answer>", "")
-    for condition in ("BM25 top 3", "support passages"):
-        reply, block = prefixes[condition]
-        assert reply == f"<search> {row['question']} </search>{block}<answer>"
-    bm25 = prefixes["BM25 top 3"][1]
-    assert [bm25.index(f"(Title: {p.title})") for p in top] == sorted(
-        bm25.index(f"(Title: {p.title})") for p in top)
-    assert any(g in prefixes["support passages"][1] for g in row["golden_answers"])
+    heldout = [r for r in bench.read_jsonl(demo.QA) if r["split"] == "heldout"]
+    for row in heldout:
+        top = [h.passage for h in index.search([row["question"]], 3)[0]]
+        support = [(passages[i]["title"], passages[i]["text"]) for i in row["support"]]
+        replies = bench.reply_prefixes(
+            row["question"], support,
+            lambda queries, top=top: [[(p.title, p.text) for p in top] for _ in queries],
+            tokenizer, Limits(max_obs_tokens=5000, max_response_tokens=6000))
+        assert replies["closed book"] == "<answer>"
+        for condition in ("BM25 top 3", "support passages"):
+            reply = replies[condition]
+            assert reply.startswith(f"<search> {row['question']} </search>\n\n<information>")
+            assert reply.endswith("</information>\n\n<answer>")
+        (bm25,) = retrieved_texts(replies["BM25 top 3"])
+        found = [bm25.index(f"Doc {n}(Title: {p.title}) ") for n, p in enumerate(top, 1)]
+        assert found == sorted(found) and found[0] == 0
+        assert bench.holds_answer(replies["support passages"], row["golden_answers"]), row["id"]
+        assert not bench.holds_answer(replies["closed book"], row["golden_answers"])
 
 
 def test_the_icrl_effect_benchmarks_top_k_reaches_both_arms_and_the_evaluation(tmp_path):
