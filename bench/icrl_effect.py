@@ -45,8 +45,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support.actors import admin  # noqa: E402
 
-CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate")
+CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate", "zero_shot_acc",
+          "zero_shot_valid_search_rate")
 ARMS = ("base", "curriculum", "exemplar-free")
+TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
+              "calc": ("calculator", "calc", "calc-heldout")}
+"""--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
 
 
 def arm_configs(args, settings) -> dict[str, dict]:
@@ -62,7 +66,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
     grpo = config["grpo"]
     for flag, key in (("lr", "lr"), ("batch", "batch_size"), ("group", "group_size"),
                       ("turn_tokens", "max_turn_tokens"), ("obs_tokens", "max_obs_tokens"),
-                      ("temperature", "temperature"), ("top_k", "top_k")):
+                      ("temperature", "temperature"), ("top_k", "top_k"),
+                      ("kl", "kl_coef"), ("turns", "max_turns")):
         if getattr(args, flag) is not None:
             grpo[key] = getattr(args, flag)
     if args.lora_rank is not None:
@@ -71,19 +76,20 @@ def arm_configs(args, settings) -> dict[str, dict]:
     if args.model:
         config["model"] = args.model
     config["seed"] = args.seed
-    if args.pack == "math":
-        from studio.services import demo
-
-        config["tools"] = ["python"]
-        config["data"] = {"train": demo.MATH_NAME, "exemplars": demo.MATH_NAME,
-                          "eval": [demo.MATH_HELDOUT_NAME]}
+    if args.soft is not None:
+        config["curriculum"]["soft"] = {"start": args.soft}
+    if args.pack in TOOL_PACKS:
+        tool, train, heldout = TOOL_PACKS[args.pack]
+        config["tools"] = [tool]
+        config["data"] = {"train": train, "exemplars": train, "eval": [heldout]}
         config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
     free["curriculum"] = {"stages": [{"exemplars": 0, "steps": total}]}
     curriculum = "-".join(str(s["exemplars"]) for s in config["curriculum"]["stages"])
-    config["name"], free["name"] = f"icrl-effect-{curriculum}", "icrl-effect-exemplar-free"
+    soft = f"-soft{args.soft:g}" if args.soft is not None else ""
+    config["name"], free["name"] = f"icrl-effect-{curriculum}{soft}", "icrl-effect-exemplar-free"
     return {"curriculum": config, "exemplar-free": free}
 
 
@@ -177,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--obs-tokens", type=int, dest="obs_tokens",
                         help="search results cut to this many tokens")
     parser.add_argument("--temperature", type=float, help="rollout sampling temperature")
+    parser.add_argument("--kl", type=float, help="KL coefficient")
+    parser.add_argument("--turns", type=int, help="tool calls per rollout (max_turns)")
     parser.add_argument("--top-k", type=int, dest="top_k",
                         help="passages a search returns, in training and in the evaluation")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
@@ -185,8 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"which arms to run, comma-separated (default: {','.join(ARMS)}); "
                         "a seed sweep of the curriculum alone: --arms curriculum")
-    parser.add_argument("--pack", choices=("demo", "math"), default="demo",
-                        help="demo: search on the demo world; math: python on the math pack")
+    parser.add_argument("--pack", choices=("demo", *TOOL_PACKS), default="demo",
+                        help="demo: search on the demo world; math: python on the math pack; "
+                        "calc: the calculator on the arithmetic pack")
+    parser.add_argument("--soft", type=float, metavar="START",
+                        help="a soft curriculum: this share of questions zero-shot at step 0, "
+                        "rising to all by the last stage")
     parser.add_argument("--limit", type=int, help="evaluate on the first N held-out questions")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/icrl-effect"))
     parser.add_argument("--out", type=Path, help="default: DATA_DIR/icrl_effect")
@@ -215,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(data_dir=args.data_dir)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)
     db.upgrade(settings.sqlalchemy_url)
-    if args.pack == "math":
-        demo.load_math_pack(settings, admin(settings))
-        heldout, corpus = demo.MATH_HELDOUT_NAME, None
+    if args.pack in TOOL_PACKS:
+        {"math": demo.load_math_pack, "calc": demo.load_calc_pack}[args.pack](
+            settings, admin(settings))
+        heldout, corpus = TOOL_PACKS[args.pack][2], None
     else:
         demo.load_demo_pack(settings, admin(settings), index_now=True)
         heldout, corpus = demo.HELDOUT_NAME, demo.DEMO_NAME

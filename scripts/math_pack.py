@@ -13,17 +13,19 @@ too).
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from pathlib import Path
 
 from studio import demo
 from studio.method.tools import PythonTool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pack_files import answer_text, draw_rows, jsonl, write_or_check  # noqa: E402
 
 SEED = 18
 PER_KIND = 20  # questions drawn per template
@@ -47,12 +49,6 @@ CENT = Decimal("0.01")
 def money(value: Decimal) -> str:
     """Dollars with cents, as a question writes a price ("27.00", "4.75")."""
     return str(value.quantize(CENT))
-
-
-def answer_text(value: Decimal) -> str:
-    """The gold answer: an integer without decimals, else the decimal without trailing zeros."""
-    value = value.normalize()
-    return str(value.quantize(Decimal(1))) if value == value.to_integral() else format(value, "f")
 
 
 @dataclass(frozen=True)
@@ -219,31 +215,10 @@ TEMPLATES: tuple[Callable[[random.Random], Problem], ...] = (
 
 
 def questions() -> list[dict]:
-    """PER_KIND distinct questions per template, ids in order; HELDOUT of them (spread over
-    the templates, drawn with the seed) have ``split`` "heldout", the rest "train"."""
-    rng = random.Random(SEED)
-    drawn: dict[str, list[Problem]] = {}
-    seen: set[str] = set()
-    for template in TEMPLATES:
-        problems = drawn.setdefault(template.__name__, [])
-        while len(problems) < PER_KIND:
-            problem = template(rng)
-            if problem.question not in seen:
-                seen.add(problem.question)
-                problems.append(problem)
-    heldout_per_kind = [HELDOUT // len(TEMPLATES) + (i < HELDOUT % len(TEMPLATES))
-                        for i in range(len(TEMPLATES))]
-    held = {(kind, i) for (kind, problems), n in zip(drawn.items(), heldout_per_kind, strict=True)
-            for i in rng.sample(range(len(problems)), n)}
-    rows = []
-    for round_ in range(PER_KIND):  # interleaved, so any prefix of the file mixes the kinds
-        for kind, problems in drawn.items():
-            p = problems[round_]
-            rows.append({"id": f"math-q{len(rows) + 1:03d}", "question": p.question,
-                         "golden_answers": [answer_text(p.answer)], "kind": p.kind,
-                         "values": p.values,
-                         "split": "heldout" if (kind, round_) in held else "train"})
-    return rows
+    """PER_KIND distinct questions per template; HELDOUT of them held out."""
+    return draw_rows(TEMPLATES, SEED, PER_KIND, HELDOUT, "math-q", lambda p: {
+        "question": p.question, "golden_answers": [answer_text(p.answer)], "kind": p.kind,
+        "values": p.values})
 
 
 EXEMPLARS = [
@@ -318,26 +293,9 @@ def exemplars(run: Callable[[str], PrintedRun] = run_code) -> list[dict]:
     return out
 
 
-def jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="only say whether files are stale")
-    args = parser.parse_args(argv)
     files = {demo.MATH_QA: jsonl(questions()), demo.MATH_EXEMPLARS: jsonl(exemplars())}
-    stale = [path for path, text in files.items()
-             if not path.exists() or path.read_text(encoding="utf-8") != text]
-    if args.check:
-        for path in stale:
-            print(f"{path} is stale: run python scripts/math_pack.py")
-        return 1 if stale else 0
-    demo.MATH_DIR.mkdir(exist_ok=True)
-    for path, text in files.items():
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
-    return 0
+    return write_or_check(__doc__.split("\n")[0], "math_pack.py", files, argv)
 
 
 if __name__ == "__main__":

@@ -68,12 +68,21 @@ class AdaptiveSpec(_Strict):
     direction: Literal["at_least", "at_most"] = "at_least"
 
 
+class SoftSpec(_Strict):
+    start: float = Field(default=0.25, ge=0, le=1, title="Zero-shot share at the start",
+                         description="The share of each step's questions shown no exemplar at "
+                         "step 0; it rises to all of them when the last stage begins")
+
+
 class CurriculumSpec(_Strict):
     preset: str | None = Field(default="3-2-0", description=f"One of {', '.join(PRESETS)}")
     steps_per_stage: int = Field(default=100, gt=0, le=MAX_STEPS)
     stages: list[StageSpec] | None = Field(default=None, max_length=MAX_STAGES,
                                            description="Overrides the preset")
     adaptive: AdaptiveSpec | None = None
+    soft: SoftSpec | None = Field(
+        default=None, description="Soft curriculum (off by default): some questions of every "
+        "step are shown no exemplar, a share rising to all of them by the last stage")
 
     def build(self) -> Curriculum:
         """The method core's curriculum; CurriculumError names the field that is wrong."""
@@ -85,6 +94,7 @@ class CurriculumSpec(_Strict):
             raise CurriculumError([f"curriculum.preset: {self.preset!r} is not one of "
                                    f"{', '.join(PRESETS)}; or give stages"])
         spec["adaptive"] = self.adaptive.model_dump() if self.adaptive else None
+        spec["soft"] = self.soft.model_dump() if self.soft else None
         return Curriculum.from_dict(spec)
 
 
@@ -423,7 +433,7 @@ class VerlSpec(_Strict):
         return self
 
 
-ToolName = Literal["search", "python"]
+ToolName = Literal["search", "python", "calculator"]
 
 
 class RunConfig(_Strict):
@@ -434,7 +444,8 @@ class RunConfig(_Strict):
         default_factory=lambda: ["search"], title="Tools",
         description="What the model may call: search (a query in <search>, passages of the "
         "corpus back in <information>) and python (a program in <code>, run in a sandbox, "
-        "what it prints back in <output>). The prompt's instruction names each one.")
+        "what it prints back in <output>) and calculator (an arithmetic expression in <calc>, "
+        "its value back in <result>). The prompt's instruction names each one.")
     backend: Literal["native", "verl"] = "native"
     queue: Literal["cpu", "gpu"] = "cpu"
     data: DataSpec

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from studio.method.tools import PythonTool, SearchBackend, SearchTool, Tool
+from studio.method.tools import CalculatorTool, PythonTool, SearchBackend, SearchTool, Tool
 from studio.sandbox import studio_sandbox
 from studio.settings import Settings
 
@@ -19,11 +19,12 @@ from studio.settings import Settings
 def build_tools(names: Sequence[str], settings: Settings, search: SearchBackend | None,
                 top_k: int) -> list[Tool]:
     """One tool per name: search over `search` (its `top_k` passages; None for a run that
-    does not search, which names no corpus), python in a sandbox."""
+    does not search, which names no corpus), python in a sandbox, the calculator in this process (it is pure)."""
     if "search" in names and search is None:
         raise ValueError("the search tool needs a corpus to search (data.corpus)")
     makers = {"search": lambda: SearchTool(search, top_k),
-              "python": lambda: PythonTool(studio_sandbox(settings).run_batch)}
+              "python": lambda: PythonTool(studio_sandbox(settings).run_batch),
+              "calculator": CalculatorTool}
     unknown = [name for name in names if name not in makers]
     if unknown:
         raise ValueError(f"unknown tool '{unknown[0]}'; known tools: {', '.join(makers)}")

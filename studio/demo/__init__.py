@@ -21,6 +21,11 @@ to search for them.
 ``math/`` is a second pack, for the python tool: invented word problems with numeric
 answers and worked exemplars that run code (``math/README.md``; scripts/math_pack.py
 writes it). It has no corpus.
+
+``calc/`` is the arithmetic pack, for the calculator tool: bare expressions and one- and
+two-operation word problems with numbers too large to do in one's head, and worked exemplars
+whose results are the calculator's own (``calc/README.md``; scripts/calc_pack.py writes it).
+It has no corpus either.
 """
 
 from pathlib import Path
@@ -33,3 +38,7 @@ EXEMPLARS = DEMO_DIR / "exemplars.jsonl"
 MATH_DIR = DEMO_DIR / "math"
 MATH_QA = MATH_DIR / "qa.jsonl"
 MATH_EXEMPLARS = MATH_DIR / "exemplars.jsonl"
+
+CALC_DIR = DEMO_DIR / "calc"
+CALC_QA = CALC_DIR / "qa.jsonl"
+CALC_EXEMPLARS = CALC_DIR / "exemplars.jsonl"

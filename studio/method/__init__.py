@@ -56,6 +56,7 @@ from .reward import (
 )
 from .sentinel import SIGNALS, Rule, Sentinel
 from .tags import (
+    CALCULATOR_TOOL,
     CORRECTIVE_MESSAGE,
     DEFAULT_TOOLS,
     PYTHON_TOOL,
@@ -124,6 +125,7 @@ __all__ = [
     "substring_match",
     "token_f1",
     "PYTHON_TOOL",
+    "CALCULATOR_TOOL",
     "CORRECTIVE_MESSAGE",
     "DEFAULT_TOOLS",
     "SEARCH_TOOL",

@@ -8,11 +8,20 @@ Adaptive mode (optional): a stage ends once a metric, averaged over its last
 ``window`` steps, crosses a threshold, but never before ``min_steps`` nor after
 ``max_steps`` steps in the stage; the stages' own ``steps`` are then only the
 plan shown before training.
+
+Soft mode (optional, off by default; the studio's own, not the paper's): every step also
+shows some of its questions no exemplar at all (each question with a seeded draw, its G
+samples alike), with a probability that rises linearly from ``soft.start`` at the first
+step to 1 when the last stage (0 exemplars) begins. The other questions show the stage's
+count. Zero-shot groups are in training from the start,
+so a zero-shot success can be rewarded while the exemplars still carry the others, instead
+of only after they are gone.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,11 +140,25 @@ def should_advance(rule: AdaptiveRule, values_in_stage: Sequence[float]) -> bool
 
 
 @dataclass(frozen=True)
+class SoftMix:
+    """Soft mode (module docstring): at step 0 a share ``start`` of the groups shows no
+    exemplar; the share rises linearly to 1 at the first step of the last stage."""
+
+    start: float = 0.25
+
+    def errors(self, path: str = "soft") -> list[str]:
+        if not _is_num(self.start) or not 0 <= self.start <= 1:
+            return [f"{path}.start: must be a number from 0 to 1, got {self.start!r}"]
+        return []
+
+
+@dataclass(frozen=True)
 class Curriculum:
     """Stages of exemplar counts (method.md, "The curriculum"); invalid ones cannot be built."""
 
     stages: tuple[Stage, ...]
     adaptive: AdaptiveRule | None = None
+    soft: SoftMix | None = None
     _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -166,6 +189,21 @@ class Curriculum:
                 errs.extend(self.adaptive.errors())
             else:
                 errs.append("adaptive: must be an AdaptiveRule or null")
+        if self.soft is not None:
+            errs.extend(self._soft_errors())
+        return errs
+
+    def _soft_errors(self) -> list[str]:
+        if not isinstance(self.soft, SoftMix):
+            return ["soft: must be a SoftMix or null"]
+        errs = self.soft.errors()
+        if self.adaptive is not None:
+            errs.append("soft: the soft mix follows the planned stages, so it cannot be combined "
+                        "with an adaptive rule; remove one of them")
+        valid = [s for s in self.stages if isinstance(s, Stage)]
+        if valid and (len(valid) < 2 or valid[-1].exemplars != 0):
+            errs.append("soft: needs at least two stages, the last with 0 exemplars (the share "
+                        "of zero-shot groups reaches every group when the last stage begins)")
         return errs
 
     # -- construction
@@ -236,6 +274,23 @@ class Curriculum:
     def exemplars_at(self, step: int) -> int:
         """Exemplars to show at step ``step`` (from 0) on the planned schedule."""
         return self.stages[self.stage_at(step)].exemplars
+
+    def zero_shot_share(self, step: int) -> float:
+        """The probability that a question of step `step` is shown no exemplar in soft mode
+        (0 without it; stages that show none show none anyway)."""
+        if self.soft is None:
+            return 0.0
+        ramp = self._starts[-1]
+        return min(1.0, self.soft.start + (1 - self.soft.start) * step / ramp)
+
+    def question_exemplars(self, step: int, exemplars: int, seed: int) -> int:
+        """The exemplars one question of a step is shown, all its G samples alike: the stage's
+        `exemplars`, or in soft mode 0 with probability `zero_shot_share(step)` (one draw
+        seeded with `seed`, which the engine derives from the run's seed, the step and the
+        question)."""
+        if self.soft is None or exemplars == 0:
+            return exemplars
+        return 0 if random.Random(seed).random() < self.zero_shot_share(step) else exemplars
 
     # -- checks
     def validate(self, available_exemplars: int | None = None) -> list[str]:
@@ -344,10 +399,13 @@ class Curriculum:
                 "max_steps": r.max_steps,
                 "direction": r.direction,
             }
-        return {
+        out: dict[str, object] = {
             "stages": [{"exemplars": s.exemplars, "steps": s.steps} for s in self.stages],
             "adaptive": adaptive,
         }
+        if self.soft is not None:
+            out["soft"] = {"start": self.soft.start}
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Curriculum:
@@ -355,7 +413,7 @@ class Curriculum:
         if not isinstance(data, Mapping):
             raise CurriculumError(["curriculum: must be a JSON object with 'stages'"])
         errs: list[str] = []
-        unknown = sorted(set(data) - {"stages", "adaptive"})
+        unknown = sorted(set(data) - {"stages", "adaptive", "soft"})
         errs += [f"{k}: unknown field" for k in unknown]
         raw_stages = data.get("stages")
         stages: list[Stage] = []
@@ -385,9 +443,17 @@ class Curriculum:
                 errs += [f"adaptive.{k}: unknown field" for k in bad]
                 if not bad:
                     adaptive = AdaptiveRule(**raw_adaptive)  # type: ignore[arg-type]
+        soft = None
+        raw_soft = data.get("soft")
+        if raw_soft is not None:
+            if not isinstance(raw_soft, Mapping):
+                errs.append("soft: must be an object such as {\"start\": 0.25}, or null")
+            else:
+                errs += [f"soft.{k}: unknown field" for k in sorted(set(raw_soft) - {"start"})]
+                soft = SoftMix(**{k: v for k, v in raw_soft.items() if k == "start"})
         if errs:
             raise CurriculumError(errs)
-        return cls(tuple(stages), adaptive)
+        return cls(tuple(stages), adaptive, soft)
 
 
 class AdaptiveController:

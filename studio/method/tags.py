@@ -64,6 +64,7 @@ class ToolSpec:
 
 SEARCH_TOOL = ToolSpec("search", "search", "information")
 PYTHON_TOOL = ToolSpec("python", "code", "output")
+CALCULATOR_TOOL = ToolSpec("calculator", "calc", "result")
 DEFAULT_TOOLS: tuple[ToolSpec, ...] = (SEARCH_TOOL,)
 
 SegmentKind = str  # "think" | "answer" | a call tag | a result tag | "text"

@@ -7,7 +7,8 @@ a tool in one batch, the veRL agent loop one at a time) and `observation` (a res
 text the environment inserts, in the tool's result tag). Register it with `@register_tool`;
 both engines drive it through the protocol (`studio.method.protocol`) as they drive search.
 Executing is the backend's business (a BM25 index, the studio's /retrieve, a sandbox): a
-tool receives it when it is built, so this module does no I/O itself.
+tool receives it when it is built, so this module does no I/O itself. The calculator has no
+backend: its evaluator is pure (`studio.method.arithmetic`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol
 
-from .tags import PYTHON_TOOL, SEARCH_TOOL, ToolSpec, format_information, result_block
+from .arithmetic import Calculation, calculate
+from .tags import (
+    CALCULATOR_TOOL,
+    PYTHON_TOOL,
+    SEARCH_TOOL,
+    ToolSpec,
+    format_information,
+    result_block,
+)
 
 
 class Tool(ABC):
@@ -108,6 +117,27 @@ class PythonTool(Tool):
         if run.error:
             lines.append(_error_line(run))
         return result_block("\n".join(lines) or NO_OUTPUT, self.spec)
+
+    def failed(self, result: object) -> bool:
+        return result.error is not None  # type: ignore[attr-defined]
+
+
+@register_tool
+class CalculatorTool(Tool):
+    """An arithmetic expression in `<calc>`, its value in `<result>`
+    (`studio.method.arithmetic`: exact, bounded, no `eval`). It needs nothing installed and
+    does no I/O, so it runs wherever the studio does."""
+
+    spec = CALCULATOR_TOOL
+    description = ("evaluates an arithmetic expression (numbers, + - * / // % ** and "
+                   "parentheses) and returns its value")
+
+    def execute(self, inputs: list[str]) -> list[object]:
+        return [calculate(expression) for expression in inputs]
+
+    def observation(self, result: object) -> str:
+        calculation: Calculation = result  # type: ignore[assignment]
+        return result_block(calculation.text, self.spec)
 
     def failed(self, result: object) -> bool:
         return result.error is not None  # type: ignore[attr-defined]

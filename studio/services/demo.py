@@ -1,8 +1,10 @@
-"""The demo packs: the search pack (an original corpus, two QA sets and an exemplar set) and
-the math pack for the python tool (two QA sets and an exemplar set, no corpus).
+"""The demo packs: the search pack (an original corpus, two QA sets and an exemplar set), the
+math pack for the python tool and the arithmetic pack for the calculator (two QA sets and an
+exemplar set each, no corpus).
 
 Stored as `demo` (the corpus, the exemplar set and the training questions) and
-`demo-heldout` (the held-out questions, purpose "eval"), and as `math` and `math-heldout`:
+`demo-heldout` (the held-out questions, purpose "eval"), as `math` and `math-heldout`, and as
+`calc` and `calc-heldout`:
 the split is fixed in each pack's qa.jsonl (each row's ``split``), so a run trained on `demo`
 never sees a question of `demo-heldout`. Loaded through the same services as an upload, so a
 new user can launch a run a minute after installing.
@@ -27,6 +29,9 @@ QA_SETS = {DEMO_NAME: ("train", "train"), HELDOUT_NAME: ("heldout", "eval")}
 MATH_NAME = "math"
 MATH_HELDOUT_NAME = "math-heldout"
 MATH_QA_SETS = {MATH_NAME: ("train", "train"), MATH_HELDOUT_NAME: ("heldout", "eval")}
+CALC_NAME = "calc"
+CALC_HELDOUT_NAME = "calc-heldout"
+CALC_QA_SETS = {CALC_NAME: ("train", "train"), CALC_HELDOUT_NAME: ("heldout", "eval")}
 
 
 def _existing(find, settings: Settings, name: str = DEMO_NAME) -> dict | None:
@@ -80,9 +85,28 @@ def load_math_pack(settings: Settings, actor: Actor) -> dict:
     Returns ``{"qa_set", "heldout_qa_set", "exemplar_set"}``, the stored records.
     """
     require_member(actor, "load the math pack")
-    stored = _store_qa_sets(settings, actor, demo.MATH_QA, MATH_QA_SETS)
-    return {"qa_set": stored[MATH_NAME], "heldout_qa_set": stored[MATH_HELDOUT_NAME],
-            "exemplar_set": _store_exemplars(settings, actor, demo.MATH_EXEMPLARS, MATH_NAME)}
+    return _load_tool_pack(settings, actor, demo.MATH_QA, MATH_QA_SETS, demo.MATH_EXEMPLARS)
+
+
+def load_calc_pack(settings: Settings, actor: Actor) -> dict:
+    """Store what is missing of the arithmetic pack (studio/demo/calc), as the actor's: the QA
+    sets `calc` (training) and `calc-heldout` (purpose eval) and the exemplar set `calc`,
+    worked traces that call the calculator. No corpus.
+
+    Returns ``{"qa_set", "heldout_qa_set", "exemplar_set"}``, the stored records.
+    """
+    require_member(actor, "load the arithmetic pack")
+    return _load_tool_pack(settings, actor, demo.CALC_QA, CALC_QA_SETS, demo.CALC_EXEMPLARS)
+
+
+def _load_tool_pack(settings: Settings, actor: Actor, qa_file: Path,
+                    sets: dict[str, tuple[str, str]], exemplars: Path) -> dict:
+    """A pack without a corpus: its two QA sets (training first, then held out) and its
+    exemplar set, named as the training set."""
+    stored = _store_qa_sets(settings, actor, qa_file, sets)
+    train, heldout = sets
+    return {"qa_set": stored[train], "heldout_qa_set": stored[heldout],
+            "exemplar_set": _store_exemplars(settings, actor, exemplars, train)}
 
 
 def _store_qa_sets(settings: Settings, actor: Actor, qa_file: Path,

@@ -73,6 +73,14 @@ TOOL_USAGE = {
         "it failed)", "run the program in a sandbox", "running Python code",
         "answering questions by writing Python code, with the tag protocol above and a\n  "
         "sandbox that runs it and returns what it printed", "code"),
+    "calculator": ToolUsage(
+        "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
+        "+ - * / // % ** and parentheses, computed exactly, nothing else run) and appends\n",
+        "with its value (or a short error)", "evaluate the expression",
+        "handing arithmetic to a calculator",
+        "answering arithmetic questions by writing the expression for a calculator, with the "
+        "tag\n  protocol above and a calculator that returns its value",
+        "expressions"),
 }
 """Keyed by registered tool name: the card describes the tools of the run it is for."""
 

@@ -242,7 +242,8 @@ def test_the_estimate_counts_the_prompts_the_trainer_builds(studio):
 
     tokenizer = cached_tokenizer(str(model), str(settings.resolved_data_dir))
     for stage in report["stages"]:
-        built = build_step_prompts(parsed, tokenizer, data, data.questions, stage["exemplars"], 0)
+        built = build_step_prompts(parsed, tokenizer, data, data.questions,
+                                   [stage["exemplars"]] * len(data.questions), 0)
         assert stage["prompt_tokens"] == max(len(ids) for ids in built.ids)
         assert stage["max_prompt_tokens"] == 5000 and stage["cut"] is False
         # what every prompt of a step starts with (the time estimate's shared prefix)

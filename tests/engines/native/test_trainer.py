@@ -108,11 +108,11 @@ def test_a_run_with_the_python_tool_trains_end_to_end(settings, tmp_path):
     assert [type(t) for t in trainer.tools] == [PythonTool]
     assert trainer.tool_specs == (PYTHON_TOOL,)
     first = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,
-                               trainer.data.questions[:1], 1, 0)
+                               trainer.data.questions[:1], [1], 0)
     exemplar = trainer.tokenizer.decode(first.ids[0])
     assert "<code>" in exemplar and "<output>" in exemplar and first.cut == 0
     prompts = build_step_prompts(trainer.config, trainer.tokenizer, trainer.data,
-                                 trainer.data.questions[:1], 0, 0)
+                                 trainer.data.questions[:1], [0], 0)
     text = trainer.tokenizer.decode(prompts.ids[0])
     assert "<code> and </code>" in text and "<search>" not in text
     assert trainer.data.questions[0].question.endswith("?")  # a math pack word problem

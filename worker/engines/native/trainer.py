@@ -66,6 +66,8 @@ from worker.lora import add_adapters, inner, load_adapters
 from worker.tools import build_tools
 
 STATE_FILE = "trainer_state.pt"
+ZERO_SHOT_FIGURES = ("acc", "reward_mean", "valid_search_rate", "answer_rate")
+"""What a soft curriculum's step logs of its zero-shot questions alone (`zero_shot_acc`, ...)."""
 KEEP_CHECKPOINTS = 2
 
 
@@ -142,25 +144,34 @@ class StepPrompts:
     rows: list[QARow]
     prefix: str
     ids: list[list[int]]  # one per question (not yet repeated per sample)
+    exemplars: list[int]  # per question, how many exemplars its prompt shows
     cut: int = 0  # prompts longer than grpo.max_prompt_tokens, cut from the left
 
 
+def question_exemplars(config: RunConfig, curriculum: Curriculum, step: int, k: int,
+                       draw: int | tuple[int, int], questions: int) -> list[int]:
+    """Per question of a step (or of dynamic sampling's later round) the exemplars it is
+    shown: the stage's `k`, or in a soft curriculum 0 for some (a seeded draw each)."""
+    return [curriculum.question_exemplars(step, k, derive_seed(config.seed, draw, i, "soft"))
+            for i in range(questions)]
+
+
 def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: list[QARow],
-                       k: int, draw: int | tuple[int, int]) -> StepPrompts:
-    """The step's prompts; one over `grpo.max_prompt_tokens` keeps its last tokens (the
-    question and the assistant prefix), as veRL's left truncation does. Launching warns
-    when the first stage's prompts would be cut (`studio.services.run_validation`).
-    `draw`: the step, or (step, round) for dynamic sampling's later rounds; it seeds the
-    exemplar samples."""
+                       ks: list[int], draw: int | tuple[int, int]) -> StepPrompts:
+    """The step's prompts, question i's with `ks[i]` exemplars; one over
+    `grpo.max_prompt_tokens` keeps its last tokens (the question and the assistant prefix),
+    as veRL's left truncation does. Launching warns when the first stage's prompts would be
+    cut (`studio.services.run_validation`). `draw`: the step, or (step, round) for dynamic
+    sampling's later rounds; it seeds the exemplar samples."""
     limit = config.grpo.max_prompt_tokens
     ids, cut = [], 0
-    for i, row in enumerate(rows):
+    for i, (row, k) in enumerate(zip(rows, ks, strict=True)):
         prompt = config.build_prompt(row.question, data.exemplars, k,
                                      sample_seed=derive_seed(config.seed, draw, i))
         prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
         ids.append(prompt_ids[-limit:])
-    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, cut)
+    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, list(ks), cut)
 
 
 @dataclass
@@ -172,6 +183,7 @@ class StepSample:
     group: int
     rows: list[QARow] = field(default_factory=list)
     prompt_ids: list[list[int]] = field(default_factory=list)
+    exemplars: list[int] = field(default_factory=list)  # per question
     rollouts: list[Rollout] = field(default_factory=list)
     rewards: list[RewardBreakdown] = field(default_factory=list)
     overlong: list[float] = field(default_factory=list)
@@ -187,7 +199,7 @@ class StepSample:
         return [r.score + o for r, o in zip(self.rewards, self.overlong, strict=True)]
 
     def extend(self, other: StepSample) -> None:
-        for name in ("rows", "prompt_ids", "rollouts", "rewards", "overlong"):
+        for name in ("rows", "prompt_ids", "exemplars", "rollouts", "rewards", "overlong"):
             getattr(self, name).extend(getattr(other, name))
         self.prompts_cut += other.prompts_cut
 
@@ -196,8 +208,13 @@ class StepSample:
         rollouts = [q * self.group + j for q in indices for j in range(self.group)]
         return StepSample(self.group, [self.rows[q] for q in indices],
                           [self.prompt_ids[q] for q in indices],
+                          [self.exemplars[q] for q in indices],
                           [self.rollouts[i] for i in rollouts], [self.rewards[i] for i in rollouts],
                           [self.overlong[i] for i in rollouts])
+
+    def zero_shot(self) -> StepSample:
+        """The groups whose prompts showed no exemplar."""
+        return self.groups([q for q, k in enumerate(self.exemplars) if k == 0])
 
 
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
@@ -365,13 +382,14 @@ class Trainer:
         metrics["zero_spread_groups"] = zero_spread_share(sampled.shaped_rewards,
                                                           sampled.group_ids)
         metrics.update(self._shaping_metrics(sampled, trained, kl_penalties, rounds))
+        metrics.update(self._zero_shot_metrics(sampled, k))
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
                         "prompt_tokens": statistics.fmean(len(ids) for ids in sampled.prompt_ids),
                         "prompts_cut": sampled.prompts_cut / len(sampled.rows),
                         "time_rollout": t1 - t0, "time_reference": t2 - t1,
                         "time_update": t3 - t2, "time_step": t3 - t0})
-        logged = self._rollout_rows(step, trained, advantages, kl_penalties, k, arrays)
+        logged = self._rollout_rows(step, trained, advantages, kl_penalties, arrays)
         self.recorder.write_step(step, metrics, logged)
         return metrics
 
@@ -412,7 +430,8 @@ class Trainer:
             draw = (step, round_)
             picked = resampled_questions(n, g.batch_size, cfg.seed, step, round_)
         rows = [self.data.questions[i] for i in picked]
-        prompts = build_step_prompts(cfg, tokenizer, self.data, rows, k, draw)
+        ks = question_exemplars(cfg, self.curriculum, step, k, draw, len(rows))
+        prompts = build_step_prompts(cfg, tokenizer, self.data, rows, ks, draw)
         rolling_out, scoring, _ = STEP_PHASES
         self.recorder.phase(rolling_out, step)
         rollouts = generate_rollouts(
@@ -423,7 +442,7 @@ class Trainer:
         self.recorder.phase(scoring, step)
         limit = self.rollout_config.max_response_tokens
         return StepSample(
-            g.group_size, rows, prompts.ids, rollouts,
+            g.group_size, rows, prompts.ids, prompts.exemplars, rollouts,
             [score(prompts.prefix + r.response_text, rows[i // g.group_size].golden_answers,
                    acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight,
                    answer_match=cfg.reward.answer_match, tools=self.tool_specs)
@@ -478,6 +497,19 @@ class Trainer:
                        groups_kept=float(len(kept)))
         return out
 
+    def _zero_shot_metrics(self, sampled: StepSample, k: int) -> dict[str, float]:
+        """In a soft curriculum's steps with exemplars: the share of questions shown none,
+        and how those questions' rollouts did (the curves that show a zero-shot habit
+        forming before the exemplars go)."""
+        if self.curriculum.soft is None or k == 0:
+            return {}
+        out = {"zero_shot_share": sampled.exemplars.count(0) / len(sampled.exemplars)}
+        zero = sampled.zero_shot()
+        if zero.rows:
+            figures = rollout_metrics(zero.rollouts, zero.rewards)
+            out.update({f"zero_shot_{key}": figures[key] for key in ZERO_SHOT_FIGURES})
+        return out
+
     def _reference_logprobs(self, batch) -> torch.Tensor | None:
         if self.config.grpo.kl_coef == 0:
             return None
@@ -517,11 +549,12 @@ class Trainer:
         decoded = [self.tokenizer.decode(ids[:n]) for n in range(1, len(ids) + 1)]
         return char_counts(token_ends(segment.text, decoded))
 
-    def _rollout_rows(self, step, trained: StepSample, advantages, kl_penalties, k, arrays):
+    def _rollout_rows(self, step, trained: StepSample, advantages, kl_penalties, arrays):
         group, prefix = self.config.grpo.group_size, self.config.prompt.assistant_prefix or ""
         return [RolloutRow(
             run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
-            stage=self.controller.stage, exemplars=k, question=trained.rows[i // group].question,
+            stage=self.controller.stage, exemplars=trained.exemplars[i // group],
+            question=trained.rows[i // group].question,
             golden_answers=trained.rows[i // group].golden_answers,
             segments=rollout_segments(trained.rollouts[i], prefix, self.tool_specs),
             reward=trained.rewards[i].score,

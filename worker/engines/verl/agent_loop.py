@@ -50,7 +50,7 @@ class IcrlSearchAgentLoop(AgentLoopBase):
         extra = dict(kwargs.get("extra_info") or {})
         truth = kwargs["reward_model"]["ground_truth"]
         index = int(extra.get("index", 0))
-        k = self.spec.exemplars_for(str(extra.get("split", "train")), steps)
+        k = self.spec.exemplars_for(str(extra.get("split", "train")), steps, index)
         prompt_ids = self.prompt_ids(truth["question"], k, self.spec.sample_seed(steps, index))
         token = Path(self.spec.token_file).read_text().strip()
         top_k = self.spec.run_config.grpo.top_k

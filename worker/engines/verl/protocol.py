@@ -56,14 +56,19 @@ class AgentSpec(BaseModel):
     def exemplar_list(self) -> list[Exemplar]:
         return [Exemplar.coerce(e) for e in self.exemplars]
 
-    def exemplars_for(self, split: str, global_steps: int) -> int:
-        """Training rows show the curriculum's count at this step; validation rows none.
+    def exemplars_for(self, split: str, global_steps: int, index: int) -> int:
+        """Training rows show the curriculum's count at this step (in a soft curriculum, 0
+        for some questions: a draw seeded by the step and the row's `index`); validation rows
+        none.
 
         veRL counts steps from 1; the studio's curriculum from 0.
         """
         if split != "train":
             return 0
-        return self.run_config.curriculum.build().exemplars_at(max(global_steps - 1, 0))
+        step = max(global_steps - 1, 0)
+        curriculum = self.run_config.curriculum.build()
+        return curriculum.question_exemplars(step, curriculum.exemplars_at(step),
+                                             derive_seed(self.run_config.seed, step, index, "soft"))
 
     def sample_seed(self, global_steps: int, index: int) -> int:
         """The seed of a question's sampled exemplars: the same for all G samples of it."""
