@@ -19,7 +19,8 @@ from studio.settings import Settings
 def build_tools(names: Sequence[str], settings: Settings, search: SearchBackend | None,
                 top_k: int) -> list[Tool]:
     """One tool per name: search over `search` (its `top_k` passages; None for a run that
-    does not search, which names no corpus), python in a sandbox, the calculator in this process (it is pure)."""
+    does not search, which names no corpus), python in a sandbox, the calculator in this
+    process (it is pure)."""
     if "search" in names and search is None:
         raise ValueError("the search tool needs a corpus to search (data.corpus)")
     makers = {"search": lambda: SearchTool(search, top_k),
