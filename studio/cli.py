@@ -301,16 +301,24 @@ def user_reset_password(name: str = typer.Argument(...), password_env: str = Pas
 def demo(data_dir: Path = DataDir,
          math: bool = typer.Option(False, "--math", help="Load the math pack for the python "
                                    "tool instead: QA sets `math` and `math-heldout`, exemplar "
-                                   "set `math`, no corpus.")) -> None:
+                                   "set `math`, no corpus."),
+         calc: bool = typer.Option(False, "--calc", help="Load the arithmetic pack for the "
+                                   "calculator tool instead: QA sets `calc` and `calc-heldout`, "
+                                   "exemplar set `calc`, no corpus.")) -> None:
     """Load the demo pack: a corpus, a QA set and an exemplar set named `demo`, and the
-    held-out questions as the QA set `demo-heldout` (with --math: the math pack)."""
-    from studio.services.demo import load_demo_pack, load_math_pack
+    held-out questions as the QA set `demo-heldout` (with --math: the math pack; with --calc:
+    the arithmetic pack)."""
+    from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
     from studio.services.errors import UserError
 
+    if math and calc:
+        raise _fail(ValueError("--math, --calc: one pack at a time"))
     settings = _studio_ready(data_dir)
     try:
-        pack = load_math_pack(settings, _actor(settings)) if math else \
-            load_demo_pack(settings, _actor(settings), index_now=True)
+        if math or calc:
+            pack = (load_math_pack if math else load_calc_pack)(settings, _actor(settings))
+        else:
+            pack = load_demo_pack(settings, _actor(settings), index_now=True)
     except UserError as exc:
         raise _fail(exc) from None
     qa, exemplars, heldout = pack["qa_set"], pack["exemplar_set"], pack["heldout_qa_set"]

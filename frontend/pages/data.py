@@ -35,7 +35,7 @@ from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
 from studio.services import corpora, data_doctor, exemplar_sets, qa_sets
 from studio.services.access import Actor
-from studio.services.demo import load_demo_pack, load_math_pack
+from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.services.errors import UserError
 from studio.settings import Settings
 
@@ -50,7 +50,9 @@ New here? Click **Load the demo pack**: a small made-up corpus, 196 questions to
 train on, 60 held-out questions to evaluate on (the QA set `demo-heldout`) and
 3 exemplars, enough to launch a first run. **Load the math pack** stores word problems
 with numeric answers for the python tool (QA sets `math` and `math-heldout`, exemplars
-that run code; no corpus).
+that run code; no corpus). **Load the arithmetic pack** stores sums and short word problems
+for the calculator tool (QA sets `calc` and `calc-heldout`, exemplars that call the
+calculator; no corpus).
 """
 
 CORPUS_COLUMNS = [("id", "#"), ("name", "Name"), ("source_filename", "File"),
@@ -204,6 +206,12 @@ def load_math(settings: Settings, actor: Actor) -> str:
                       "answer matching (`reward.answer_match: numeric`).")
 
 
+def load_calc(settings: Settings, actor: Actor) -> str:
+    return _load_pack(load_calc_pack, settings, actor, "Arithmetic pack",
+                      "train with the calculator tool (its exemplars call `<calc>`) and "
+                      "numeric answer matching (`reward.answer_match: numeric`).")
+
+
 # --- previews ---------------------------------------------------------------------------
 
 
@@ -340,6 +348,8 @@ def build(settings: Settings) -> None:
                                 min_width=220, elem_id="load-demo")
         math_button = gr.Button("Load the math pack", scale=0, min_width=220,
                                 elem_id="load-math")
+        calc_button = gr.Button("Load the arithmetic pack", scale=0, min_width=220,
+                                elem_id="load-calc")
         demo_message = gr.Markdown(elem_id="demo-message")
 
     corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model searches",
@@ -429,10 +439,10 @@ def build(settings: Settings) -> None:
     all_outputs = corpus_outputs + qa_outputs + ex_outputs + doctor_pickers
     on_show(everything, None, all_outputs, with_page=True)
     index_timer.timer.tick(corpora_tick, shown, corpus_outputs)
-    demo_button.click(acting(settings, load_demo), outputs=demo_message).then(
-        everything, shown, all_outputs)
-    math_button.click(acting(settings, load_math), outputs=demo_message).then(
-        everything, shown, all_outputs)
+    for button, load in ((demo_button, load_demo), (math_button, load_math),
+                         (calc_button, load_calc)):
+        button.click(acting(settings, load), outputs=demo_message).then(
+            everything, shown, all_outputs)
     corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(
         corpora_now, shown, corpus_outputs).then(doctor_now, outputs=doctor_pickers)

@@ -183,6 +183,7 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
             "json": {"question": "Where?", "ks": [0], "model": w.model}})),
     ("POST", f"{R}/demo"): ("create", lambda w, r: (f"{R}/demo", {})),
     ("POST", f"{R}/demo/math"): ("create", lambda w, r: (f"{R}/demo/math", {})),
+    ("POST", f"{R}/demo/calc"): ("create", lambda w, r: (f"{R}/demo/calc", {})),
     # curricula
     ("GET", f"{R}/curricula/presets"): ("read", lambda w, r: (f"{R}/curricula/presets", {})),
     ("GET", f"{R}/curricula/presets/{{name}}"): ("read", lambda w, r: (

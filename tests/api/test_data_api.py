@@ -293,18 +293,19 @@ def test_demo_pack_loads_once_ready_to_use(api):
     assert any("Brindlecombe" in h["text"] for h in hit["hits"])
 
 
-def test_math_pack_loads_once_without_a_corpus(api):
-    first = api.post("/demo/math")
+@pytest.mark.parametrize(("pack", "trained"), [("math", 200), ("calc", 260)])
+def test_a_tool_pack_loads_once_without_a_corpus(api, pack, trained):
+    first = api.post(f"/demo/{pack}")
     assert first.status_code == 200, first.text
-    pack = first.json()
-    assert set(pack) == {"qa_set", "heldout_qa_set", "exemplar_set"}
+    stored = first.json()
+    assert set(stored) == {"qa_set", "heldout_qa_set", "exemplar_set"}
     assert [(p["name"], p["purpose"], p["num_rows"]) for p in (
-        pack["qa_set"], pack["heldout_qa_set"])] == [("math", "train", 200),
-                                                     ("math-heldout", "eval", 60)]
-    assert (pack["exemplar_set"]["size"], pack["exemplar_set"]["errors"]) == (3, 0)
-    assert api.post("/demo/math").json()["qa_set"]["id"] == pack["qa_set"]["id"]
+        stored["qa_set"], stored["heldout_qa_set"])] == [(pack, "train", trained),
+                                                         (f"{pack}-heldout", "eval", 60)]
+    assert (stored["exemplar_set"]["size"], stored["exemplar_set"]["errors"]) == (3, 0)
+    assert api.post(f"/demo/{pack}").json()["qa_set"]["id"] == stored["qa_set"]["id"]
     assert api.get("/corpora").json() == []
-    assert sorted(q["name"] for q in api.get("/qa-sets").json()) == ["math", "math-heldout"]
+    assert sorted(q["name"] for q in api.get("/qa-sets").json()) == [pack, f"{pack}-heldout"]
 
 
 DEEP = "[" * 3000 + "]" * 3000  # 6 KB that Python's JSON decoder cannot nest into

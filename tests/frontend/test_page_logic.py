@@ -319,13 +319,19 @@ def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_te
     assert "<b>" not in shown and "*c*" not in shown
 
 
-def test_the_math_pack_button_stores_the_pack_and_says_what_to_train_with(settings):
+@pytest.mark.parametrize(("button", "words", "tool"), [
+    ("load_math", "Math pack loaded: QA set 'math' (200 questions to train on)",
+     "the python tool (its exemplars run Python)"),
+    ("load_calc", "Arithmetic pack loaded: QA set 'calc' (260 questions to train on)",
+     "the calculator tool (its exemplars call `<calc>`)")], ids=["math", "calc"])
+def test_a_tool_pack_button_stores_the_pack_and_says_what_to_train_with(settings, button,
+                                                                        words, tool):
     from frontend.pages import data
 
-    told = data.load_math(settings, admin(settings))
-    for words in ("Math pack loaded: QA set 'math' (200 questions to train on)",
-                  "'math-heldout' (60 held-out questions"):
-        assert markdown_text(words) in told, words
-    assert told.endswith("Next: train with the python tool (its exemplars run Python) and numeric "
-                         "answer matching (`reward.answer_match: numeric`).")
-    assert [s["name"] for s in exemplar_sets.list_exemplar_sets(settings)] == ["math"]
+    told = getattr(data, button)(settings, admin(settings))
+    pack = words.split("'")[1]
+    for shown in (words, f"'{pack}-heldout' (60 held-out questions"):
+        assert markdown_text(shown) in told, shown
+    assert told.endswith(f"Next: train with {tool} and numeric answer matching "
+                         "(`reward.answer_match: numeric`).")
+    assert [s["name"] for s in exemplar_sets.list_exemplar_sets(settings)] == [pack]

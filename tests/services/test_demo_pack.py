@@ -41,7 +41,12 @@ from studio.method.tags import (
 from studio.method.tools import PythonTool, all_specs
 from studio.sandbox import Limits, Sandbox
 from studio.services import corpora, qa_sets
-from studio.services.demo import HELDOUT_NAME, load_demo_pack, load_math_pack
+from studio.services.demo import (
+    HELDOUT_NAME,
+    load_calc_pack,
+    load_demo_pack,
+    load_math_pack,
+)
 from studio.settings import Settings
 from tests.support.actors import admin
 from tests.support.processes import studio_cli
@@ -338,33 +343,51 @@ def test_math_exemplars_run_in_the_sandbox_and_print_their_outputs():
         assert (result.acc, result.format) == (1.0, 1.0), ex.question
 
 
-def test_math_pack_loads_without_a_corpus(any_db_url, tmp_path):
+TOOL_PACKS = {"math": (load_math_pack, "--math", 200, MATH_HELDOUT),
+              "calc": (load_calc_pack, "--calc", 260,
+                       [q for q in read_jsonl(demo.CALC_QA) if q["split"] == "heldout"])}
+"""The packs without a corpus: their loader, CLI flag, training questions, held-out rows."""
+
+
+@pytest.mark.parametrize("pack", list(TOOL_PACKS))
+def test_a_tool_pack_loads_without_a_corpus(any_db_url, tmp_path, pack):
+    load, _, trained, held = TOOL_PACKS[pack]
     settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
     settings.resolved_data_dir.mkdir(parents=True)
     db.upgrade(settings.sqlalchemy_url)
-    pack = load_math_pack(settings, admin(settings))
-    train, heldout, exemplars = pack["qa_set"], pack["heldout_qa_set"], pack["exemplar_set"]
-    assert (train["name"], train["purpose"], train["num_rows"]) == ("math", "train", 200)
+    stored = load(settings, admin(settings))
+    train, heldout, exemplars = stored["qa_set"], stored["heldout_qa_set"], stored["exemplar_set"]
+    assert (train["name"], train["purpose"], train["num_rows"]) == (pack, "train", trained)
     assert (heldout["name"], heldout["purpose"], heldout["num_rows"]) == (
-        "math-heldout", "eval", 60)
+        f"{pack}-heldout", "eval", 60)
     assert (exemplars["name"], exemplars["size"], exemplars["errors"], exemplars["warnings"]) \
-        == ("math", 3, 0, 0)
+        == (pack, 3, 0, 0)
     rows = qa_sets.load_rows(settings, heldout["id"])
     assert [(r.id, r.golden_answers, r.meta["values"]) for r in rows] == [
-        (q["id"], q["golden_answers"], q["values"]) for q in MATH_HELDOUT]
+        (q["id"], q["golden_answers"], q["values"]) for q in held]
     assert corpora.list_corpora(settings) == []
-    again = load_math_pack(settings, admin(settings))  # nothing is stored twice
+    again = load(settings, admin(settings))  # nothing is stored twice
     assert again["exemplar_set"]["id"] == exemplars["id"]
     assert len(qa_sets.list_qa_sets(settings)) == 2
 
 
-def test_the_cli_loads_the_math_pack(tmp_path):
+@pytest.mark.parametrize("pack", list(TOOL_PACKS))
+def test_the_cli_loads_a_tool_pack(tmp_path, pack):
+    _, flag, trained, _ = TOOL_PACKS[pack]
     settings, cli = studio_cli(tmp_path)
     assert cli("db", "upgrade").returncode == 0
-    done = cli("demo", "--math")
+    done = cli("demo", flag)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "QA set 'math': 200 questions to train on",
-        "QA set 'math-heldout': 60 held-out questions to evaluate on (never in 'math')",
-        "exemplar set 'math': 3 exemplars, 0 errors, 0 warnings"]
-    assert qa_sets.find_qa_set(settings, "math")["num_rows"] == 200
+        f"QA set '{pack}': {trained} questions to train on",
+        f"QA set '{pack}-heldout': 60 held-out questions to evaluate on (never in '{pack}')",
+        f"exemplar set '{pack}': 3 exemplars, 0 errors, 0 warnings"]
+    assert qa_sets.find_qa_set(settings, pack)["num_rows"] == trained
+    assert corpora.list_corpora(settings) == []
+
+
+def test_the_cli_loads_one_pack_at_a_time(tmp_path):
+    _, cli = studio_cli(tmp_path)
+    both = cli("demo", "--math", "--calc")
+    assert (both.returncode, both.stdout) == (2, "")
+    assert both.stderr.strip() == "studio: error: --math, --calc: one pack at a time"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from studio.api.deps import CurrentUser, get_settings
-from studio.services.demo import load_demo_pack, load_math_pack
+from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.settings import Settings
 
 router = APIRouter(tags=["demo"])
@@ -23,3 +23,10 @@ def load_math(actor: CurrentUser, settings: Settings = Depends(get_settings)) ->
     """Store the math pack for the python tool: the QA sets `math` and `math-heldout` (purpose
     eval) and the exemplar set `math` (no corpus)."""
     return load_math_pack(settings, actor)
+
+
+@router.post("/demo/calc")
+def load_calc(actor: CurrentUser, settings: Settings = Depends(get_settings)) -> dict:
+    """Store the arithmetic pack for the calculator tool: the QA sets `calc` and `calc-heldout`
+    (purpose eval) and the exemplar set `calc` (no corpus)."""
+    return load_calc_pack(settings, actor)
