@@ -154,6 +154,7 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     uploaded["reward"].update(answer_match="numeric")  # a choice on the form
     uploaded["sentinel"]["kl_spike"].update(action="pause", threshold=20.0)  # a threshold: YAML
     uploaded["curriculum"] = {"preset": None, "steps_per_stage": 100, "adaptive": None,
+                              "soft": {"start": 0.5},  # not on the Curriculum page: YAML
                               "stages": [{"exemplars": 2, "steps": 5},
                                          {"exemplars": 0, "steps": 5}]}
     config = parse_run_config(uploaded)
