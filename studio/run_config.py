@@ -443,7 +443,7 @@ class RunConfig(_Strict):
     tools: list[ToolName] = Field(
         default_factory=lambda: ["search"], title="Tools",
         description="What the model may call: search (a query in <search>, passages of the "
-        "corpus back in <information>) and python (a program in <code>, run in a sandbox, "
+        "corpus back in <information>), python (a program in <code>, run in a sandbox, "
         "what it prints back in <output>) and calculator (an arithmetic expression in <calc>, "
         "its value back in <result>). The prompt's instruction names each one.")
     backend: Literal["native", "verl"] = "native"

@@ -21,7 +21,7 @@ from frontend.components import (
 from frontend.shared import on_show
 from studio.escaping import code_span, markdown_text
 from studio.method.prompt import SEARCH_ONLY
-from studio.method.tools import TOOLS
+from studio.method.tools import TOOLS, all_specs
 from studio.run_config import PromptSpec
 from studio.services import exemplar_sets, qa_sets
 from studio.services.access import Actor
@@ -35,12 +35,15 @@ INTRO = """
 ## Exemplars
 An exemplar is one worked example: a question, then the whole trace of solving it
 with `<think>`, each tool call and what the environment returned (`<search>` and the
-`<information>` it found; `<code>` and the `<output>` it printed), and the final
-`<answer>`. Its tags are checked as you type; on the right is the prompt the model
-will read at each stage of the curriculum (k = how many exemplars it shows), with the
-instruction for the tools you tick.
+`<information>` it found; `<code>` and the `<output>` it printed; `<calc>` and the
+`<result>` the calculator gave), and the final `<answer>`. Its tags are checked as you
+type; on the right is the prompt the model will read at each stage of the curriculum
+(k = how many exemplars it shows), with the instruction for the tools you tick.
 """
 
+CALLS_AND_RESULTS = ", or ".join(
+    f"<{s.call_tag}> … </{s.call_tag}> <{s.result_tag}> … </{s.result_tag}>" for s in all_specs())
+"""Each registered tool's call and result tags, as a solution writes them."""
 NEW = 0
 """The exemplar choice that starts a new exemplar (stored ones are numbered from 1)."""
 TOKEN_COLUMNS = [("k", "Exemplars shown (k)"), ("tokens", "Prompt tokens")]
@@ -205,8 +208,7 @@ def build(settings: Settings) -> None:
             question = gr.Textbox(label="Question", elem_id="exemplar-question")
             solution = gr.Textbox(
                 label="Solution: <think> … </think>, tool calls and what came back "
-                      "(<search> … </search> <information> … </information>, or <code> … "
-                      "</code> <output> … </output>) … <answer> … </answer>",
+                      f"({CALLS_AND_RESULTS}) … <answer> … </answer>",
                 lines=14, max_lines=30, elem_id="exemplar-solution")
             answer = gr.Textbox(label="Gold answer (optional: checked against the final "
                                       "<answer>)", elem_id="exemplar-answer")

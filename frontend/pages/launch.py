@@ -71,6 +71,10 @@ MODEL_SOURCES = {
 }
 NO_EXEMPLARS = ""
 NAME_MISSING = "Give the run a name: type one in the Run name box"
+NOTHING_TO_TRAIN_ON = ("*Nothing to train on yet:* upload a QA set on the **Data** page (and a "
+                       "corpus for a run that searches), or load a pack there: the demo pack "
+                       "for search, the math pack for python, the arithmetic pack for the "
+                       "calculator.")
 LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights instead of every "
               "weight: cheaper updates and a small checkpoint, for bigger models or smaller "
               "GPUs; it needs a higher learning rate (1e-4). Rank: the adapters' size "
@@ -399,11 +403,7 @@ def data_choices(settings: Settings, corpus, train, evals, exemplars):
     train_names = [q["name"] for q in qa_rows if q["purpose"] == "train"] or qa_names
     ex_rows = exemplar_sets.list_exemplar_sets(settings)
     ex_names = [e["name"] for e in ex_rows]
-    missing = [what for what, rows in (("a corpus", corpus_rows), ("a QA set", qa_rows))
-               if not rows]
-    empty = "" if not missing else (
-        f"*Nothing to train on yet:* upload {' and '.join(missing)} on the **Data** page, "
-        "or load the demo pack there.")
+    empty = "" if qa_rows else NOTHING_TO_TRAIN_ON
     return (
         gr.Dropdown(choices=choices(corpus_rows, lambda c: f"{c['name']} ({plain(c['status'])})"),
                     value=pick([c["name"] for c in corpus_rows], corpus)),
@@ -457,7 +457,8 @@ def build(settings: Settings) -> None:
                                      visible=default_source != "bundled", elem_id="model-ref")
             with gr.Group():
                 corpus = gr.Dropdown(label="Corpus the model searches", allow_custom_value=True,
-                                     elem_id="launch-corpus")
+                                     info="Used by the search tool only: a run without "
+                                          "search names none", elem_id="launch-corpus")
                 train = gr.Dropdown(label="QA set to train on", allow_custom_value=True,
                                     elem_id="launch-train")
                 evals = gr.Dropdown(label="QA sets to evaluate on (optional)", multiselect=True,

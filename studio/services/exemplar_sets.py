@@ -3,8 +3,8 @@
 Every save re-validates the whole set with the method core and stores each
 exemplar's findings, so the UI can list problems without recomputing them. A
 file that cannot be parsed is refused with its line or example number. The tags
-checked are every registered tool's (search, python): a set does not say which
-tools it is for.
+checked are every registered tool's (search, python, calculator): a set does not say
+which tools it is for.
 """
 
 from __future__ import annotations

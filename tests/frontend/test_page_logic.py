@@ -14,10 +14,10 @@ import pytest
 from frontend.components import error_markdown, only_choice, picker, problems
 from frontend.pages import curriculum, exemplars, home, launch
 from studio.db import session_scope
-from studio.demo import EXEMPLARS, MATH_EXEMPLARS
+from studio.demo import CALC_EXEMPLARS, EXEMPLARS, MATH_EXEMPLARS
 from studio.escaping import markdown_text
 from studio.method.prompt import DEFAULT_INSTRUCTION, instruction_for
-from studio.run_config import RunConfigError, parse_run_config
+from studio.run_config import RunConfigError, config_field, parse_run_config
 from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
@@ -164,14 +164,17 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
     assert launch.assemble(*fields) == uploaded
 
 
-def test_the_tools_checkboxes_choose_the_runs_tools():
+@pytest.mark.parametrize("tool", ["python", "calculator"])
+def test_the_tools_checkboxes_choose_the_runs_tools(tool):
     form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
-            "cpu", "chat", ["python"], False, None, None, *[None] * len(launch.SETTINGS)]
-    assert parse_run_config(launch.assemble(*form)).tools == ["python"]
+            "cpu", "chat", [tool], False, None, None, *[None] * len(launch.SETTINGS)]
+    assert parse_run_config(launch.assemble(*form)).tools == [tool]
     assert launch.assemble(*form)["data"]["corpus"] is None, "a run without search names none"
     form[5] = None  # no corpus stored: the dropdown is empty
     assert parse_run_config(launch.assemble(*form)).data.corpus is None
-    assert launch.TOOL_CHOICES == ("search", "python")
+    assert launch.TOOL_CHOICES == ("search", "python", "calculator")
+    info = config_field("tools").description  # the checkboxes' help: one clause per tool
+    assert "calculator (an arithmetic expression in <calc>, its value back in <result>)" in info
     form[12] = []
     with pytest.raises(RunConfigError, match="tools: name at least one tool"):
         parse_run_config(launch.assemble(*form))
@@ -300,6 +303,32 @@ def test_a_preview_for_the_python_tool_instructs_python_only(settings, tmp_path)
     assert page[2].constructor_args == {"choices": list(range(len(math) + 1))}
     gone = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 9)
     assert gone[2].constructor_args["value"] == len(math) and f"k = {len(math)}:" in gone[3]
+
+
+def test_a_set_that_calls_the_calculator_previews_with_the_calculator(settings, tmp_path):
+    """The arithmetic pack's exemplars write `<calc>`: the preview starts with the calculator
+    ticked, and its prompt names `<calc>`/`<result>` and no other tool."""
+    model = str(build_tiny_model(tmp_path / "tiny"))
+    calc = [json.loads(line) for line in CALC_EXEMPLARS.read_text().splitlines()]
+    assert tools_written(calc) == ["calculator"]
+    assert tools_written(calc + DEMO[:1]) == ["search", "calculator"]
+    page = exemplars.preview(settings, calc, 1, "", "", "", model, "chat", ["calculator"],
+                             "What is 12 × 34?", 1)
+    assert instruction_for(["calculator"]) in page[1] and "tools `calculator`" in page[3]
+    assert "<calc> and </calc>" in page[1] and "<result> and </result>" in page[1]
+    assert "<search>" not in page[1] and "<code>" not in page[1]
+    assert "<calc> … </calc> <result> … </result>" in exemplars.CALLS_AND_RESULTS
+
+
+def test_launch_says_what_to_load_when_there_is_nothing_to_train_on(settings):
+    from studio.services.demo import load_calc_pack
+
+    assert launch.data_choices(settings, None, None, None, None)[4] == \
+        launch.NOTHING_TO_TRAIN_ON
+    load_calc_pack(settings, admin(settings))
+    corpus, train, _, chosen, empty = launch.data_choices(settings, None, None, None, None)
+    assert empty == "", "a QA set is enough: a calculator run names no corpus"
+    assert (corpus.value, train.value, chosen.value) == (None, "calc", "calc")
 
 
 def test_the_data_doctor_section_asks_for_what_is_missing_and_quotes_names_as_text(settings):
