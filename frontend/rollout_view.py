@@ -3,8 +3,8 @@ not trained on (the spans the loss mask zeros), its reward and token counts.
 
 Rollout rows come from the runs services: `segments` are
 `{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Every registered
-tool's tags are styled (search and code calls apart; information and output blocks, the
-environment's, alike). Each segment's parts
+tool's tags are styled (search, code and calc calls apart; the environment's information,
+output and result blocks alike, each labelled with its tag). Each segment's parts
 were parsed alone, so the model's first words after an assistant prefix that opens `<think>`
 were stored as plain text; the viewer reads them on from the prefix (`segment_parts`), as
 the model wrote them: inside the think span. Steps are shown from 1 (`studio.steps`).
@@ -24,14 +24,18 @@ from studio.method.tags import parse
 from studio.method.tools import all_specs
 from studio.steps import shown_step
 
-NOT_TRAINED = "information (not trained on)"
+RESULT_LABELS = {spec.result_tag: f"{spec.result_tag} (not trained on)" for spec in all_specs()}
+"""The environment's text is labelled with its result tag: `<information>`, `<output>`,
+`<result>` (a corrective note is in the run's first tool's)."""
+NOT_TRAINED = RESULT_LABELS["information"]  # and environment text stored without its tag
 PREFIX = "prompt prefix"
 COLOR_MAP = {
     "think": "#6366f1",
     "search": "#f97316",
     "code": "#0891b2",
+    "calc": "#db2777",
     "answer": "#16a34a",
-    NOT_TRAINED: "#ca8a04",
+    **dict.fromkeys(RESULT_LABELS.values(), "#ca8a04"),
     PREFIX: "#6b7280",
 }
 SOURCE_NAMES = {"prompt": "assistant prefix (from the prompt)", "model": "model",
@@ -39,10 +43,10 @@ SOURCE_NAMES = {"prompt": "assistant prefix (from the prompt)", "model": "model"
 
 
 def _label(source: str, kind: str) -> str | None:
-    """The environment's text (search results, program output, corrective notes) is all
-    masked."""
+    """The environment's text (search results, program output, calculator results,
+    corrective notes, each in a result tag) is all masked; its label names the tag."""
     if source == "env":
-        return NOT_TRAINED
+        return RESULT_LABELS.get(kind, NOT_TRAINED)
     if source == "prompt":
         return PREFIX
     return kind if kind in COLOR_MAP else None
@@ -229,7 +233,7 @@ def overlay_legend_html() -> str:
 # --- the reward per turn -----------------------------------------------------------------
 
 
-def _contribution(turn: dict, first_search: bool, breakdown: dict) -> str:
+def _contribution(turn: dict, first_call: bool, breakdown: dict) -> str:
     parts = []
     if turn["scored"]:
         parts.append(f"its last answer is the one scored: accuracy {_fmt(breakdown.get('acc'))}"
@@ -237,8 +241,8 @@ def _contribution(turn: dict, first_search: bool, breakdown: dict) -> str:
                      f"F1 {_fmt(breakdown.get('f1'))})")
     elif turn["answers"]:
         parts.append("an answer a later one replaced (not scored)")
-    if first_search:
-        parts.append("its search spares the format's 'no search' penalty")
+    if first_call:
+        parts.append(f"its {turn['calls'][0][0]} call spares the format's 'no search' penalty")
     if turn["think"]:
         parts.append("thinking in <think> counts for format")
     return "; ".join(parts) or "nothing of its own"
@@ -249,14 +253,14 @@ def reward_turns_markdown(rollout: dict) -> str:
     reward is one number per rollout: a turn's row says what in it the reward read."""
     b = rollout.get("breakdown") or {}
     turns = reward_turns(rollout["segments"])
-    searched = next((t["turn"] for t in turns if t["queries"]), None)
-    lines = ["| turn | tokens | thought | searched for | information back (tokens) | answered "
+    called = next((t["turn"] for t in turns if t["calls"]), None)
+    lines = ["| turn | tokens | thought | tool calls | results back (tokens) | answered "
              "| toward the reward |", "|---|---|---|---|---|---|---|"]
     for t in turns:
         cells = [t["turn"], t["tokens"], "yes" if t["think"] else "no",
-                 " / ".join(t["queries"]) or "–", t["information"] or "none",
-                 " / ".join(t["answers"]) or "–",
-                 _contribution(t, t["turn"] == searched, b)]
+                 " / ".join(f"{tool}: {given}" for tool, given in t["calls"]) or "–",
+                 t["returned"] or "none", " / ".join(t["answers"]) or "–",
+                 _contribution(t, t["turn"] == called, b)]
         lines.append("| " + " | ".join(markdown_text(c) for c in cells) + " |")
     penalties = ", ".join(f"{markdown_text(name.replace('_', ' '))} −{value:g}"
                           for name, value in (b.get("penalties") or {}).items()) or "none"

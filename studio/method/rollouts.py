@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .reward import PENALTY_NAMES, RewardBreakdown
-from .tags import ANSWER, DEFAULT_TOOLS, THINK, ToolSpec, answers, parse, search_queries
+from .tags import ANSWER, DEFAULT_TOOLS, THINK, ToolSpec, answers, parse, tool_calls
+from .tools import all_specs
 
 
 @dataclass
@@ -96,7 +97,7 @@ def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> 
 
 
 def tool_counts(rollout: Rollout) -> tuple[dict[str, int], int]:
-    """Per tool the calls that ran, and how many of those runs failed (code errors)."""
+    """Per tool the calls that ran, and how many of those failed (tool errors)."""
     calls: dict[str, int] = {}
     failed = 0
     for seg in rollout.segments:
@@ -126,12 +127,23 @@ def rollout_segments(rollout: Rollout, prefix: str,
     return segments
 
 
+def stored_tools(segments: list[dict]) -> tuple[ToolSpec, ...]:
+    """The tools of the run a stored rollout comes from, as far as its tag parts show them
+    (`rollout_segments` parsed them with the run's tools): every registered tool whose call or
+    result tag is among them, else search."""
+    kinds = {part["kind"] for segment in segments for part in segment.get("parts") or []}
+    return tuple(spec for spec in all_specs()
+                 if {spec.call_tag, spec.result_tag} & kinds) or DEFAULT_TOOLS
+
+
 def reward_turns(segments: list[dict]) -> list[dict]:
     """The stored rollout turn by turn, for the reward's breakdown per turn: per model turn
     (a model segment, read on from the assistant prefix for the first) its `tokens`,
-    whether it thought (`think`), its closed search `queries`, how many environment tokens
-    came back after it (`information`), its closed `answers` and whether it holds the
-    answer the reward scored (`scored`: the last closed answer of the response)."""
+    whether it thought (`think`), its closed tool `calls` (``(tool, input)`` pairs, of the
+    run's tools: `stored_tools`), how many environment tokens came back after it
+    (`returned`), its closed `answers` and whether it holds the answer the reward scored
+    (`scored`: the last closed answer of the response)."""
+    tools = stored_tools(segments)
     turns, prefix = [], ""
     for segment in segments:
         source, text = segment.get("source"), segment.get("text") or ""
@@ -139,14 +151,15 @@ def reward_turns(segments: list[dict]) -> list[dict]:
             prefix = text
         elif source == "model":
             whole = prefix + text
-            kinds = {part.kind for part in parse(whole) if part.end > len(prefix)}
+            kinds = {part.kind for part in parse(whole, tools) if part.end > len(prefix)}
             turns.append({"turn": len(turns) + 1, "tokens": int(segment.get("tokens") or 0),
-                          "think": THINK in kinds, "queries": search_queries(whole),
-                          "answers": answers(whole) if ANSWER in kinds else [],
-                          "information": 0, "scored": False})
+                          "think": THINK in kinds,
+                          "calls": [(call.tool, call.query) for call in tool_calls(whole, tools)],
+                          "answers": answers(whole, tools) if ANSWER in kinds else [],
+                          "returned": 0, "scored": False})
             prefix = ""
         elif turns:
-            turns[-1]["information"] += int(segment.get("tokens") or 0)
+            turns[-1]["returned"] += int(segment.get("tokens") or 0)
     answered = [t for t in turns if t["answers"]]
     if answered:
         answered[-1]["scored"] = True

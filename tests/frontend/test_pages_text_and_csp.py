@@ -1,8 +1,8 @@
 """Text is text, and the Content-Security-Policy holds, in Chromium against a live
 `studio up`: a stored rollout and a run whose question, model output, answers and name hold
 `<img onerror>`, `<svg onload>`, `<a href="javascript:">`, `<b>`, Markdown and a formula show
-them literally on the Live run page (card and full screen; a python turn's code and output
-too, each in its colour), the Runs table and the Compare page, and nothing in them runs; every tab loads, and a plot downloads as PNG, with no CSP
+them literally on the Live run page (card and full screen; a python and a calculator
+turn's call and result too, each in its colour), the Runs table and the Compare page, and nothing in them runs; every tab loads, and a plot downloads as PNG, with no CSP
 violation (the browser's `securitypolicyviolation` events and console) and no uncaught
 script error."""
 
@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from frontend.pages.live_run import SCALES
-from frontend.rollout_view import COLOR_MAP, NOT_TRAINED, OVERLAYS
-from studio.method.tags import PYTHON_TOOL, SEARCH_TOOL, parse
+from frontend.rollout_view import COLOR_MAP, OVERLAYS, RESULT_LABELS
+from studio.method.tags import CALCULATOR_TOOL, PYTHON_TOOL, SEARCH_TOOL, parse
 from studio.method.token_arrays import TokenArrays
 from studio.settings import Settings
 from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
@@ -61,16 +61,22 @@ def hostile_token_arrays(segments: list[dict]) -> bytes:
                        mask=mask, chars=chars).pack()
 
 
-def python_segments() -> list[dict]:
-    """A python run's turn: a program holding the hostile text, and the environment's
-    `<output>` echoing it."""
-    model = f"<think>compute</think>\n<code>print({HOSTILE!r})</code>"
-    env = f"\n\n<output>{HOSTILE}</output>\n\n"
-    tools = (SEARCH_TOOL, PYTHON_TOOL)
+TOOL_TURNS = {"python": (PYTHON_TOOL, f"print({HOSTILE!r})"), "calculator": (CALCULATOR_TOOL,
+                                                                          f"2 * {HOSTILE}")}
+"""Per tool: its tags and a call holding the hostile text."""
+
+
+def tool_segments(tool: str) -> list[dict]:
+    """A turn of a run with `tool`: a call holding the hostile text, and the environment's
+    result block echoing it."""
+    spec, call = TOOL_TURNS[tool]
+    model = f"<think>compute</think>\n<{spec.call_tag}>{call}</{spec.call_tag}>"
+    env = f"\n\n<{spec.result_tag}>{HOSTILE}</{spec.result_tag}>\n\n"
+    tools = (SEARCH_TOOL, spec)
     return [{"source": "model", "text": model, "tokens": 30,
              "parts": [{"kind": p.kind, "text": p.text} for p in parse(model, tools)]},
             {"source": "env", "text": env, "tokens": 20,
-             "parts": [{"kind": "output", "text": env}]},
+             "parts": [{"kind": spec.result_tag, "text": env}]},
             {"source": "model", "text": "<answer>42</answer>", "tokens": 6,
              "parts": [{"kind": "answer", "text": "<answer>42</answer>"}]}]
 
@@ -82,7 +88,7 @@ class Studio:
     plain: int
     rollout: int  # the hostile run's rollout
     untokened: int  # the plain run's rollout, logged without per-token figures
-    coded: int  # the plain run's rollout of a python turn: <code>, then <output>
+    tooled: dict[str, int]  # the plain run's rollout of a python or a calculator turn
     console: list[str] = field(default_factory=list)  # the page's console messages
     errors: list[str] = field(default_factory=list)  # its uncaught script errors
 
@@ -108,8 +114,10 @@ def studio(tmp_path_factory):
         rollout = add_rollout(settings, hostile, 11, segments, question=HOSTILE,
                               answer=HOSTILE, token_arrays=hostile_token_arrays(segments))
         untokened = add_rollout(settings, plain, 11, hostile_segments())
-        coded = add_rollout(settings, plain, 11, python_segments(), answer="42")
-        studio = Studio(ui, hostile, plain, rollout, untokened, coded)
+        tooled = {tool: add_rollout(settings, plain, 11, segments, answer="42",
+                                    token_arrays=hostile_token_arrays(segments))
+                  for tool in TOOL_TURNS for segments in [tool_segments(tool)]}
+        studio = Studio(ui, hostile, plain, rollout, untokened, tooled)
         ui.page.add_init_script(RECORD_VIOLATIONS)
         ui.page.on("console", lambda message: studio.console.append(message.text))
         ui.page.on("pageerror", lambda error: studio.errors.append(error.stack or str(error)))
@@ -222,24 +230,40 @@ def test_token_overlays_colour_each_token_and_full_screen_gives_the_reward_per_t
     assert_no_csp_violation_or_script_error(studio)
 
 
-def test_a_python_turn_shows_its_code_and_the_output_as_the_environment_s(studio):
-    """The rollout card colours `<code>` as a call of its own and `<output>` as text the
-    environment inserted (not trained on), both shown as text."""
+@pytest.mark.parametrize("tool", list(TOOL_TURNS))
+def test_a_tool_turn_shows_its_call_and_the_result_as_the_environment_s(studio, tool):
+    """The rollout card colours `<code>` or `<calc>` as a call of its own and `<output>` or
+    `<result>` as text the environment inserted (not trained on, labelled with its tag), all
+    shown as text; under a token overlay the result's tokens are the masked ones."""
     ui = studio.ui
     page = ui.page
+    spec, call = TOOL_TURNS[tool]
+    rollout = f"rollout-{studio.tooled[tool]}"
     page.goto(f"{ui.base}/?run={studio.plain}")
-    card = page.locator(f"#rollout-{studio.coded}")
+    card = page.locator(f"#{rollout}")
     text = card.locator(".rollout-text")
     text.wait_for(timeout=60_000)
     spans = page.evaluate(
         "(id) => [...document.querySelectorAll(`#${id} .rollout-text .token`)].map(t =>"
         " [t.querySelector('.text').textContent.trim(), t.querySelector('.label').textContent,"
-        " getComputedStyle(t.querySelector('.label')).backgroundColor])", f"rollout-{studio.coded}")
-    assert [label for _, label, _ in spans] == ["think", "code", NOT_TRAINED, "answer"]
-    code, output = spans[1], spans[2]
-    assert code[0] == f"<code>print({HOSTILE!r})</code>" and code[2] == rgb(COLOR_MAP["code"])
-    assert output[0] == f"<output>{HOSTILE}</output>"
-    assert output[2] == rgb(COLOR_MAP[NOT_TRAINED]) != code[2]
+        " getComputedStyle(t.querySelector('.label')).backgroundColor])", rollout)
+    label = RESULT_LABELS[spec.result_tag]
+    assert label == f"{spec.result_tag} (not trained on)"
+    assert [label for _, label, _ in spans] == ["think", spec.call_tag, label, "answer"]
+    called, result = spans[1], spans[2]
+    assert called[0] == f"<{spec.call_tag}>{call}</{spec.call_tag}>"
+    assert called[2] == rgb(COLOR_MAP[spec.call_tag])
+    assert result[0] == f"<{spec.result_tag}>{HOSTILE}</{spec.result_tag}>"
+    assert result[2] == rgb(COLOR_MAP[label]) == rgb(COLOR_MAP[RESULT_LABELS["information"]])
+    assert result[2] != called[2]
+
+    page.locator("#live-overlay label", has_text="entropy").click()
+    card.locator(".block.rollout-overlay").wait_for()
+    masked = page.evaluate("(id) => [...document.querySelectorAll(`#${id} .token-overlay "
+                           "span.tok-masked`)].map(s => s.textContent).join('')", rollout)
+    assert masked == f"<{spec.result_tag}>{HOSTILE}</{spec.result_tag}>"  # (<br>s: no text)
+    page.locator("#live-overlay label", has_text="off").click()
+    text.wait_for()
     assert_text_only(ui)
     assert_no_csp_violation_or_script_error(studio)
 

@@ -26,6 +26,7 @@ from frontend.rollout_view import (
     NOT_TRAINED,
     OVERLAYS,
     PREFIX,
+    RESULT_LABELS,
     highlighted,
     overlay_html,
     overlay_legend_html,
@@ -34,9 +35,11 @@ from frontend.rollout_view import (
     token_summary,
     token_table,
 )
+from studio.escaping import markdown_text
 from studio.method.reward import PENALTY_NAMES
 from studio.method.rollouts import Rollout, Segment, rollout_segments
-from studio.method.tags import PYTHON_TOOL
+from studio.method.tags import CALCULATOR_TOOL, PYTHON_TOOL, corrective_message
+from studio.method.tools import all_specs
 from studio.run_config import parse_run_config
 from studio.services.errors import InvalidInput
 from studio.services.model_card import reward_curves_figure
@@ -293,20 +296,43 @@ def test_the_reward_per_turn_says_which_answer_was_scored():
     assert "Ondrell" in first and "no search" in first and "| 14 |" in first
     assert "its last answer is the one scored\\: accuracy 1\\.00" in second
     assert "no search −0.15" in text and "**Reward 0.80**" in text
-def test_code_spans_have_their_colour_and_output_is_masked_like_information():
-    """A python run's rollout: `<code>` styled as a call of its own, `<output>` the
-    environment's text with the information blocks' highlight (not trained on)."""
+@pytest.mark.parametrize(("spec", "call", "result"), [
+    (PYTHON_TOOL, "print(6*7)", "42"), (CALCULATOR_TOOL, "709 * 62", "43958")],
+    ids=["python", "calculator"])
+def test_a_tools_call_has_its_colour_and_its_result_is_masked_like_information(spec, call,
+                                                                              result):
+    """A python or a calculator run's rollout: `<code>` or `<calc>` styled as a call of its
+    own, `<output>` or `<result>` the environment's text with the information blocks'
+    highlight (not trained on), labelled with its tag; the reward per turn names the call."""
+    tag, shown = spec.call_tag, spec.result_tag
     rollout = {**ROLLOUT, "segments": rollout_segments(Rollout([], [
-        Segment("model", [0] * 9, "hm</think>\n<code>print(6*7)</code>"),
-        Segment("env", [0] * 6, "\n\n<output>42</output>\n\n", "python"),
-        Segment("model", [0] * 5, "<answer>42</answer>")], "answer", 1), "<think>",
-        (PYTHON_TOOL,))}
-    assert [part["kind"] for part in rollout["segments"][2]["parts"]] == ["output"]
+        Segment("model", [0] * 9, f"hm</think>\n<{tag}>{call}</{tag}>"),
+        Segment("env", [0] * 6, f"\n\n<{shown}>{result}</{shown}>\n\n", spec.name),
+        Segment("model", [0] * 5, f"<answer>{result}</answer>")], "answer", 1), "<think>",
+        (spec,))}
+    assert [part["kind"] for part in rollout["segments"][2]["parts"]] == [shown]
     spans = highlighted(rollout)
-    assert [label for _, label in spans] == [PREFIX, "think", None, "code", NOT_TRAINED,
-                                             "answer"]
-    assert COLOR_MAP["code"] not in (COLOR_MAP["search"], COLOR_MAP[NOT_TRAINED])
+    label = f"{shown} (not trained on)"
+    assert [label for _, label in spans] == [PREFIX, "think", None, tag, label, "answer"]
+    assert COLOR_MAP[label] == COLOR_MAP[NOT_TRAINED]
+    assert COLOR_MAP[tag] not in (COLOR_MAP["search"], COLOR_MAP[NOT_TRAINED])
     assert [r[4] for r in token_rows(rollout)][2] == "no (masked)"
+    first = reward_turns_markdown(rollout).splitlines()[2]
+    assert f"| {markdown_text(f'{spec.name}: {call}')} | 6 |" in first
+    assert markdown_text(f"its {spec.name} call spares the format's 'no search' penalty") \
+        in first
+    # a corrective note is in the run's first tool's result tag, and labelled so
+    noted = rollout_segments(Rollout([], [Segment("model", [0] * 3, "hm"), Segment(
+        "env", [0] * 9, corrective_message(spec))], "max_turns", 0), "", (spec,))
+    assert highlighted({**ROLLOUT, "segments": noted})[1][1] == label
+
+
+def test_every_tools_call_and_result_has_a_colour():
+    for spec in all_specs():
+        assert spec.call_tag in COLOR_MAP and RESULT_LABELS[spec.result_tag] in COLOR_MAP
+    calls = [COLOR_MAP[spec.call_tag] for spec in all_specs()]
+    assert len(set(calls)) == len(calls), "each tool's call in a colour of its own"
+    assert {COLOR_MAP[label] for label in RESULT_LABELS.values()} == {COLOR_MAP[NOT_TRAINED]}
 
 
 def test_token_table_counts_each_segment_and_what_is_trained():

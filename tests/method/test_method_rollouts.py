@@ -11,7 +11,9 @@ from studio.method.rollouts import (
     reward_turns,
     rollout_metrics,
     rollout_segments,
+    stored_tools,
 )
+from studio.method.tags import CALCULATOR_TOOL, SEARCH_TOOL
 from studio.method.token_arrays import TokenArrays, char_counts, packed_size, token_ends, token_view
 
 
@@ -108,7 +110,22 @@ def test_reward_turns_say_what_each_model_turn_did():
          "tokens": 8},
     ]
     first, second = reward_turns(segments)
-    assert first == {"turn": 1, "tokens": 9, "think": True, "queries": ["moss lamp"],
-                     "answers": [], "information": 6, "scored": False}
-    assert second == {"turn": 2, "tokens": 8, "think": False, "queries": [],
-                      "answers": ["Ida", "Ida Varn"], "information": 0, "scored": True}
+    assert first == {"turn": 1, "tokens": 9, "think": True, "calls": [("search", "moss lamp")],
+                     "answers": [], "returned": 6, "scored": False}
+    assert second == {"turn": 2, "tokens": 8, "think": False, "calls": [],
+                      "answers": ["Ida", "Ida Varn"], "returned": 0, "scored": True}
+
+
+def test_reward_turns_read_the_calls_of_the_tools_the_stored_parts_show():
+    """A calculator run's stored parts hold `calc` and `result`: its calls are read (a search
+    run's `<calc>` is text, as the reward read it)."""
+    text = "<calc> 709 * 62 </calc>"
+    calc = [{"source": "model", "text": text, "tokens": 7,
+             "parts": [{"kind": "calc", "text": text}]},
+            {"source": "env", "text": "\n\n<result>43958</result>\n\n", "tokens": 5,
+             "parts": [{"kind": "result", "text": "\n\n<result>43958</result>\n\n"}]}]
+    assert stored_tools(calc) == (CALCULATOR_TOOL,)
+    assert reward_turns(calc)[0]["calls"] == [("calculator", "709 * 62")]
+    searched = [{"source": "model", "text": text, "tokens": 7,
+                 "parts": [{"kind": "text", "text": text}]}]
+    assert stored_tools(searched) == (SEARCH_TOOL,) and reward_turns(searched)[0]["calls"] == []
