@@ -19,7 +19,7 @@ TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
            "SubEM trained", "F1 base", "F1 trained", "tool calls base", "tool calls trained",
            "valid search % base", "valid search % trained", "calls per tool base",
-           "calls per tool trained", "code errors base", "code errors trained", "status"]
+           "calls per tool trained", "tool errors base", "tool errors trained", "status"]
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
@@ -49,9 +49,10 @@ def tool_figures(evaluation: dict | None) -> str:
     return " · ".join(f"{name} {value:.2f}" for name, value in calls.items())
 
 
-def code_errors(evaluation: dict | None) -> str:
-    """How many of the model's programs failed (an exception, a limit); empty without the
-    python tool."""
+def tool_errors(evaluation: dict | None) -> str:
+    """How many of the model's tool calls failed (a program's exception or limit, an
+    expression the calculator refused; stored as `code_errors`); empty when none of the
+    evaluation's tools can fail."""
     errors = ((evaluation or {}).get("metrics") or {}).get("code_errors")
     return "" if errors is None else str(errors)
 
@@ -99,8 +100,8 @@ def table_rows(pairs: list[dict]) -> list[list]:
                      _figure(base, "search_calls", percent=False),
                      _figure(trained, "search_calls", percent=False),
                      _figure(base, "valid_search_rate"), _figure(trained, "valid_search_rate"),
-                     tool_figures(base), tool_figures(trained), code_errors(base),
-                     code_errors(trained), f"base {_status(base)} · trained {_status(trained)}"])
+                     tool_figures(base), tool_figures(trained), tool_errors(base),
+                     tool_errors(trained), f"base {_status(base)} · trained {_status(trained)}"])
     return rows
 
 

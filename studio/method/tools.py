@@ -31,6 +31,9 @@ from .tags import (
 class Tool(ABC):
     spec: ClassVar[ToolSpec]
     description: ClassVar[str]
+    can_fail: ClassVar[bool] = False
+    """Whether a result can be a failure (`failed`): evaluation counts tool errors only for
+    runs with such a tool."""
 
     @abstractmethod
     def execute(self, inputs: list[str]) -> list[object]:
@@ -42,8 +45,8 @@ class Tool(ABC):
         body, and nothing in the body that closes the tag early."""
 
     def failed(self, result: object) -> bool:
-        """Whether a result is a failed run (evaluation counts code errors); a search's
-        results never are."""
+        """Whether a result is a failure (a program that raised, an expression the calculator
+        refused: evaluation counts them as tool errors); a search's results never are."""
         return False
 
 
@@ -102,6 +105,7 @@ class PythonTool(Tool):
     error's last line when it failed) comes back in `<output>`."""
 
     spec = PYTHON_TOOL
+    can_fail = True
     description = ("runs a Python program in a sandbox and returns what it prints (or its "
                    "error); print what you need")
 
@@ -129,6 +133,7 @@ class CalculatorTool(Tool):
     does no I/O, so it runs wherever the studio does."""
 
     spec = CALCULATOR_TOOL
+    can_fail = True
     description = ("evaluates an arithmetic expression (numbers, + - * / // % ** and "
                    "parentheses) and returns its value")
 

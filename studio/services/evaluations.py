@@ -92,7 +92,8 @@ class EvaluationView(TypedDict):
     state: str  # queued | running | succeeded | failed | cancelled
     params: dict | None  # corpus, limit, protocol overrides, queue, progress (done, total)
     metrics: dict | None  # em, subem, f1, acc, format, search_calls, answer_rate,
-    # tool_calls (per tool, per question), code_errors (with python), ...
+    # tool_calls (per tool, per question), code_errors (the tool errors, with python or
+    # the calculator), ...
     error: str | None
     created_at: str
     finished_at: str | None

@@ -398,20 +398,24 @@ def test_an_evaluation_that_scored_zero_says_why():
     assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"
 
 
-def test_the_table_shows_calls_per_tool_and_code_errors_beside_the_scores():
+def test_the_table_shows_calls_per_tool_and_tool_errors_beside_the_scores():
     python = {"tool_calls": {"python": 1.25, "search": 0.5}, "code_errors": 3}
     pairs = [{"qa_set": "math", "base": {**_evaluation(tool_calls={"python": 0.0},
                                                       code_errors=0), "waiting": None},
               "trained": {**_evaluation(**python), "waiting": None}},
              {"qa_set": "demo", "base": {**_evaluation(tool_calls={"search": 1.0}),
-                                         "waiting": None}, "trained": None}]
+                                         "waiting": None}, "trained": None},
+             {"qa_set": "calc", "base": {**_evaluation(tool_calls={"calculator": 0.5},
+                                                      code_errors=2), "waiting": None},
+              "trained": None}]
     rows = evaluate.table_rows(pairs)
     column = {name: i for i, name in enumerate(evaluate.HEADERS)}
-    math, demo = ({name: row[i] for name, i in column.items()} for row in rows)
+    math, demo, calc = ({name: row[i] for name, i in column.items()} for row in rows)
     assert (math["calls per tool base"], math["calls per tool trained"]) == (
         "python 0.00", "python 1.25 · search 0.50")
-    assert (math["code errors base"], math["code errors trained"]) == ("0", "3")
-    assert (demo["calls per tool base"], demo["code errors base"]) == ("search 1.00", "")
+    assert (math["tool errors base"], math["tool errors trained"]) == ("0", "3")
+    assert (demo["calls per tool base"], demo["tool errors base"]) == ("search 1.00", "")
+    assert (calc["calls per tool base"], calc["tool errors base"]) == ("calculator 0.50", "2")
     assert demo["calls per tool trained"] == "" and len(rows[0]) == len(evaluate.HEADERS)
 
 

@@ -13,12 +13,14 @@ from types import SimpleNamespace
 import torch
 
 from studio.method import tags
+from studio.method.tools import all_specs
 from studio.retrieval import Passage
 from tests.support.reverse_tool import REVERSE
 from worker.engines.native.rollout import generate_rollouts
 
 INFO_END = "</information>\n\n"
-ENV_ENDS = (INFO_END, "</reversed>\n\n", "</output>\n\n")  # how each tool's environment block ends
+ENV_ENDS = tuple(f"</{spec.result_tag}>\n\n" for spec in (*all_specs(), REVERSE))
+"""How each tool's environment block ends (every registered tool's, and the test tool's)."""
 
 CORPUS = [
     Passage("1", "Moss lamp", "A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."),

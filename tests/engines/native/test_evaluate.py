@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
 from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
-from studio.method.tools import PythonTool, SearchTool
+from studio.method.tools import CalculatorTool, PythonTool, SearchTool
 from studio.retrieval import build_index
 from studio.sandbox import Sandbox
 from studio.services import evaluations, runs
@@ -146,24 +146,29 @@ CODE_SCRIPTS = {  # question: (gold, the model's turns)
 }
 
 
-def test_an_evaluation_counts_calls_per_tool_and_code_errors(tmp_path):
-    """With python among the tools: each question's calls per tool and its failed programs
-    (an exception's `<output>`), and over the set the calls per question of each tool and
-    the code errors in all."""
+def scripted_evaluation(tmp_path, scripts: dict, tools: list) -> dict:
+    """`evaluate` with `tools` (the config names them) on the questions of `scripts`, each
+    answered with its scripted turns."""
     tokenizer = AutoTokenizer.from_pretrained(str(build_tiny_model(tmp_path / "tiny")))
     config = EvalConfig(top_k=1, max_turns=3, max_turn_tokens=24, assistant_prefix=None,
-                        tools=("python", "search"))
+                        tools=tuple(tool.spec.name for tool in tools))
     template = PromptTemplate(instruction_for(config.tools))
 
     def prompt(question: str) -> tuple[int, ...]:
         return tuple(build_prompt(question, [], 0, template, layout=config.layout)
                      .token_ids(tokenizer))
 
-    model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in CODE_SCRIPTS.items()})
-    rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(CODE_SCRIPTS.items())]
-    tools = [PythonTool(Sandbox().run_batch),
-             SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)]
-    result = evaluate(model, tokenizer, rows, tools, config)
+    model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in scripts.items()})
+    rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(scripts.items())]
+    return evaluate(model, tokenizer, rows, tools, config)
+
+
+def test_an_evaluation_counts_calls_per_tool_and_code_errors(tmp_path):
+    """With python among the tools: each question's calls per tool and its failed programs
+    (an exception's `<output>`), and over the set the calls per question of each tool and
+    the tool errors in all (stored as `code_errors`)."""
+    result = scripted_evaluation(tmp_path, CODE_SCRIPTS, [
+        PythonTool(Sandbox().run_batch), SearchTool(RecordingSearch(build_index(CORPUS)), 1)])
 
     records = result["records"]
     assert [r["tool_calls"] for r in records] == [
@@ -176,6 +181,24 @@ def test_an_evaluation_counts_calls_per_tool_and_code_errors(tmp_path):
     metrics = result["metrics"]
     assert metrics["tool_calls"] == {"python": 1.0, "search": 0.25}
     assert metrics["code_errors"] == 2
+
+
+def test_an_evaluation_counts_the_expressions_the_calculator_refused_as_tool_errors(tmp_path):
+    """A calculator run's evaluation: an `Error: ...` result is a tool error, counted as a
+    failed program is (the metrics' `code_errors`)."""
+    scripts = {"What is 709 times 62?": (["43958"], ["<calc> 709 * 62 </calc>",
+                                                     "<answer>43958</answer>"]),
+               "What is x over 0?": (["none"], ["<calc>x/0</calc>", "<calc>1/0</calc>",
+                                                "<answer>none</answer>"]),
+               "What is 2 plus 2?": (["4"], ["<answer>4</answer>"])}
+    result = scripted_evaluation(tmp_path, scripts, [CalculatorTool()])
+    records = result["records"]
+    assert [r["tool_calls"] for r in records] == [{"calculator": 1}, {"calculator": 2}, {}]
+    assert [r["code_errors"] for r in records] == [0, 2, 0]
+    assert [r["acc"] for r in records] == [1.0, 1.0, 1.0]
+    assert records[0]["format"] > records[2]["format"]  # a <calc> call spares 'no search'
+    assert result["metrics"]["tool_calls"] == {"calculator": 1.0}
+    assert result["metrics"]["code_errors"] == 2
 
 
 def test_a_search_only_evaluation_reports_search_calls_and_no_code_errors(tmp_path):

@@ -2,8 +2,10 @@
 
 k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool
 calls, top-3 passages; EM (primary), SubEM, F1, plus how the model used the
-tools: calls per tool, and with the python tool its code errors (an `<output>` of a
-failed run). The same code evaluates a base model and a trained checkpoint.
+tools: calls per tool, and with a tool whose calls can fail (python, the calculator) its tool
+errors (an `<output>` of a failed program, a `<result>` the calculator refused), stored as
+`code_errors`, the key they had when python was the only such tool. The same code evaluates
+a base model and a trained checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from studio.method.failures import failure_label, label_split
 from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
 from studio.method.reward import score
 from studio.method.rollouts import tool_counts, tool_use
-from studio.method.tags import PYTHON_TOOL, search_queries
+from studio.method.tags import search_queries
 from studio.method.tools import Tool, specs
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
@@ -74,7 +76,7 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
     metrics["tool_calls"] = {
         t.name: float(statistics.fmean(r["tool_calls"].get(t.name, 0) for r in records))
         if records else 0.0 for t in tool_specs}
-    if PYTHON_TOOL in tool_specs:
+    if any(tool.can_fail for tool in tools):
         metrics["code_errors"] = sum(r["code_errors"] for r in records)
     metrics["questions"] = len(records)
     metrics["labels"] = label_split(r["label"] for r in records)
