@@ -37,7 +37,6 @@ REWARD_CURVES = "reward_curves.png"
 KNOWN_BASES = {DEFAULT_MODEL: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),
                 ("tool calls", "search_calls"), ("answer rate", "answer_rate"))
-EXAMPLE_QUESTION = "Which river flows through the capital of the country where the author was born"
 
 
 def hub_tags(config: RunConfig) -> list[str]:
@@ -57,6 +56,8 @@ class ToolUsage:
     purpose: str  # the intro's "to answer questions by ..."
     use: str  # the limits' "intended for research and prototypes of ..."
     calls: str  # the limits' "its ... and answers may be poor"
+    reads: str  # the limits' "unsupported by the ... it read"
+    example: str  # the question of the usage example (for the run's first tool)
 
 
 TOOL_USAGE = {
@@ -65,14 +66,16 @@ TOOL_USAGE = {
         "training) and appends\n", "with the passages", "run the query",
         "searching a document collection",
         "question answering over the documents it\n  was trained to search, with the tag "
-        "protocol above and a search tool that returns passages", "search queries"),
+        "protocol above and a search tool that returns passages", "search queries", "passages",
+        "Which river flows through the capital of the country where the author was born?"),
     "python": ToolUsage(
         "a Python program", "your application runs it\nin a sandbox (in training: a "
         "throw-away bubblewrap sandbox with no network, {wall:g} s and {cpu} CPU seconds "
         "at most) and appends\n", "with what it printed (and the last line of its error, if "
         "it failed)", "run the program in a sandbox", "running Python code",
         "answering questions by writing Python code, with the tag protocol above and a\n  "
-        "sandbox that runs it and returns what it printed", "code"),
+        "sandbox that runs it and returns what it printed", "code", "program output",
+        "How many seconds are there in 17 days?"),
     "calculator": ToolUsage(
         "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
         "+ - * / // % ** and parentheses, computed exactly, nothing else run) and appends\n",
@@ -80,7 +83,7 @@ TOOL_USAGE = {
         "handing arithmetic to a calculator",
         "answering arithmetic questions by writing the expression for a calculator, with the "
         "tag\n  protocol above and a calculator that returns its value",
-        "expressions"),
+        "expressions", "calculator results", "What is 4837 times 29?"),
 }
 """Keyed by registered tool name: the card describes the tools of the run it is for."""
 
@@ -220,7 +223,7 @@ def _calls(config: RunConfig) -> str:
 
 
 def _usage_section(config: RunConfig, repo: str) -> str:
-    prompt = config.build_prompt(EXAMPLE_QUESTION, [], 0)
+    prompt = config.build_prompt(TOOL_USAGE[config.tools[0]].example, [], 0)
     prefix = config.prompt.assistant_prefix or ""
     specs = named_specs(config.tools)
     stops = [f"</{spec.call_tag}>" for spec in specs] + ["</answer>"]
@@ -456,7 +459,7 @@ def _limits(config: RunConfig) -> str:
         "kinds of questions"
     calls = ", ".join(u.calls for u in usages)
     poor = f"on other {other} its {calls} and answers may be poor."
-    read = "passages" if "search" in config.tools else "output"
+    read = " or ".join(u.reads for u in usages)
     tools = "tool" if len(usages) == 1 else "tools"
     return f"""- Intended for research and prototypes of {"; and ".join(u.use for u in usages)}.
   How it answers without the {tools} was not measured.

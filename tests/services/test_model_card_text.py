@@ -7,10 +7,11 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+import pytest
 from markdown_it import MarkdownIt
 
 from studio.services import model_card
-from studio.services.demo import load_demo_pack, load_math_pack
+from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from tests.support.actors import admin
 from tests.support.hostile_text import HOSTILE
 from tests.support.synthetic_runs import finished_run
@@ -61,28 +62,52 @@ def test_a_hostile_run_name_and_prefix_are_text_in_the_card(settings, tmp_path):
     assert prefix in found.texts["td"]
 
 
-def test_a_python_runs_card_tells_how_to_serve_its_code_not_a_search(settings, tmp_path):
-    """A python-only run (the math pack, no corpus): the card's protocol, stop strings, tags
-    and limits are the python tool's `<code>`/`<output>` and a sandbox; nothing of search."""
-    load_math_pack(settings, admin(settings))
+CARD_WORDS = {  # per tool: its pack, and what its card says
+    "python": (load_math_pack, "math", {
+        "usage": ["writes a Python program inside `<code>...</code>` and stops",
+                  "runs it\nin a sandbox", "`<output>...</output>` with what it printed",
+                  'stop_strings=["</code>", "</answer>"]',
+                  '# on </code>: run the program in a sandbox, append "\\n\\n<output>',
+                  "<code> and </code>", "How many seconds are there in 17 days?"],
+        "card": ["questions by running Python code", "calls the python tool without examples",
+                 "a\n  sandbox that runs it and returns what it printed",
+                 "on other kinds of questions its code and answers may be poor",
+                 "unsupported by the program output it read"]}),
+    "calculator": (load_calc_pack, "calc", {
+        "usage": ["writes an arithmetic expression inside `<calc>...</calc>` and stops",
+                  "evaluates it\n(in training: numbers, + - * / // % ** and parentheses, "
+                  "computed exactly, nothing else run)",
+                  "`<result>...</result>` with its value (or a short error)",
+                  'stop_strings=["</calc>", "</answer>"]',
+                  '# on </calc>: evaluate the expression, append "\\n\\n<result>',
+                  "<calc> and </calc>", "What is 4837 times 29?"],
+        "card": ["questions by handing arithmetic to a calculator",
+                 "calls the calculator tool without examples",
+                 "a calculator that returns its value",
+                 "on other kinds of questions its expressions and answers may be poor",
+                 "unsupported by the calculator results it read"]}),
+}
+
+
+@pytest.mark.parametrize("tool", list(CARD_WORDS))
+def test_a_tool_runs_card_tells_how_to_serve_its_tool_not_a_search(settings, tmp_path, tool):
+    """A python-only or calculator-only run (its pack, no corpus): the card's protocol, stop
+    strings, example question, tags and limits are its tool's; nothing of search."""
+    load, pack, words = CARD_WORDS[tool]
+    load(settings, admin(settings))
     run_id = finished_run(settings, {
-        "name": "math-run", "model": str(build_tiny_model(tmp_path / "tiny")),
-        "tools": ["python"], "reward": {"answer_match": "numeric"},
-        "data": {"train": "math", "exemplars": "math"}}, steps=4)
+        "name": f"{pack}-run", "model": str(build_tiny_model(tmp_path / "tiny")),
+        "tools": [tool], "reward": {"answer_match": "numeric"},
+        "data": {"train": pack, "exemplars": pack}}, steps=4)
 
     card = model_card.build_model_card(settings, run_id)
     usage = card.markdown.split("## How to use", 1)[1].split("## Training data", 1)[0]
-    assert "writes a Python program inside `<code>...</code>` and stops" in usage
-    assert "runs it\nin a sandbox" in usage and "`<output>...</output>` with what it printed" \
-        in usage
-    assert 'stop_strings=["</code>", "</answer>"]' in usage
-    assert '# on </code>: run the program in a sandbox, append "\\n\\n<output>' in usage
-    assert "<code> and </code>" in usage  # the instruction the run trained with
+    for said in words["usage"]:
+        assert said in usage, said
     assert card.metadata["tags"] == ["icrl", "grpo", "reinforcement-learning", "tool-use",
-                                     "python", "icrl-studio"]
-    assert "questions by running Python code" in card.markdown
-    assert "calls the python tool without examples" in card.markdown
+                                     tool, "icrl-studio"]
+    for said in words["card"]:
+        assert said in card.markdown, said
     assert "Whether it calls its tools zero-shot has not been measured" in card.markdown
-    assert "a\n  sandbox that runs it and returns what it printed" in card.markdown
     described = card.markdown.split("## Reproduce", 1)[0]  # the bundle's config lists all
-    assert re.findall(r"\bsearch|BM25|<information>|passages|corpus", described) == []
+    assert re.findall(r"\bsearch|BM25|<information>|passages|corpus|river", described) == []
