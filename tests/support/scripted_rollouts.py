@@ -19,8 +19,9 @@ from tests.support.reverse_tool import REVERSE
 from worker.engines.native.rollout import generate_rollouts
 
 INFO_END = "</information>\n\n"
-ENV_ENDS = tuple(f"</{spec.result_tag}>\n\n" for spec in (*all_specs(), REVERSE))
-"""How each tool's environment block ends (every registered tool's, and the test tool's)."""
+ENV_ENDS = tuple({f"</{spec.result_tag}>\n\n": None for spec in (*all_specs(), REVERSE)})
+"""How each tool's environment block ends (every registered tool's, and the test tool's, which
+is registered once its module is imported: each end once)."""
 
 CORPUS = [
     Passage("1", "Moss lamp", "A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."),
@@ -135,7 +136,7 @@ def scripted_turns(tokenizer, turns: list[str]):
     string or EOS stops there (the server stops at stop strings), any other runs on with the
     filler to the budget. Log-prob -0.5 per token; `generate.contexts` records each call."""
     filler = filler_token(tokenizer)
-    stops = tags.stop_strings((tags.SEARCH_TOOL, tags.PYTHON_TOOL, REVERSE))  # and </answer>
+    stops = tags.stop_strings(tuple({*all_specs(), REVERSE}))  # and </answer>
     contexts: list[list[int]] = []
 
     async def generate(context: list[int], max_tokens: int):

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from studio.run_config import RunConfigError, parse_run_config
-from studio.services.demo import load_math_pack
+from studio.services.demo import load_calc_pack, load_math_pack
 from tests.support.actors import admin
 from worker.engines.verl.config import RunFiles, compose, hydra_overrides, hydra_value
 from worker.engines.verl.launcher import LaunchError, VerlLaunch
@@ -245,17 +245,23 @@ def test_dynamic_sampling_cannot_bound_its_rounds_on_verl():
         with_grpo(dynamic_sampling=True, dynamic_sampling_max_batches=5)
 
 
-def test_a_verl_run_without_search_neither_checks_nor_names_retrieve(verl, studio, verl_run):
-    """tools: [python] on the math pack (no corpus): the launcher prepares the run with the
-    studio's /retrieve unreachable, and the agent spec names none; a search run is refused."""
+@pytest.mark.parametrize(("tool", "load", "pack"), [("python", load_math_pack, "math"),
+                                                    ("calculator", load_calc_pack, "calc")])
+def test_a_verl_run_without_search_neither_checks_nor_names_retrieve(verl, studio, verl_run,
+                                                                     tool, load, pack):
+    """tools: [python] on the math pack, or [calculator] on the arithmetic pack (no corpus):
+    the launcher prepares the run with the studio's /retrieve unreachable, the agent spec
+    names none and the reward gets the run's tools; a search run is refused."""
     settings, _ = studio
-    load_math_pack(settings, admin(settings))
+    load(settings, admin(settings))
     nowhere = {"studio_url": "http://127.0.0.1:1"}
     _, run, files, _ = verl_run(
-        tools=["python"], verl=nowhere, reward={"answer_match": "numeric"},
-        data={"corpus": None, "train": "math", "eval": ["math-heldout"], "exemplars": "math"})
-    VerlLaunch(settings, run["id"]).prepare()
-    assert AgentSpec.model_validate_json(files.agent_spec.read_text()).retrieve_url is None
+        tools=[tool], verl=nowhere, reward={"answer_match": "numeric"},
+        data={"corpus": None, "train": pack, "eval": [f"{pack}-heldout"], "exemplars": pack})
+    overrides = VerlLaunch(settings, run["id"]).prepare()
+    spec = AgentSpec.model_validate_json(files.agent_spec.read_text())
+    assert spec.retrieve_url is None and spec.run_config.tools == [tool]
+    assert f"+reward.custom_reward_function.reward_kwargs.tools=['{tool}']" in overrides
     _, searching, _, _ = verl_run(verl=nowhere)
     with pytest.raises(LaunchError, match="/retrieve"):
         VerlLaunch(settings, searching["id"]).prepare()

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from studio.method.protocol import Limits
-from studio.method.tools import PythonTool, SearchTool
+from studio.method.tools import CalculatorTool, PythonTool, SearchTool
 from studio.retrieval import build_index
 from studio.sandbox import Sandbox
 from tests.support.reverse_tool import ReverseTool
@@ -68,22 +68,36 @@ def test_verl_and_native_rollouts_are_the_same(tokenizer, question):
     assert len(generate.contexts) == verl.model_turns
 
 
-def test_the_python_tool_runs_the_same_in_both_loops(tokenizer):
-    """The agent loop runs one program at a time (in a thread), the native loop a round's
-    programs in one batch; both in the sandbox, with the same `<output>` and mask."""
-    turns = ["<code>print(6*7)</code>", "<code>print(1/0)</code>", "<answer> 42 </answer>"]
-    python = PythonTool(Sandbox().run_batch)
-    [native] = run_scripted(tokenizer, {"Six times seven?": turns}, [python],
+TOOL_TURNS = {  # a tool, turns that call it (once failing), the results the environment inserts
+    "python": (lambda: PythonTool(Sandbox().run_batch),
+               ["<code>print(6*7)</code>", "<code>print(1/0)</code>", "<answer> 42 </answer>"],
+               ["\n\n<output>42</output>\n\n",
+                "\n\n<output>ZeroDivisionError: division by zero</output>\n\n"]),
+    "calculator": (CalculatorTool,
+                   ["<calc>6*7</calc>", "<calc>1/0</calc>", "<answer> 42 </answer>"],
+                   ["\n\n<result>42</result>\n\n",
+                    "\n\n<result>Error: division by zero</result>\n\n"]),
+}
+
+
+@pytest.mark.parametrize("name", list(TOOL_TURNS))
+def test_a_tool_without_a_backend_runs_the_same_in_both_loops(tokenizer, name):
+    """The agent loop runs one call at a time (in a thread), the native loop a round's calls
+    in one batch: python in the sandbox, the calculator in process; the same results and
+    mask, the failed call marked as such."""
+    make, turns, results = TOOL_TURNS[name]
+    tool = make()
+    [native] = run_scripted(tokenizer, {"Six times seven?": turns}, [tool],
                             RolloutConfig(**LIMITS))
     verl = asyncio.run(roll_out(prompt_ids(tokenizer, "Six times seven?"),
-                                scripted_turns(tokenizer, turns), [python], tokenizer,
+                                scripted_turns(tokenizer, turns), [tool], tokenizer,
                                 Limits(**LIMITS), {tokenizer.eos_token_id}))
     assert verl.response_ids == native.response_ids
     assert verl.response_mask == native.response_mask
     assert (verl.stop_reason, verl.tool_calls) == (native.stop_reason, native.num_tool_calls)
-    assert [s.text for s in native.segments if s.source == "env"] == [
-        "\n\n<output>42</output>\n\n",
-        "\n\n<output>ZeroDivisionError: division by zero</output>\n\n"]
+    env = [s for s in native.segments if s.source == "env"]
+    assert [s.text for s in env] == results
+    assert [(s.tool, s.failed) for s in env] == [(name, False), (name, True)]
 
 
 def test_the_scripts_cover_every_move(tokenizer):
