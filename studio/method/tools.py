@@ -34,6 +34,9 @@ class Tool(ABC):
     can_fail: ClassVar[bool] = False
     """Whether a result can be a failure (`failed`): evaluation counts tool errors only for
     runs with such a tool."""
+    results: ClassVar[str]
+    """What its result blocks hold, in words ("search results"): the launch estimate and the
+    model card name them."""
 
     @abstractmethod
     def execute(self, inputs: list[str]) -> list[object]:
@@ -73,6 +76,7 @@ class SearchTool(Tool):
 
     spec = SEARCH_TOOL
     description = "searches the documents for a query and returns the best passages"
+    results = "search results"
 
     def __init__(self, backend: SearchBackend, top_k: int):
         self.backend, self.top_k = backend, top_k
@@ -106,6 +110,7 @@ class PythonTool(Tool):
 
     spec = PYTHON_TOOL
     can_fail = True
+    results = "program output"
     description = ("runs a Python program in a sandbox and returns what it prints (or its "
                    "error); print what you need")
 
@@ -134,6 +139,7 @@ class CalculatorTool(Tool):
 
     spec = CALCULATOR_TOOL
     can_fail = True
+    results = "calculator results"
     description = ("evaluates an arithmetic expression (numbers, + - * / // % ** and "
                    "parentheses) and returns its value")
 
@@ -179,6 +185,11 @@ def check_tool_names(tools: object) -> tuple[str, ...]:
         raise ValueError(f"'{twice[0]}' is listed more than once")
     named_specs(tools)
     return tuple(tools)
+
+
+def results_words(names: Sequence[str]) -> str:
+    """What the result blocks of the named tools hold: "search results and program output"."""
+    return " and ".join(TOOLS[name].results for name in names)
 
 
 def all_specs() -> tuple[ToolSpec, ...]:

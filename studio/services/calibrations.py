@@ -18,6 +18,7 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from studio.db import session_scope
+from studio.method.tools import results_words
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services.access import Actor, require_member
@@ -197,7 +198,8 @@ def _ready(row: DeviceCalibration, config: RunConfig, stages: list[dict],
              f"measured on {row.worker_hostname} {row.finished_at:%Y-%m-%d %H:%M} UTC)")
     message = (f"at most about {total} for {estimate['total_steps']} steps on {where}, if "
                f"every response used its whole budget ({tokens['model']} tokens from the model"
-               f" and {tokens['env']} of search results){also}{_busy_words(row)}")
+               f" and {tokens['env']} of {results_words(config.tools)}){also}"
+               f"{_busy_words(row)}")
     warnings = []
     if estimate["long"]:
         faster = "" if row.queue == "gpu" else ", or queue gpu"

@@ -20,7 +20,7 @@ import yaml
 from studio.base_models import DEFAULT_MODEL
 from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
-from studio.method.tools import named_specs
+from studio.method.tools import named_specs, results_words
 from studio.run_config import LoraSpec, RunConfig
 from studio.sandbox import Limits
 from studio.services import evaluations, qa_sets, runs
@@ -56,7 +56,6 @@ class ToolUsage:
     purpose: str  # the intro's "to answer questions by ..."
     use: str  # the limits' "intended for research and prototypes of ..."
     calls: str  # the limits' "its ... and answers may be poor"
-    reads: str  # the limits' "unsupported by the ... it read"
     example: str  # the question of the usage example (for the run's first tool)
 
 
@@ -66,7 +65,7 @@ TOOL_USAGE = {
         "training) and appends\n", "with the passages", "run the query",
         "searching a document collection",
         "question answering over the documents it\n  was trained to search, with the tag "
-        "protocol above and a search tool that returns passages", "search queries", "passages",
+        "protocol above and a search tool that returns passages", "search queries",
         "Which river flows through the capital of the country where the author was born?"),
     "python": ToolUsage(
         "a Python program", "your application runs it\nin a sandbox (in training: a "
@@ -74,7 +73,7 @@ TOOL_USAGE = {
         "at most) and appends\n", "with what it printed (and the last line of its error, if "
         "it failed)", "run the program in a sandbox", "running Python code",
         "answering questions by writing Python code, with the tag protocol above and a\n  "
-        "sandbox that runs it and returns what it printed", "code", "program output",
+        "sandbox that runs it and returns what it printed", "code",
         "How many seconds are there in 17 days?"),
     "calculator": ToolUsage(
         "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
@@ -83,7 +82,7 @@ TOOL_USAGE = {
         "handing arithmetic to a calculator",
         "answering arithmetic questions by writing the expression for a calculator, with the "
         "tag\n  protocol above and a calculator that returns its value",
-        "expressions", "calculator results", "What is 4837 times 29?"),
+        "expressions", "What is 4837 times 29?"),
 }
 """Keyed by registered tool name: the card describes the tools of the run it is for."""
 
@@ -459,14 +458,13 @@ def _limits(config: RunConfig) -> str:
         "kinds of questions"
     calls = ", ".join(u.calls for u in usages)
     poor = f"on other {other} its {calls} and answers may be poor."
-    read = " or ".join(u.reads for u in usages)
     tools = "tool" if len(usages) == 1 else "tools"
     return f"""- Intended for research and prototypes of {"; and ".join(u.use for u in usages)}.
   How it answers without the {tools} was not measured.
 - It was trained on the {data} named above only; {poor} The reward checks the final answer
   against reference answers ({config.reward.acc_weight:g} weight) and the tag format
   ({config.reward.format_weight:g} weight), not the truth of its reasoning: answers can be wrong,
-  made up or unsupported by the {read} it read.
+  made up or unsupported by the {results_words(config.tools)} it read.
 - It inherits the limits and biases of its base model and of the training data; do not use it
   for decisions about people, or for medical, legal or financial advice.
 - Figures above come from small evaluation sets where stated; measure on your own held-out

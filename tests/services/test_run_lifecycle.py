@@ -24,7 +24,7 @@ from studio.services import (
     run_validation,
     runs,
 )
-from studio.services.demo import load_math_pack
+from studio.services.demo import load_calc_pack, load_math_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
 from studio.tables import (
@@ -314,7 +314,8 @@ def no_bwrap(monkeypatch, tmp_path):
 
 def test_a_python_run_is_refused_where_the_sandbox_cannot_run(studio, no_bwrap):
     """tools: [python] needs the sandbox: without it the launch is a 422 with the sandbox's
-    own words, and nothing is stored; a search run launches as before."""
+    own words, and nothing is stored; a search run launches as before, and a calculator run
+    on the arithmetic pack (no corpus) validates."""
     settings, model = studio
     headers = admin_headers(settings)
     with TestClient(create_app(settings)) as client:
@@ -328,6 +329,12 @@ def test_a_python_run_is_refused_where_the_sandbox_cannot_run(studio, no_bwrap):
         searching = client.post("/api/v1/runs/validate", json=tiny_config(model),
                                 headers=headers)
         assert searching.status_code == 200 and searching.json()["config"]["tools"] == ["search"]
+        load_calc_pack(settings, admin(settings))  # the calculator needs no sandbox, no corpus
+        calculating = client.post("/api/v1/runs/validate", headers=headers, json={
+            **tiny_config(model), "tools": ["calculator"], "reward": {"answer_match": "numeric"},
+            "data": {"train": "calc", "eval": ["calc-heldout"], "exemplars": "calc"}})
+        assert calculating.status_code == 200, calculating.json()
+        assert calculating.json()["config"]["data"]["corpus"] is None
 
 
 def test_exemplars_are_checked_against_the_runs_tools(studio):

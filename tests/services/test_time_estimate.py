@@ -153,6 +153,19 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
     assert "512 tokens from the model and 0 of search results" in ready["message"]
 
 
+@pytest.mark.parametrize(("tools", "words"), [
+    (["python"], "of program output"), (["calculator"], "of calculator results"),
+    (["search", "calculator"], "of search results and calculator results")])
+def test_the_estimate_names_what_the_runs_tools_insert(settings, tools, words):
+    _worker(settings)
+    _measured(settings, calibrations.request_calibration(
+        settings, admin(settings), model=config().model, start=False)["id"])
+    run = config().model_copy(update={"tools": tools})
+    message = calibrations.time_estimate(settings, run, stages())["message"]
+    assert f"512 tokens from the model and 0 {words})" in message
+    assert ("search results" in message) == ("search" in tools)
+
+
 def test_a_run_of_many_hours_is_warned_about(settings):
     _worker(settings)
     _measured(settings, calibrations.request_calibration(

@@ -16,6 +16,7 @@ REVERSE = ToolSpec("reverse", "reverse", "reversed")
 class ReverseTool(Tool):
     spec = REVERSE
     description = "reverse a text: <reverse> text </reverse>"
+    results = "reversed text"
 
     def __init__(self):
         self.calls: list[list[str]] = []  # each execute's inputs
