@@ -2,7 +2,8 @@
 
 The tests run in order on one studio and one page, as a new user would: load
 the demo pack, search, upload a bad file, edit an exemplar, design 3-2-0, and
-launch a tiny run. Screenshots of each page go to artifacts/screenshots/.
+launch a tiny run; then the arithmetic pack, to a calculator run's config. Screenshots of
+each page go to artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -333,3 +334,55 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
     (cells,) = ui.table_rows("#evaluate-table")
     assert cells[:2] == ["demo-heldout", "60"], cells
     ui.screenshot("evaluate-quick-start")
+
+
+def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(ui):
+    """Load the arithmetic pack on Data; its exemplar set previews with the calculator
+    ticked; Launch, with the calculator alone, estimates and saves a run that names no
+    corpus (the corpus box says only search uses one)."""
+    ui.open("Data")
+    ui.page.click("#load-calc")
+    told = ui.wait_text("#demo-message", "Arithmetic pack loaded")
+    assert "QA set 'calc' (260 questions to train on)" in told
+    assert "train with the calculator tool" in told
+    ui.wait_text("#qa-table", "calc-heldout")
+
+    ui.open("Exemplars")
+    ui.choose("#exemplar-set", "calc")
+    ui.wait_value("#exemplar-solution textarea", "<calc> (318 + 947) * 26 </calc>")
+    ui.page.locator("#preview-k input[value='1']").check()
+    # (until the editor holds the set's first exemplar, a preview may draft the old one in)
+    prompt = ui.wait_value("#prompt-text textarea", "<calc> (318 + 947) * 26 </calc>")
+    ui.wait_text("#preview-note", "tools calculator. ")
+    assert ticked(ui, "#preview-tools", "calculator") and not ticked(ui, "#preview-tools",
+                                                                     "search")
+    assert "<calc> and </calc>" in prompt and "<result> and </result>" in prompt
+    assert "<search>" not in prompt
+    assert "<calc> … </calc> <result> … </result>" in ui.page.locator(
+        "#exemplar-solution").inner_text()
+
+    ui.open("Launch")
+    assert "Used by the search tool only" in ui.page.locator("#launch-corpus").inner_text()
+    ui.choose("#launch-train", "calc")
+    ui.choose("#launch-exemplars", "calc (3 exemplars)")
+    ui.page.locator("#launch-tools label", has_text="calculator").click()
+    for tool in ("search", "python"):  # a run with the calculator alone
+        if ticked(ui, "#launch-tools", tool):
+            ui.page.locator("#launch-tools label", has_text=tool).click()
+    ui.page.fill("#run-name textarea", "calc-only")
+    ui.page.click("#estimate")
+    ui.wait_text("#estimate-note", "Counted with the tokenizer of")
+    estimate = ui.table_rows("#stage-estimate")  # a stage per row of the chosen curriculum
+    assert estimate and all(row[4] == "yes" for row in estimate), estimate
+    ui.page.click("#save-yaml")
+    ui.wait_text("#yaml-message", "Saved the config of 'calc-only'")
+    link = ui.page.locator("#yaml-download a").first.get_attribute("href")
+    saved = yaml.safe_load(ui.page.request.get(link).text())
+    assert saved["tools"] == ["calculator"] and saved["data"]["corpus"] is None
+    assert (saved["data"]["train"], saved["data"]["exemplars"]) == ("calc", "calc")
+    ui.screenshot("launch-calculator")
+
+
+def ticked(ui: StudioUI, group: str, choice: str) -> bool:
+    """Whether `choice` is ticked in the gr.CheckboxGroup `group` (its label holds the box)."""
+    return ui.page.locator(f"{group} label", has_text=choice).locator("input").is_checked()
