@@ -455,23 +455,32 @@ def labelled_questions(settings: Settings, evaluation_id: int, label: str,
 
 
 def zero_score_reason(metrics: dict | None) -> str | None:
-    """Why EM, SubEM and F1 are all 0, from how the model answered and searched (the
-    metrics' answer_rate, search_calls, valid_search_rate); None unless they are all 0."""
+    """Why EM, SubEM and F1 are all 0, from how the model answered and called its tools (the
+    metrics' answer_rate, search_calls, valid_search_rate; the tools named after
+    `tool_calls`' keys: searching for a search-only evaluation, else calling the python or
+    calculator tool); None unless they are all 0."""
     metrics = metrics or {}
     if any(metrics.get(key, 1) for key in ("em", "subem", "f1")) or "answer_rate" not in metrics:
         return None
-    answered, searches = metrics["answer_rate"], metrics.get("search_calls", 0)
-    searched = metrics.get("valid_search_rate", 0)
-    if not answered and not searches:
-        return ("the model never wrote an answer between <answer> tags and never searched: "
+    answered, calls = metrics["answer_rate"], metrics.get("search_calls", 0)
+    called = metrics.get("valid_search_rate", 0)
+    tools = list(metrics.get("tool_calls") or ["search"])
+    if tools == ["search"]:
+        did, never, per, without = "searched", "never searched", "searches", "without searching"
+    else:
+        named = f"the {' or '.join(tools)} tool"
+        did, never, per, without = (f"called {named}", f"never called {named}", "calls",
+                                    f"without calling {named}")
+    if not answered and not calls:
+        return (f"the model never wrote an answer between <answer> tags and {never}: "
                 "it does not follow the tag protocol zero-shot")
     if not answered:
-        return (f"the model searched ({searches:.1f} searches per question) but never wrote an "
+        return (f"the model {did} ({calls:.1f} {per} per question) but never wrote an "
                 "answer between <answer> tags")
-    if not searches:
-        return (f"the model answered {answered:.0%} of the questions without searching, and "
-                "no answer matched a gold answer")
-    return (f"the model answered {answered:.0%} of the questions and searched on {searched:.0%} "
+    if not calls:
+        return (f"the model answered {answered:.0%} of the questions {without}, and no "
+                "answer matched a gold answer")
+    return (f"the model answered {answered:.0%} of the questions and {did} on {called:.0%} "
             "of them, but no answer matched a gold answer")
 
 

@@ -383,9 +383,7 @@ def test_an_evaluation_that_scored_zero_says_why():
               "trained": _evaluation(answer_rate=0.8, search_calls=1.0, valid_search_rate=0.5)},
              {"qa_set": "scored", "base": _evaluation(em=0.1, answer_rate=0.5),
               "trained": _evaluation("running")}]
-    html = MarkdownIt("commonmark").render(evaluate.zero_notes(pairs))
-    lines = [unescape(re.sub(r"<[^>]+>", "", item)) for item in re.findall(r"<li>(.*?)</li>", html)]
-    assert lines == [
+    assert note_lines(pairs) == [
         "demo-heldout, base model: EM, SubEM and F1 are 0 because the model never wrote "
         "an answer between <answer> tags and never searched: it does not follow the tag "
         "protocol zero-shot.",
@@ -396,6 +394,32 @@ def test_an_evaluation_that_scored_zero_says_why():
         "demo, trained model: EM, SubEM and F1 are 0 because the model answered 80% of "
         "the questions and searched on 50% of them, but no answer matched a gold answer."]
     assert evaluate.zero_notes(pairs[2:]) == "", "a score above 0 or a running one: no note"
+    calc = [{"qa_set": "calc", "base": _evaluation(tool_calls={"calculator": 0.0}),
+             "trained": _evaluation(answer_rate=0.9, search_calls=0.5, valid_search_rate=0.4,
+                                    tool_calls={"calculator": 0.5})},
+            {"qa_set": "math", "base": _evaluation(answer_rate=0.3,
+                                                   tool_calls={"python": 0.0, "search": 0.0}),
+             "trained": _evaluation(search_calls=2.0, tool_calls={"python": 2.0,
+                                                                  "search": 0.0})}]
+    assert note_lines(calc) == [
+        "calc, base model: EM, SubEM and F1 are 0 because the model never wrote an answer "
+        "between <answer> tags and never called the calculator tool: it does not follow the "
+        "tag protocol zero-shot.",
+        "calc, trained model: EM, SubEM and F1 are 0 because the model answered 90% of the "
+        "questions and called the calculator tool on 40% of them, but no answer matched a "
+        "gold answer.",
+        "math, base model: EM, SubEM and F1 are 0 because the model answered 30% of the "
+        "questions without calling the python or search tool, and no answer matched a gold "
+        "answer.",
+        "math, trained model: EM, SubEM and F1 are 0 because the model called the python or "
+        "search tool (2.0 calls per question) but never wrote an answer between <answer> "
+        "tags."]
+
+
+def note_lines(pairs: list[dict]) -> list[str]:
+    """The Evaluate page's zero-score notes as a reader sees them (rendered, tags dropped)."""
+    html = MarkdownIt("commonmark").render(evaluate.zero_notes(pairs))
+    return [unescape(re.sub(r"<[^>]+>", "", item)) for item in re.findall(r"<li>(.*?)</li>", html)]
 
 
 def test_the_table_shows_calls_per_tool_and_tool_errors_beside_the_scores():
