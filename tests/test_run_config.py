@@ -51,8 +51,9 @@ def test_a_run_calls_search_unless_it_chooses_its_tools():
 
 
 def test_a_run_names_a_corpus_only_when_it_searches():
-    python = parse_run_config({"name": "x", "tools": ["python"], "data": {"train": "t"}})
-    assert python.data.corpus is None
+    for tools in (["python"], ["calculator"], ["calculator", "python"]):
+        alone = parse_run_config({"name": "x", "tools": tools, "data": {"train": "t"}})
+        assert alone.data.corpus is None and alone.tools == tools
     for tools in (["search"], ["python", "search"]):
         with pytest.raises(RunConfigError, match="^run config: data.corpus: the search tool "
                                                  "searches a corpus; name one"):
@@ -64,7 +65,7 @@ def test_a_run_names_a_corpus_only_when_it_searches():
 @pytest.mark.parametrize(("tools", "message"), [
     ([], "tools: name at least one tool"),
     (["python", "python"], "tools: 'python' is listed more than once"),
-    (["perl"], "tools.0: Input should be 'search' or 'python'"),
+    (["perl"], "tools.0: Input should be 'search', 'python' or 'calculator'"),
     ("python", "tools: Input should be a valid list"),
 ])
 def test_tools_are_named_once_each(tools, message):
