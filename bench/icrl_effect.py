@@ -67,7 +67,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
     for flag, key in (("lr", "lr"), ("batch", "batch_size"), ("group", "group_size"),
                       ("turn_tokens", "max_turn_tokens"), ("obs_tokens", "max_obs_tokens"),
                       ("temperature", "temperature"), ("top_k", "top_k"),
-                      ("kl", "kl_coef"), ("turns", "max_turns")):
+                      ("kl", "kl_coef"), ("turns", "max_turns"),
+                      ("response_tokens", "max_response_tokens")):
         if getattr(args, flag) is not None:
             grpo[key] = getattr(args, flag)
     if args.lora_rank is not None:
@@ -78,6 +79,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
     config["seed"] = args.seed
     if args.soft is not None:
         config["curriculum"]["soft"] = {"start": args.soft}
+    if args.layout:
+        config["prompt"]["layout"] = args.layout
     if args.pack in TOOL_PACKS:
         tool, train, heldout = TOOL_PACKS[args.pack]
         config["tools"] = [tool]
@@ -185,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, help="rollout sampling temperature")
     parser.add_argument("--kl", type=float, help="KL coefficient")
     parser.add_argument("--turns", type=int, help="tool calls per rollout (max_turns)")
+    parser.add_argument("--response-tokens", type=int, dest="response_tokens",
+                        help="tokens per response, the tools' included")
+    parser.add_argument("--layout", choices=("chat", "inline"),
+                        help="exemplars as chat turns or inline in one message (the paper's)")
     parser.add_argument("--top-k", type=int, dest="top_k",
                         help="passages a search returns, in training and in the evaluation")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")

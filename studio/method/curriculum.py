@@ -141,8 +141,8 @@ def should_advance(rule: AdaptiveRule, values_in_stage: Sequence[float]) -> bool
 
 @dataclass(frozen=True)
 class SoftMix:
-    """Soft mode (module docstring): at step 0 a share ``start`` of the groups shows no
-    exemplar; the share rises linearly to 1 at the first step of the last stage."""
+    """Soft mode (module docstring): at step 0 a question is shown no exemplar with
+    probability ``start``; it rises linearly to 1 at the first step of the last stage."""
 
     start: float = 0.25
 
@@ -202,8 +202,8 @@ class Curriculum:
                         "with an adaptive rule; remove one of them")
         valid = [s for s in self.stages if isinstance(s, Stage)]
         if valid and (len(valid) < 2 or valid[-1].exemplars != 0):
-            errs.append("soft: needs at least two stages, the last with 0 exemplars (the share "
-                        "of zero-shot groups reaches every group when the last stage begins)")
+            errs.append("soft: needs at least two stages, the last with 0 exemplars (every "
+                        "question is zero-shot once the last stage begins)")
         return errs
 
     # -- construction

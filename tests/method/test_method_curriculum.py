@@ -1,8 +1,10 @@
-"""Curricula: presets, schedules, validation, JSON, adaptive advance (method.md, curriculum)."""
+"""Curricula: presets, schedules, validation, JSON, adaptive advance (method.md, curriculum),
+the soft mix."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -14,6 +16,7 @@ from studio.method.curriculum import (
     Curriculum,
     CurriculumError,
     PrematureWatch,
+    SoftMix,
     Stage,
     premature_message,
     should_advance,
@@ -328,3 +331,49 @@ def test_a_rule_on_the_older_score_name_watches_reward_mean():
     rule = AdaptiveRule(metric="score")
     assert rule.metric == "reward_mean" and rule.errors() == []
     assert AdaptiveRule(metric="nonsense").errors()[0].startswith("adaptive.metric: unknown")
+
+
+# --- soft mode: some questions zero-shot from the first step -----------------------------
+
+SOFT = Curriculum((Stage(3, 10), Stage(2, 10), Stage(0, 20)), soft=SoftMix(0.25))
+
+
+def test_soft_share_rises_linearly_to_all_when_the_last_stage_begins():
+    assert [SOFT.zero_shot_share(step) for step in (0, 10, 19, 20, 39)] == [
+        0.25, 0.25 + 0.75 * 10 / 20, 0.25 + 0.75 * 19 / 20, 1.0, 1.0]
+    assert Curriculum((Stage(3, 10), Stage(0, 10))).zero_shot_share(5) == 0.0  # off
+
+
+def test_soft_draws_each_question_with_its_seed():
+    draws = [SOFT.question_exemplars(0, 3, seed) for seed in range(4000)]
+    assert set(draws) == {0, 3}
+    assert abs(draws.count(0) / len(draws) - 0.25) < 0.03
+    assert draws == [SOFT.question_exemplars(0, 3, seed) for seed in range(4000)]  # seeded
+    late = [SOFT.question_exemplars(19, 2, seed) for seed in range(4000)]
+    assert abs(late.count(0) / len(late) - SOFT.zero_shot_share(19)) < 0.03
+    assert {SOFT.question_exemplars(25, 0, seed) for seed in range(100)} == {0}
+    hard = Curriculum((Stage(3, 10), Stage(0, 10)))
+    assert {hard.question_exemplars(0, 3, seed) for seed in range(100)} == {3}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"stages": [{"exemplars": 3, "steps": 5}, {"exemplars": 0, "steps": 5}],
+      "soft": {"start": 1.5}}, "soft.start: must be a number from 0 to 1"),
+    ({"stages": [{"exemplars": 3, "steps": 5}, {"exemplars": 1, "steps": 5}],
+      "soft": {"start": 0.2}}, "soft: needs at least two stages, the last with 0 exemplars"),
+    ({"stages": [{"exemplars": 0, "steps": 5}], "soft": {}}, "soft: needs at least two stages"),
+    ({"stages": [{"exemplars": 3, "steps": 5}, {"exemplars": 0, "steps": 5}],
+      "soft": {"start": 0.2, "end": 1}}, "soft.end: unknown field"),
+    ({"stages": [{"exemplars": 3, "steps": 5}, {"exemplars": 0, "steps": 5}],
+      "soft": "yes"}, "soft: must be an object"),
+    ({"stages": [{"exemplars": 3, "steps": 25}, {"exemplars": 0, "steps": 5}],
+      "adaptive": {"metric": "acc"}, "soft": {"start": 0.2}}, "cannot be combined with an adaptive"),
+])
+def test_soft_errors_name_the_field(data, message):
+    with pytest.raises(CurriculumError, match=re.escape(message)):
+        Curriculum.from_dict(data)
+
+
+def test_soft_round_trips_through_json():
+    assert Curriculum.from_dict(json.loads(json.dumps(SOFT.to_dict()))) == SOFT
+    assert "soft" not in Curriculum((Stage(3, 1), Stage(0, 1))).to_dict()

@@ -14,11 +14,9 @@ broken by corpus order.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from collections import Counter
 from fractions import Fraction
 from pathlib import Path
@@ -50,6 +48,7 @@ from studio.services.demo import (
 from studio.settings import Settings
 from tests.support.actors import admin
 from tests.support.processes import studio_cli
+from tests.support.scripts import load_script
 
 STOPWORDS = frozenset(STOPWORDS_EN)
 PASSAGES, QUESTIONS = 257, 256
@@ -196,15 +195,6 @@ def test_exemplars_are_valid_traces(search):
         for call in calls:
             block = format_information((p["title"], p["text"]) for p in search(call.body.strip()))
             assert ex.solution[call.end :].startswith(block), (ex.question, call.body)
-
-
-def load_script(path: Path):
-    """A script of scripts/ as a module (registered, as its dataclasses need)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = script
-    spec.loader.exec_module(script)
-    return script
 
 
 def test_exemplar_blocks_script_finds_nothing_stale(capsys):

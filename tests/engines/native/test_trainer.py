@@ -14,9 +14,9 @@ from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from studio.db import session_scope
 from studio.method.reward import score
 from studio.method.tags import PYTHON_TOOL
-from studio.method.tools import PythonTool
+from studio.method.tools import CalculatorTool, PythonTool
 from studio.services import corpora, evaluations, reproduce, run_history, run_plans, runs
-from studio.services.demo import load_demo_pack, load_math_pack
+from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.tables import Run, RunState
@@ -25,7 +25,7 @@ from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native import attention, grpo
-from worker.engines.native.trainer import Trainer, build_step_prompts
+from worker.engines.native.trainer import Trainer, build_step_prompts, question_exemplars
 from worker.evaluation import run_evaluation
 
 
@@ -436,3 +436,35 @@ def test_dynamic_sampling_resamples_groups_that_teach_nothing(studio):
     for (step, _), group in _groups(runs.run_rollouts(settings, run["id"], limit=100)).items():
         shaped = {r["reward"] + r["breakdown"]["overlong_penalty"] for r in group}
         assert (len(shaped) > 1) == bool(metrics[step]["groups_kept"]), "kept groups first"
+
+
+def test_a_calculator_run_with_a_soft_curriculum_trains(settings, tmp_path):
+    """tools: [calculator] on the arithmetic pack (no corpus, no sandbox) with a soft
+    curriculum: in the steps with exemplars each question shows them or none, as its seeded
+    draw says, the rollout rows record which, and the step logs the zero-shot share and those
+    questions' own figures; the last stage shows none."""
+    load_calc_pack(settings, admin(settings))
+    config = tiny_config(build_tiny_model(tmp_path / "tiny"), steps=3, batch_size=4)
+    config.update(tools=["calculator"], reward={"answer_match": "numeric"},
+                  curriculum={"stages": [{"exemplars": 2, "steps": 2},
+                                         {"exemplars": 0, "steps": 1}], "soft": {"start": 0.5}})
+    config["data"] = {"train": "calc", "exemplars": "calc"}
+    config["engine"]["log_groups_per_step"] = 4
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+
+    assert [type(t) for t in trainer.tools] == [CalculatorTool]
+    drawn = {step: question_exemplars(trainer.config, trainer.curriculum, step, k, step, 4)
+             for step, k in ((0, 2), (1, 2), (2, 0))}
+    assert drawn[2] == [0] * 4 and set(drawn[0] + drawn[1]) == {0, 2}, drawn
+    metrics = runs.run_metrics(settings, run["id"])
+    assert [m["exemplars"] for m in metrics] == [2, 2, 0]
+    for m in metrics[:2]:
+        assert m["zero_shot_share"] == drawn[m["step"]].count(0) / 4
+        assert ("zero_shot_acc" in m) == (0 in drawn[m["step"]])
+    assert "zero_shot_share" not in metrics[2]
+    rows = runs.run_rollouts(settings, run["id"], limit=100)
+    for step, ks in drawn.items():
+        logged = sorted((r["group"], r["exemplars"]) for r in rows if r["step"] == step)
+        assert logged == sorted((g, k) for g, k in enumerate(ks) for _ in range(2))
