@@ -51,6 +51,9 @@ ARMS = ("base", "curriculum", "exemplar-free")
 TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
               "calc": ("calculator", "calc", "calc-heldout")}
 """--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
+EXEMPLAR_SET = "bench-exemplars"
+SEARCH_PRESET = "quick-start"
+"""The preset whose protocol --cross-search evaluates with (the search demo's)."""
 
 
 def arm_configs(args, settings) -> dict[str, dict]:
@@ -81,6 +84,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
         config["curriculum"]["soft"] = {"start": args.soft}
     if args.layout:
         config["prompt"]["layout"] = args.layout
+    if args.exemplars:
+        config["data"]["exemplars"] = EXEMPLAR_SET
     if args.pack in TOOL_PACKS:
         tool, train, heldout = TOOL_PACKS[args.pack]
         config["tools"] = [tool]
@@ -123,6 +128,35 @@ def run_child(args) -> int:
 
         run_evaluation(settings, int(ident))
     return 0
+
+
+def evaluate(settings, args, targets: dict[str, dict], qa_set: str, corpus: str | None,
+             protocol: dict, tag: str) -> dict[str, dict]:
+    """Each target (a model or a run) evaluated zero-shot on `qa_set` under `protocol`, two
+    at a time, each in a one-thread process; their metrics by arm."""
+    from studio.services import evaluations
+
+    queued = {arm: evaluations.create_evaluation(
+        settings, admin(settings), qa_set=qa_set, corpus=corpus, limit=args.limit,
+        protocol=protocol, start=False, **target) for arm, target in targets.items()}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda arm: child(["--child", "eval", str(queued[arm]["id"])],
+                                        args.data_dir, args.data_dir / "logs" / f"{tag}-{arm}.log"),
+                      queued))
+    return {arm: evaluations.get_evaluation(settings, e["id"])["metrics"]
+            for arm, e in queued.items()}
+
+
+def print_table(results: dict[str, dict]) -> None:
+    print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | tool errors |")
+    print("|---|---|---|---|---|---|---|---|")
+    labels = {"base": "base (no training)", "curriculum": "trained, exemplar curriculum",
+              "exemplar-free": "trained, exemplar-free"}
+    for arm, m in results.items():
+        print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
+              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} | "
+              f"{m.get('code_errors', '–')} |")
+    print()
 
 
 def save_model(settings, run_id: int) -> Path:
@@ -190,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, help="tool calls per rollout (max_turns)")
     parser.add_argument("--response-tokens", type=int, dest="response_tokens",
                         help="tokens per response, the tools' included")
+    parser.add_argument("--exemplars", type=Path, help="an exemplar file (.jsonl) to use instead "
+                        "of the pack's, stored as the exemplar set 'bench-exemplars'")
     parser.add_argument("--layout", choices=("chat", "inline"),
                         help="exemplars as chat turns or inline in one message (the paper's)")
     parser.add_argument("--top-k", type=int, dest="top_k",
@@ -207,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a soft curriculum: this share of questions zero-shot at step 0, "
                         "rising to all by the last stage")
     parser.add_argument("--limit", type=int, help="evaluate on the first N held-out questions")
+    parser.add_argument("--cross-search", action="store_true", dest="cross_search",
+                        help="also evaluate every model on the search demo's held-out questions "
+                        "with the search tool (does a tool habit carry to another tool?)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/icrl-effect"))
     parser.add_argument("--out", type=Path, help="default: DATA_DIR/icrl_effect")
     parser.add_argument("--quick", action="store_true",
@@ -222,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from studio import db
     from studio.services import demo, evaluations, runs
+    from studio.services.presets import preset_config
     from studio.settings import Settings
 
     if args.quick:
@@ -244,6 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     logs = args.data_dir / "logs"
     logs.mkdir(exist_ok=True)
 
+    if args.exemplars:
+        from studio.services import exemplar_sets
+
+        with open(args.exemplars, "rb") as stream:
+            exemplar_sets.upload_exemplar_set(settings, admin(settings), stream,
+                                              args.exemplars.name, EXEMPLAR_SET)
     t0 = time.time()
     configs = arm_configs(args, settings)
     created = {arm: runs.create_run(settings, admin(settings), config, start=False)
@@ -260,15 +306,14 @@ def main(argv: list[str] | None = None) -> int:
         configs["curriculum"])
     targets = {**({"base": {"model": configs["curriculum"]["model"]}} if "base" in arms else {}),
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
-    queued = {arm: evaluations.create_evaluation(
-        settings, admin(settings), qa_set=heldout, corpus=corpus,
-        limit=args.limit, protocol=protocol, start=False, **target)
-        for arm, target in targets.items()}
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda arm: child(["--child", "eval", str(queued[arm]["id"])],
-                                        args.data_dir, logs / f"eval-{arm}.log"), queued))
-    results = {arm: evaluations.get_evaluation(settings, e["id"])["metrics"]
-               for arm, e in queued.items()}
+    results = evaluate(settings, args, targets, heldout, corpus, protocol, "eval")
+    searched = None
+    if args.cross_search:  # does a tool habit carry to another tool? The search demo, zero-shot
+        demo.load_demo_pack(settings, admin(settings), index_now=True)
+        search_protocol = evaluations.run_protocol(RunConfig.model_validate(
+            preset_config(SEARCH_PRESET, settings)))
+        searched = evaluate(settings, args, targets, demo.HELDOUT_NAME, demo.DEMO_NAME,
+                            search_protocol, "search")
     curves = {arm: runs.run_metrics(settings, run["id"]) for arm, run in created.items()}
     folders = {arm: save_model(settings, run["id"]) for arm, run in created.items()}
     minutes = (time.time() - t0) / 60
@@ -283,15 +328,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seed}; zero-shot on {questions} held-out {args.pack} questions "
           f"(training {train_minutes:.0f} min: {' beside '.join(created)}; {minutes:.0f} min "
           "in all)\n")
-    print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | code errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    labels = {"base": "base (no training)", "curriculum": "trained, exemplar curriculum",
-              "exemplar-free": "trained, exemplar-free"}
-    for arm, m in results.items():
-        print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
-              f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} | "
-              f"{m.get('code_errors', '–')} |")
-    print()
+    print_table(results)
+    if searched:
+        print(f"The same models, zero-shot on {next(iter(searched.values()))['questions']} "
+              "held-out questions of the search demo, with the search tool:\n")
+        print_table(searched)
     for arm, folder in folders.items():
         print(f"{arm} model: {folder}")
 
@@ -300,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     plot_html(curves, out.with_suffix(".html"))
     out.with_suffix(".json").write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "configs": configs,
-         "results": results, "curves": curves, "models": {k: str(v) for k, v in folders.items()},
+         "results": results, "search_results": searched, "curves": curves,
+         "models": {k: str(v) for k, v in folders.items()},
          "minutes": {"training": train_minutes, "all": minutes}}, indent=1))
     print(f"curves: {out.with_suffix('.png')}, {out.with_suffix('.html')}; all: "
           f"{out.with_suffix('.json')}")

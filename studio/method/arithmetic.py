@@ -77,11 +77,15 @@ def evaluate(expression: str) -> Fraction:
     if not isinstance(expression, str):
         raise CalculationError("the input must be text")
     text = expression.strip()
-    if not text:
-        raise CalculationError("empty expression; write one such as 12 * (3 + 4)")
     if len(text) > MAX_EXPRESSION_CHARS:
         raise CalculationError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text.translate(SPELLINGS))
+    text = text.removesuffix("=").rstrip()  # "55141 / 67 =", as one presses = on a calculator
+    if not text:
+        raise CalculationError("empty expression; write one such as 12 * (3 + 4)")
+    if "=" in text.replace("==", ""):
+        raise CalculationError("write the expression alone, without = and a result, such as "
+                               "55141 / 67")
     if any(len(run) > MAX_DIGITS for run in _DIGIT_RUN.findall(text)):
         raise CalculationError(f"a number has more than {MAX_DIGITS} digits")
     try:

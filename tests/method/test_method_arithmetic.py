@@ -51,6 +51,7 @@ from studio.method.tools import TOOLS, CalculatorTool
     (" 12.50 * 4 ", "50"),
     ("1e3 + 1", "1001"),
     ("0 ** 0", "1"),
+    ("55141 ÷ 67 =", "823"),  # as one presses = on a calculator
 ])
 def test_values(expression, value):
     result = calculate(expression)
@@ -91,7 +92,10 @@ def test_values(expression, value):
     ("1 +", "not an arithmetic expression"),
     ("import os", "not an arithmetic expression"),
     ("1; 2", "not an arithmetic expression"),
-    ("a = 1", "not an arithmetic expression"),
+    ("a = 1", "without = and a result"),
+    ("55141 ÷ 67 = 118.7491", "write the expression alone, without = and a result"),
+    ("=", "empty expression"),
+    ("1 == 1", "comparisons cannot be used"),
 ])
 def test_refusals_say_why(expression, says):
     result = calculate(expression)
