@@ -84,13 +84,15 @@ def arm_configs(args, settings) -> dict[str, dict]:
         config["curriculum"]["soft"] = {"start": args.soft}
     if args.layout:
         config["prompt"]["layout"] = args.layout
-    if args.exemplars:
-        config["data"]["exemplars"] = EXEMPLAR_SET
+    if args.format_weight is not None:
+        config["reward"] = {**config.get("reward", {}), "format_weight": args.format_weight}
     if args.pack in TOOL_PACKS:
         tool, train, heldout = TOOL_PACKS[args.pack]
         config["tools"] = [tool]
         config["data"] = {"train": train, "exemplars": train, "eval": [heldout]}
         config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
+    if args.exemplars:
+        config["data"]["exemplars"] = EXEMPLAR_SET
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
@@ -226,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens per response, the tools' included")
     parser.add_argument("--exemplars", type=Path, help="an exemplar file (.jsonl) to use instead "
                         "of the pack's, stored as the exemplar set 'bench-exemplars'")
+    parser.add_argument("--format-weight", type=float, dest="format_weight",
+                        help="the reward's format weight (method.md: 0.2; 0 rewards accuracy only)")
     parser.add_argument("--layout", choices=("chat", "inline"),
                         help="exemplars as chat turns or inline in one message (the paper's)")
     parser.add_argument("--top-k", type=int, dest="top_k",
@@ -310,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     searched = None
     if args.cross_search:  # does a tool habit carry to another tool? The search demo, zero-shot
         demo.load_demo_pack(settings, admin(settings), index_now=True)
-        search_protocol = evaluations.run_protocol(RunConfig.model_validate(
-            preset_config(SEARCH_PRESET, settings)))
+        search_protocol = {**evaluations.run_protocol(RunConfig.model_validate(
+            preset_config(SEARCH_PRESET, settings))), "tools": ["search"]}
         searched = evaluate(settings, args, targets, demo.HELDOUT_NAME, demo.DEMO_NAME,
                             search_protocol, "search")
     curves = {arm: runs.run_metrics(settings, run["id"]) for arm, run in created.items()}

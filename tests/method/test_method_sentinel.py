@@ -215,3 +215,25 @@ def test_zero_spread_share_counts_groups_whose_rewards_are_all_equal():
     assert zero_spread_share([0.5, 0.5], ["a", "b"]) == 0.0  # groups of one say nothing
     with pytest.raises(ValueError):
         zero_spread_share([0.5], [0, 1])
+
+
+def test_a_recorded_calculator_run_alarms_where_its_zero_shot_text_broke_into_noise():
+    """The ICRL-effect bench's curriculum arm on the arithmetic pack (seed 0, recorded: its
+    `about` says how), stopped after 24 steps. With exemplars it called the calculator in most
+    rollouts and nothing fires; at its first step without them its text broke into invented
+    tags and runs of them (format 0.94 -> 0.35, entropy 0.7-1.0 -> 3.6, KL rising to 0.26).
+    `format_falling` fires once its 5-step window has seen the fall, the step the
+    premature-termination watch warned at, live. No KL or entropy level fires: KL 0.6 and
+    entropy 4.2 were reached by the exemplar-free search run above without a collapse, and
+    entropy rises at every removal of exemplars (copying is low-entropy)."""
+    run = json.loads((RECORDED / "calc_curriculum_seed0.json").read_text())
+    steps = run["steps"]
+    assert [m["exemplars"] for m in steps] == [3] * 8 + [2] * 8 + [0] * 8
+    assert min(m["format"] for m in steps[6:16]) > 0.8 > 0.45 > max(m["format"] for m in steps[16:])
+    assert max(m["entropy"] for m in steps[:16]) < 1.1 and steps[-1]["entropy"] > 3
+    assert recorded_alarms(run) == [(20, "format_falling")]
+    warned = [(e["step"], e["message"]) for e in run["events"] if e["kind"] == "warning"]
+    assert [step for step, _ in warned] == [20, 20]
+    assert {message.split(":")[0] for _, message in warned} == {
+        "format_falling", "tool calls per rollout fell from 0.7 to 0.1 (86%) after the last "
+        "stage change"}
