@@ -212,7 +212,8 @@ def plot_html(curves: dict[str, list[dict]], path: Path) -> None:
     figure.write_html(path, include_plotlyjs=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's flags (the tests parse with it, so a new flag reaches them too)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", help="exemplars x steps per stage, e.g. 3x10,2x8,0x12")
     parser.add_argument("--lr", type=float)
@@ -255,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a tiny random model, 2 steps: checks the script")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:
         return run_child(args)

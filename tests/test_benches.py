@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -189,9 +188,7 @@ def test_the_icrl_effect_benchmarks_top_k_reaches_both_arms_and_the_evaluation(t
     from studio.settings import Settings
 
     bench = _load("icrl_effect")
-    args = argparse.Namespace(
-        stages=None, lr=None, batch=None, group=None, turn_tokens=None, obs_tokens=None,
-        temperature=None, top_k=1, lora_rank=None, model=None, seed=1, pack="demo")
+    args = bench.build_parser().parse_args(["--top-k", "1", "--seed", "1"])
     configs = bench.arm_configs(args, Settings(data_dir=tmp_path))
     assert [c["grpo"]["top_k"] for c in configs.values()] == [1, 1]
     assert run_protocol(RunConfig.model_validate(configs["curriculum"]))["top_k"] == 1
