@@ -6,6 +6,7 @@
     .venv/bin/python bench/icrl_effect.py --arms curriculum --seed 2   # a seed sweep's run
     .venv/bin/python bench/icrl_effect.py --top-k 1 --seed 1   # one passage per search
     .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
+    .venv/bin/python bench/icrl_effect.py --pack calc --stages 3x6,2x6,0x10 --cross-search
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
 quick-start preset (`studio.services.presets`) unless a flag changes it:
@@ -14,15 +15,19 @@ quick-start preset (`studio.services.presets`) unless a flag changes it:
 * ``curriculum``: the preset's run as it is (exemplars 3 -> 2 -> 0 by default);
 * ``exemplar-free``: the same run with no exemplar at any step (Search-R1's start).
 
-``--pack math`` asks the same of the python tool: the math pack (`studio demo --math`)
-instead of the demo world, `tools: [python]`, no corpus, numeric answer matching, and the
-evaluation on `math-heldout`; "valid call" is then a run `<code>` call.
+``--pack calc`` asks the same of the calculator: the arithmetic pack (`studio demo --calc`)
+instead of the demo world, `tools: [calculator]`, no corpus, numeric answer matching, and
+the evaluation on `calc-heldout`; "valid call" is then a `<calc>` call. ``--pack math`` does
+the same with the python tool and the math pack. ``--cross-search`` also evaluates the same
+models on the search demo's held-out questions with the search tool. `bench/icrl_seeds.py`
+puts several seeds' results side by side.
 
 The two trained arms train side by side, one process and one thread each (the machine's
-two cores). Then each model is evaluated zero-shot on the demo pack's held-out questions
-(`demo-heldout`, which training never sees) with the protocol the preset's own end-of-run
-evaluation uses (`studio.services.evaluations.run_protocol`: k = 0, temperature 0.1, the
-run's instruction, at most `<think>` pre-filled, the run's token budgets). Prints the
+two cores). Then each model is evaluated zero-shot on the pack's held-out questions
+(`demo-heldout`, `calc-heldout` or `math-heldout`: training never sees them) with the
+protocol the preset's own end-of-run evaluation uses
+(`studio.services.evaluations.run_protocol`: k = 0, temperature 0.1, the run's
+instruction, at most `<think>` pre-filled, the run's token budgets). Prints the
 table (valid-search rate, answer rate, EM, SubEM, F1, search calls), writes the training
 curves as OUT.png and OUT.html and everything as OUT.json, and saves each trained arm's
 final model as a Hugging Face folder (merged when the run used LoRA), printing its path:

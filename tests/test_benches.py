@@ -69,25 +69,43 @@ def test_stream_benchmark_smoke_mode_loses_nothing(capsys):
     assert len(pages) == 18 and all(float(line.split("|")[4]) > 0 for line in pages)
 
 
-@pytest.mark.parametrize("pack", ["demo", "math"])
+@pytest.mark.parametrize("pack", ["demo", "calc"])
 def test_the_icrl_effect_benchmark_runs_its_three_arms_on_a_tiny_model(tmp_path, capsys, pack):
     """Both trained arms side by side in their own processes, three zero-shot evaluations on
     held-out questions, the curves, and each trained arm's model as a plain HF folder; with
-    the math pack the runs and the base model's evaluation call python, with no corpus."""
+    the calculator pack the runs and the base model's evaluation call the calculator, with
+    no corpus, and `--cross-search` evaluates the same models on the search demo too. The
+    seeds' summary reads what the run wrote."""
     bench = _load("icrl_effect")
-    assert bench.main(["--quick", "--pack", pack, "--data-dir", str(tmp_path / "data")]) == 0
+    extra = ["--cross-search"] if pack == "calc" else []
+    assert bench.main(["--quick", "--pack", pack, "--data-dir", str(tmp_path / "data"),
+                       *extra]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [r.split("|")[1].strip() for r in rows[1:]] == [
-        "base (no training)", "trained, exemplar curriculum", "trained, exemplar-free"]
+    tables = [[line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+              for table in out.split("\n\n") if table.startswith("| model")]
+    assert len(tables) == (2 if pack == "calc" else 1)
+    for rows in tables:
+        assert [r.split("|")[1].strip() for r in rows[1:]] == [
+            "base (no training)", "trained, exemplar curriculum", "trained, exemplar-free"]
     assert f"zero-shot on 4 held-out {pack} questions" in out
-    code_errors = [r.split("|")[8].strip() for r in rows[1:]]
-    assert code_errors == (["0"] * 3 if pack == "math" else ["–"] * 3)
+    code_errors = [r.split("|")[8].strip() for r in tables[0][1:]]
+    assert code_errors == (["0"] * 3 if pack == "calc" else ["–"] * 3)
     for arm in ("curriculum", "exemplar-free"):
         (line,) = [x for x in out.splitlines() if x.startswith(f"{arm} model: ")]
         folder = Path(line.split(": ", 1)[1])
         assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert (tmp_path / "data" / "icrl_effect.png").read_bytes()[:4] == b"\x89PNG"
+
+    result = tmp_path / "data" / "icrl_effect.json"
+    chart = tmp_path / "seeds.png"
+    assert _load("icrl_seeds").main([str(result), str(result), "--out", str(chart)]) == 0
+    summary = capsys.readouterr().out
+    means = [line for line in summary.splitlines() if ", mean** | 2 seeds" in line]
+    assert len(means) == 3 * len(tables), "a mean row per arm and evaluation"
+    training = summary.split("Training, per curriculum stage")[1]
+    stage_rows = [line for line in training.splitlines() if line.startswith("| curriculum | 0 |")]
+    assert [row.split("|")[3:5] for row in stage_rows] == [[" 1-1 ", " 1 "], [" 2-2 ", " 0 "]] * 2
+    assert chart.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_icrl_effect_benchmark_runs_only_the_arms_asked_for(tmp_path, capsys):
