@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 
 class Settings(BaseSettings):
@@ -103,13 +103,32 @@ class Settings(BaseSettings):
         return [q.strip() for q in self.worker_queues.split(",") if q.strip()]
 
 
+SECRET_QUERY_NAMES = ("pass", "pwd", "secret", "token", "key", "auth", "credential")
+"""A query parameter whose name holds one of these carries a credential (password=,
+sslpassword=, access_token=, api_key=...): its value is hidden."""
+
+
 def redact_url(url: str) -> str:
-    """The URL with its password hidden, for logs and error messages."""
+    """The URL with every credential hidden, for logs, error messages and /healthz: the
+    password of its userinfo and the value of each query parameter named like a secret."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not an SQLAlchemy-style URL: drop anything that looks like credentials
-        scheme, sep, rest = url.partition("://")
-        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
+        netloc = urlsplit(url).netloc
+    except ValueError:  # not a URL we can take apart: keep its scheme only
+        return f"{url.partition('://')[0]}://***"
+    base, mark, rest = url.partition("?")
+    query, hash_mark, fragment = rest.partition("#")
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, has_password, _ = userinfo.partition(":")
+        base = base.replace(netloc, f"{user}{':***' if has_password else ''}@{host}", 1)
+    query = "&".join(_redact_parameter(pair) for pair in query.split("&"))
+    return f"{base}{mark}{query}{hash_mark}{fragment}"
+
+
+def _redact_parameter(pair: str) -> str:
+    name, has_value, _ = pair.partition("=")
+    secret = any(word in name.lower() for word in SECRET_QUERY_NAMES)
+    return f"{name}=***" if secret and has_value else pair
 
 
 @lru_cache

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from studio.method.json_values import UnstorableJson, decode_storable
+
 from .corpus import json_type
 from .errors import DEFAULT_LIMITS, Limits, Source, check_file_size, refuse_past_max_rows
 from .tabular import csv_rows, find_column, quoted_list
@@ -422,9 +424,11 @@ def _read_csv(stream: io.BufferedReader, src: Source, limits: Limits) -> QAReadR
         answers = [cell]
         if answer_is_list and cell.strip().startswith("["):
             try:
-                parsed = json.loads(cell)
+                parsed = decode_storable(cell)
             except (json.JSONDecodeError, RecursionError):  # then the cell is the answer
                 parsed = None
+            except UnstorableJson as exc:
+                raise src.error(str(exc), line=line, field=header[a_col]) from None
             if isinstance(parsed, list):
                 try:
                     answers = _answers(parsed, header[a_col])

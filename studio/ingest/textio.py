@@ -18,6 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from studio.method.json_values import (
+    JSON_DECODER,
+    UnstorableJson,
+    check_storable,
+    decode_storable,
+)
+
 from .errors import IngestError, Source
 
 SAVE_AS_UTF8 = ('save the file as UTF-8 (in Excel: Save As > "CSV UTF-8"; in a text editor: '
@@ -256,9 +263,11 @@ def json_records(stream: io.BufferedReader, src: Source, *, what: str = "object"
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = decode_storable(line)
         except RecursionError:
             raise src.error(TOO_DEEP.format(what=what), line=number) from None
+        except UnstorableJson as exc:
+            raise src.error(str(exc), line=number) from None
         except json.JSONDecodeError as exc:
             hint = f"each line must hold one whole JSON object (one {what})"
             if number == 1 and line.lstrip().startswith("{") and src.suffix == ".json":
@@ -287,7 +296,7 @@ def json_record_places(stream: io.BufferedReader, src: Source, *, what: str = "o
 
 def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]:
     """Items of a top-level JSON array read in chunks; one item in memory at a time."""
-    decoder = json.JSONDecoder()
+    decoder = JSON_DECODER
     buf, pos, line, eof = "", 0, 1, False
 
     def fill(want: int = _READ_CHUNK) -> None:
@@ -341,6 +350,8 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
                 continue
             except RecursionError:
                 raise src.error(TOO_DEEP.format(what=what), line=line, item=item) from None
+            except UnstorableJson as exc:
+                raise src.error(str(exc), line=line, item=item) from None
             except json.JSONDecodeError as exc:
                 signature = (exc.msg, exc.pos - pos)
                 item_chars = len(buf) - pos
@@ -357,6 +368,10 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
                                     item=item) from None
                 last_error = signature
                 fill(2 * item_chars)
+        try:
+            check_storable(value)
+        except UnstorableJson as exc:
+            raise src.error(str(exc), line=line, item=item) from None
         yield Record(value, line, item)
         line += buf.count("\n", pos, end)
         pos = end

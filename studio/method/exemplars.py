@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .json_values import UnstorableJson, decode_storable
 from .reward import normalize_answer
 from .tags import ANSWER, DEFAULT_TOOLS, TEXT, THINK, ToolSpec, count_tags, parse
 
@@ -70,7 +71,9 @@ def parse_jsonl(text: str) -> list[Exemplar]:
             continue
         where = f"line {lineno}"
         try:
-            obj = json.loads(line)
+            obj = decode_storable(line)
+        except UnstorableJson as exc:
+            raise ExemplarFormatError(f"{where}: {exc}", line=lineno) from None
         except RecursionError:
             raise ExemplarFormatError(
                 f"{where}: nested too deeply (JSON more than about a thousand levels deep); "

@@ -110,8 +110,13 @@ def archive(draw) -> bytes:
     return buf.getvalue()
 
 
+HUGE = "9" * 5000  # Python will not turn more than 4,300 digits into an int
+unstorable = st.builds(  # a record holding a value no database column stores
+    lambda key, value: f'{{"question": "q", "golden_answers": ["a"], "{key}": {value}}}'.encode(),
+    st.sampled_from(["question", "id", "text", "solution"]),
+    st.sampled_from([HUGE, "-" + HUGE, '"a\\u0000b"', '["\\u0000"]']))
 contents = st.binary(max_size=500) | jsonl() | csv_text() | nested() | archive() | \
-    st.just(b"") | st.just(b"x" * 250_000)
+    unstorable | st.just(b"") | st.just(b"x" * 250_000)
 # httpx percent-encodes control characters, '"' and '\\' in a multipart file name (the
 # service tests send such names as they are)
 stems = st.text(st.characters(exclude_categories=("Cc", "Cs"), exclude_characters='"\\'),
@@ -275,3 +280,39 @@ def test_integers_in_bodies_are_bounded(studio, route, body):
     assert answer.status_code == 422, answer.text
     field = next(key for key, value in body.items() if value == BIG)
     assert answer.json()["detail"].startswith(f"{field}: "), answer.text
+
+
+# --- values no database stores ----------------------------------------------------------------
+
+UNSTORABLE_FILES = {  # (route, file): its text, with the value on line 2
+    ("/qa-sets", "qa.jsonl"): '{"question": "q1", "golden_answers": ["a"]}\n'
+                              '{"question": "q2", "golden_answers": ["a"], "id": %s}\n',
+    ("/qa-sets", "hotpot.json"): '[{"_id": "h1", "question": "q1", "answer": "a"},\n'
+                                 '{"_id": %s, "question": "q2", "answer": "a"}]\n',
+    ("/qa-sets", "qa.csv"): 'question,answers\nq1,"[""a""]"\nq2,"[%s]"\n',
+    ("/corpora", "docs.jsonl"): '{"id": "d1", "contents": "a"}\n{"id": %s, "contents": "b"}\n',
+    ("/exemplar-sets/upload", "ex.jsonl"):
+        '{"question": "q", "solution": "<answer> a </answer>"}\n'
+        '{"question": "q", "solution": "<answer> a </answer>", "n": %s}\n',
+}
+
+
+@pytest.mark.parametrize("value", [HUGE, '"a\\u0000b"'], ids=["huge-integer", "nul"])
+def test_a_huge_integer_or_a_nul_in_an_upload_is_a_422_naming_its_line(any_db_url, tmp_path,
+                                                                       value):
+    """Each was a 500 (an uncaught ValueError; PostgreSQL refuses NUL in text)."""
+    s = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    s.resolved_data_dir.mkdir(parents=True)
+    db.upgrade(s.sqlalchemy_url)
+    with TestClient(create_app(s)) as client:
+        headers = bearer(s, admin(s))
+        for (route, filename), text in UNSTORABLE_FILES.items():
+            content = (text % (value.replace('"', '""') if filename.endswith(".csv") and
+                               value.startswith('"') else value)).encode()
+            answer = client.post(f"/api/v1{route}", headers=headers,
+                                 files={"file": (filename, content)}, data={"name": "x"})
+            assert answer.status_code == 422, (filename, answer.text)
+            detail = answer.json()["detail"]
+            assert "line 2" in detail or "line 3" in detail, (filename, detail)
+            assert ("5000 digits" if value == HUGE else "NUL") in detail, (filename, detail)
+        assert _stored(s)["rows"] == [0, 0, 0, 0]

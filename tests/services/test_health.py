@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from studio import db
 from studio.services.health import NO_WORKER, forget_worker, health
 from studio.settings import Settings
@@ -50,3 +52,18 @@ def test_an_unreachable_database_is_down_and_named(tmp_path):
     assert report["status"] == "down"
     assert [p.split(" cannot")[0] for p in report["problems"]] == [
         "database postgresql+psycopg://postgres@127.0.0.1:1/x"]
+
+
+def test_the_health_report_hides_every_credential_of_its_urls(tmp_path):
+    """A password in the query string (`?password=`, `sslpassword=`) is a credential as much
+    as one in the userinfo: /healthz is public and printed it."""
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url="postgresql+psycopg://postgres:userinfo-pw@127.0.0.1:1/x"
+                     "?password=query-pw&sslmode=disable&sslpassword=ssl-pw",
+        broker_url="redis://:broker-pw@127.0.0.1:1/0?token=broker-token")
+    report = json.dumps(health(settings))
+    for secret in ("userinfo-pw", "query-pw", "ssl-pw", "broker-pw", "broker-token"):
+        assert secret not in report, secret
+    assert "postgresql+psycopg://postgres:***@127.0.0.1:1/x?password=***&sslmode=disable" in report
+    assert "redis://:***@127.0.0.1:1/0?token=***" in report
