@@ -19,6 +19,7 @@ from .index import (
     save_index,
 )
 from .passages import (
+    MAX_RETRIEVE_QUERIES,
     Hit,
     Passage,
     format_hits,
@@ -46,6 +47,7 @@ __all__ = [
     "read_meta",
     "save_index",
     "search_r1_contents",
+    "MAX_RETRIEVE_QUERIES",
     "search_r1_result",
     "split_into_passages",
     "tokenize",

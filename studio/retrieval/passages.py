@@ -82,6 +82,11 @@ def search_r1_contents(passage: Passage) -> str:
     return f'"{passage.title}"\n{passage.text}'
 
 
+MAX_RETRIEVE_QUERIES = 256
+"""Queries in one Search-R1 /retrieve request, so that its answer stays bounded (at most
+256 x 50 passages, about 9 MB); a client with more sends several (the veRL retriever does)."""
+
+
 def search_r1_result(hits: list[Hit], return_scores: bool) -> list[dict]:
     """One query's item of Search-R1's ``POST /retrieve`` answer (``result[i]``).
 

@@ -20,6 +20,7 @@ from studio.method.tags import format_information
 from studio.queue import SHORT_QUEUE, enqueue
 from studio.retrieval import (
     BACKENDS,
+    MAX_RETRIEVE_QUERIES,
     Bm25Params,
     Passage,
     SearchIndex,
@@ -46,6 +47,7 @@ from studio.tables import Corpus, CorpusStatus, utcnow
 
 INDEX_TASK = "worker.build_corpus_index"
 MAX_TOP_K = 50
+MAX_QUERY_CHARS = 2000
 _PROGRESS_EVERY_S = 1.0
 
 
@@ -269,6 +271,13 @@ def retrieve(settings: Settings, corpus_id: int, queries: list[str], topk: int =
              return_scores: bool = False) -> dict:
     """Search-R1's `/retrieve` contract, which the veRL backend's agent loop calls."""
     _check_k(topk, "topk")
+    if len(queries) > MAX_RETRIEVE_QUERIES:
+        raise InvalidInput(f"queries: {len(queries)} in one request; at most "
+                           f"{MAX_RETRIEVE_QUERIES}, send the rest in further requests")
+    for number, query in enumerate(queries):
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidInput(f"queries[{number}]: {len(query)} characters; a query may have "
+                               f"at most {MAX_QUERY_CHARS}")
     index = open_index(settings, corpus_id)
     return {"result": [search_r1_result(hits, return_scores)
                        for hits in index.search(queries, topk)]}

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from transformers import AutoTokenizer
 
 from studio.method.protocol import Limits
 from studio.method.tools import CalculatorTool, PythonTool, SearchTool
-from studio.retrieval import build_index
+from studio.retrieval import MAX_RETRIEVE_QUERIES, build_index
 from studio.sandbox import Sandbox
+from studio.services import corpora
+from studio.services.auth import issue_token
+from studio.services.corpora import MAX_QUERY_CHARS
+from tests.support.actors import admin
 from tests.support.reverse_tool import ReverseTool
 from tests.support.scripted_rollouts import (
     CORPUS,
@@ -24,7 +29,7 @@ from tests.support.scripted_rollouts import (
 )
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.rollout import RolloutConfig
-from worker.engines.verl.protocol import roll_out
+from worker.engines.verl.protocol import Retriever, roll_out
 
 SCRIPTS = {
     "Reverse, search, answer?": ["<reverse> lamp </reverse>", "<search> Ida Varn </search>",
@@ -118,3 +123,27 @@ def test_the_scripts_cover_every_move(tokenizer):
     whole = tokenizer(search.expected("Ida Varn", 3), add_special_tokens=False)["input_ids"]
     assert len(observation.token_ids) <= LIMITS["max_obs_tokens"] < len(whole)
     assert observation.text.endswith("</information>\n\n")
+
+
+def test_the_retriever_sends_many_queries_in_requests_the_studio_accepts(studio, studio_api):
+    """/retrieve answers at most MAX_RETRIEVE_QUERIES queries a request (a 20,000-query body
+    grew the web process by 2 GB); the veRL retriever splits a larger batch, in order."""
+    settings, _ = studio
+    [corpus] = [c for c in corpora.list_corpora(settings) if c["name"] == "demo"]
+    url = f"{studio_api}/api/v1/corpora/{corpus['id']}/retrieve"
+    token = issue_token(settings, admin(settings), "tests")["token"]
+    queries = [f"lighthouse keeper {i}" for i in range(MAX_RETRIEVE_QUERIES + 3)]
+    queries[-1] = "moss lamp"
+    found = Retriever(url, token, 2)(queries)
+    assert len(found) == len(queries) and all(len(passages) == 2 for passages in found)
+    assert found[-1] == Retriever(url, token, 2)(["moss lamp"])[0]
+
+    headers = {"Authorization": f"Bearer {token}"}
+    too_many = httpx.post(url, json={"queries": queries, "topk": 2}, headers=headers)
+    assert too_many.status_code == 422
+    assert too_many.json()["detail"].startswith(
+        f"queries: {len(queries)} in one request; at most {MAX_RETRIEVE_QUERIES}")
+    too_long = httpx.post(url, json={"queries": ["moss " * 1000]}, headers=headers)
+    assert too_long.status_code == 422
+    assert too_long.json()["detail"] == ("queries[0]: 5000 characters; a query may have at most "
+                                         f"{MAX_QUERY_CHARS}")

@@ -28,6 +28,7 @@ from studio.method import protocol
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import derive_seed
 from studio.method.tools import Passages, Tool, run_tool
+from studio.retrieval.passages import MAX_RETRIEVE_QUERIES
 from studio.run_config import RunConfig
 
 Generate = Callable[[list[int], int], Awaitable[tuple[list[int], list[float] | None]]]
@@ -110,14 +111,18 @@ class Retriever:
         raise AssertionError("unreachable")
 
     def __call__(self, queries: list[str]) -> list[Passages]:
+        """All the queries' passages, in requests of at most the studio's bound each."""
+        queries, found = list(queries), []
         with httpx.Client() as client:
-            response = self._post(client, list(queries))
-        if response.status_code != 200:
-            raise RetrievalError(f"the studio's /retrieve at {self.url} answered "
-                                 f"{response.status_code}: {response.text[:300]}")
-        return [[(title or "", text) for title, text in
-                 (split_contents(doc["contents"]) for doc in docs)]
-                for docs in response.json()["result"]]
+            for start in range(0, len(queries), MAX_RETRIEVE_QUERIES):
+                response = self._post(client, queries[start:start + MAX_RETRIEVE_QUERIES])
+                if response.status_code != 200:
+                    raise RetrievalError(f"the studio's /retrieve at {self.url} answered "
+                                         f"{response.status_code}: {response.text[:300]}")
+                found += [[(title or "", text) for title, text in
+                           (split_contents(doc["contents"]) for doc in docs)]
+                          for docs in response.json()["result"]]
+        return found
 
 
 @dataclass
