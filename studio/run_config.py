@@ -35,6 +35,7 @@ MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
 MAX_BATCH = 4096  # questions per step, sequences per micro- and mini-batch
 MAX_STAGES = 100
 MAX_RUN_NAME = 128
+MAX_INSTRUCTION = 8000  # characters; a 4 MB instruction cost 10 s of CPU per validation
 MAX_SEED = 2**63 - 1
 MAX_THREADS = 1024
 
@@ -103,7 +104,8 @@ class PromptSpec(_Strict):
         default="chat", description="inline: the paper's single message; chat: exemplars as turns")
     assistant_prefix: str | None = Field(default="<think>", description="Pre-filled reply start")
     exemplar_selection: Literal["first", "sample"] = "first"
-    instruction: str | None = Field(default=None, description="Replaces the default instruction")
+    instruction: str | None = Field(default=None, max_length=MAX_INSTRUCTION,
+                                    description="Replaces the default instruction")
 
     def build(self, question: str, exemplars: Sequence[Exemplar], k: int,
               sample_seed: int | None = None, *, tools: Sequence[str]) -> Prompt:

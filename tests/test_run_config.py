@@ -157,6 +157,7 @@ def test_lora_keeps_one_reference_so_it_refuses_a_reset_per_stage():
     ("reward", "acc_weight", 1.5, "1"),
     ("reward", "format_weight", -0.1, "0"),
     ("engine", "threads", 10**6, "1024"),
+    ("prompt", "instruction", "x" * 4_000_000, "8000"),  # 4 MB cost 10 s of CPU
 ])
 def test_every_number_is_bounded_to_what_can_run(section, key, value, bound):
     with pytest.raises(RunConfigError) as err:

@@ -22,8 +22,19 @@ def find_column(names: Sequence[str], aliases: Sequence[str]) -> int | None:
     return None
 
 
+LISTED_NAMES, NAME_CHARS = 20, 60
+"""A message lists at most 20 column names of at most 60 characters each (a 100,000-column
+header made a 1.2 MB message)."""
+
+
 def quoted_list(names: Sequence[str]) -> str:
-    return ", ".join(f'"{n}"' for n in names) if names else "none"
+    """The names quoted for a message, the first `LISTED_NAMES` of them, each cut short."""
+    if not names:
+        return "none"
+    shown = [f'"{n[:NAME_CHARS]}{"..." if len(n) > NAME_CHARS else ""}"'
+             for n in names[:LISTED_NAMES]]
+    more = len(names) - LISTED_NAMES
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def _delimiter(header_line: str, suffix: str) -> str:

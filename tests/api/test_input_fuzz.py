@@ -316,3 +316,19 @@ def test_a_huge_integer_or_a_nul_in_an_upload_is_a_422_naming_its_line(any_db_ur
             assert "line 2" in detail or "line 3" in detail, (filename, detail)
             assert ("5000 digits" if value == HUGE else "NUL") in detail, (filename, detail)
         assert _stored(s)["rows"] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("route", ["/qa-sets", "/corpora"])
+def test_a_header_of_many_columns_gets_a_short_message(studio, route):
+    """A 100,000-column CSV header made a 1.2 MB message; it names the first columns and
+    counts the rest."""
+    s, client, headers, _ = studio
+    before = _stored(s)
+    header = ",".join(f"column{i}" for i in range(15_000))
+    answer = client.post(f"/api/v1{route}", headers=headers,
+                         files={"file": ("wide.csv", f"{header}\nx\n".encode())},
+                         data={"name": "wide"})
+    assert answer.status_code == 422
+    detail = answer.json()["detail"]
+    assert len(detail) < 1000 and '"column0", "column1"' in detail and "and 14980 more" in detail
+    assert _stored(s) == before
