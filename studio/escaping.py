@@ -7,6 +7,7 @@ emphasis, a heading, a table cell or a formula.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Entities both HTML and plotly's label markup decode (plotly knows no &quot;).
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"}
@@ -39,3 +40,24 @@ def code_span(text: object) -> str:
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+# Characters that change how a name looks without being seen: bidi overrides and isolates
+# (a name that reads backwards), zero-width spaces and joiners that make two names look
+# the same. ZWNJ and ZWJ (U+200C, U+200D) are kept: Persian words and emoji need them.
+_INVISIBLE = {0x061C, 0x180E, 0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F),
+              0x2060, *range(0x2066, 0x206A), 0xFEFF}
+
+
+def name_problem(value: str, what: str) -> str | None:
+    """Why `value` cannot be a name (`what`: "name", "file name"), or None: a control
+    character or line separator (they cut names in files and logs, break listings) or an
+    invisible formatting character (it makes a name look like another)."""
+    for position, char in enumerate(value, start=1):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            return (f"the {what} holds a control character (U+{ord(char):04X} at character "
+                    f"{position}); use printable characters only")
+        if ord(char) in _INVISIBLE:
+            return (f"the {what} holds an invisible formatting character (U+{ord(char):04X} "
+                    f"at character {position}) that can make it look like another; remove it")
+    return None

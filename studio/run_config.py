@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from studio.escaping import name_problem
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
@@ -440,6 +441,15 @@ ToolName = Literal["search", "python", "calculator"]
 
 class RunConfig(_Strict):
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME)
+
+    @field_validator("name")
+    @classmethod
+    def _name_shows_as_itself(cls, name: str) -> str:
+        problem = name_problem(name, "name")
+        if problem:
+            raise ValueError(problem)
+        return name
+
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
     tools: list[ToolName] = Field(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from studio.run_config import RunConfigError, parse_run_config
@@ -217,3 +219,13 @@ def test_the_verl_backend_warns_but_cannot_pause():
     with pytest.raises(RunConfigError, match="sentinel.kl_spike.action: the verl backend cannot "
                        "pause at a checkpoint yet; use warn or backend: native"):
         parse_run_config({**base, "sentinel": {"kl_spike": {"action": "pause"}}})
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("run\u202egnp", "invisible formatting character (U+202E at character 4)"),
+    ("run\u200b1", "invisible formatting character (U+200B at character 4)"),
+    ("run\n1", "control character (U+000A at character 4)")])
+def test_a_run_name_shows_as_itself(name, problem):
+    with pytest.raises(RunConfigError, match=r"^name: the name holds an? " + re.escape(problem)):
+        parse_run_config({**BASE, "name": name})
+    assert parse_run_config({**BASE, "name": "Lämp run 🪔 #1"}).name == "Lämp run 🪔 #1"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import unicodedata
 from typing import TypeVar
 
 from sqlmodel import Session, SQLModel, select
 
+from studio.escaping import name_problem
 from studio.services.access import Actor, require_owner
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.tables import User
@@ -65,13 +65,10 @@ def by_name_or_404(session: Session, table: type[Row], name: str, kind: str) -> 
 
 
 def check_printable(value: str, field: str, what: str) -> None:
-    """Refuse a NUL, another control character or a line separator in a name (`what`): they
-    cut names short in files and logs, break lines in listings, and hide in the UI."""
-    for position, char in enumerate(value, start=1):
-        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
-            raise InvalidInput(
-                f"{field}: the {what} holds a control character (U+{ord(char):04X} at "
-                f"character {position}); use printable characters only")
+    """Refuse a name (`what`) that does not show as what it is (`studio.escaping.name_problem`)."""
+    problem = name_problem(value, what)
+    if problem:
+        raise InvalidInput(f"{field}: {problem}")
 
 
 def check_new_name(session: Session, table: type[SQLModel], name: str) -> str:

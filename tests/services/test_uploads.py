@@ -92,6 +92,19 @@ def test_file_names_with_control_characters_are_refused(settings, kind, stem, co
                         "5); use printable characters only")
 
 
+@pytest.mark.parametrize("kind", GOOD_FILES)
+@pytest.mark.parametrize(("name", "code", "position"),
+                         [("lamp\u202egnp.exe", "202E", 5), ("la\u200bmp", "200B", 3),
+                          ("\u2067lamp", "2067", 1), ("lamp\ufeff", "FEFF", 5)])
+def test_names_with_invisible_formatting_are_refused(settings, kind, name, code, position):
+    """A bidi override makes a name read backwards; a zero-width space makes two names look
+    the same."""
+    filename, data = GOOD_FILES[kind]
+    err = _refused(settings, kind, filename, data, name)
+    assert str(err) == (f"name: the name holds an invisible formatting character (U+{code} at "
+                        f"character {position}) that can make it look like another; remove it")
+
+
 def test_names_that_are_refused_elsewhere_too(settings):
     """The JSON-made exemplar set and a QA split's halves go through the same check."""
     with pytest.raises(InvalidInput, match=r"^name: the name holds a control character"):
