@@ -57,11 +57,15 @@ def _studio_up(tmp_path: Path, port: int, heartbeat_seconds: str):
     assert "Traceback" not in log.read_text()
 
 
-def _live_workers(base: str) -> dict:
+def _live_workers(base: str, token: str) -> dict:
     """/healthz once both workers beat: {queue: pid}."""
-    health = wait_for(lambda: (h := httpx.get(f"{base}/healthz").json())["status"] == "ok" and h,
-                      60, "both workers' heartbeats")
+    health = wait_for(lambda: (h := httpx.get(f"{base}/healthz", headers=_bearer(token)).json())
+                      ["status"] == "ok" and h, 60, "both workers' heartbeats")
     return {w["queues"][0]: w["pid"] for w in health["workers"]}
+
+
+def _bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _ctrl_c_stops_everything(up, log: Path, worker_pids: list[int]) -> None:
@@ -78,10 +82,10 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
     port = free_port()
     with _studio_up(tmp_path, port, heartbeat_seconds="1") as (up, log):
         base = f"http://127.0.0.1:{port}"
-        workers = _live_workers(base)
+        token = re.search(r"API token: (\S+)", log.read_text()).group(1)
+        workers = _live_workers(base, token)
         out = log.read_text()
         assert up.poll() is None, out
-        token = re.search(r"API token: (\S+)", out).group(1)
         password = re.search(r"password:\s+(\S+)", out).group(1)
         assert f"ICRL Studio is serving {base}/" in out
         assert "superuser" not in out and "[tasks]" not in out, "no Celery warning nor banner"
@@ -90,7 +94,9 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
         assert httpx.get(f"{base}/api/v1/me").status_code == 401
         me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})
         assert me.status_code == 200 and me.json()["username"] == "admin"
-        health = httpx.get(f"{base}/healthz").json()
+        assert httpx.get(f"{base}/healthz").json()["status"] == "ok"  # and no more without a token
+        assert "workers" not in httpx.get(f"{base}/healthz").json()
+        health = httpx.get(f"{base}/healthz", headers=_bearer(token)).json()
         assert health["database"]["ok"] and health["broker"]["ok"]
         assert {queue: len(names) for queue, names in health["queues"].items()} == {
             "cpu": 1, "short": 1}
@@ -125,13 +131,14 @@ def test_a_killed_worker_is_forgotten_at_once_and_restarted_while_the_web_app_se
         assert up.poll() is None, log.read_text()
         token = re.search(r"API token: (\S+)", log.read_text()).group(1)
         base = f"http://127.0.0.1:{port}"
-        workers = _live_workers(base)
+        workers = _live_workers(base, token)
         killed = workers["cpu"]
         assert killed in _group_pids(up.pid)
 
         os.kill(killed, signal.SIGKILL)
         killed_at = time.monotonic()
-        down = wait_for(lambda: (r := httpx.get(f"{base}/healthz")).json()["queues"]["cpu"] == []
+        down = wait_for(lambda: (r := httpx.get(f"{base}/healthz", headers=_bearer(token)))
+                        .json()["queues"]["cpu"] == []
                         and r, 8, "/healthz to say the cpu worker is down")
         assert time.monotonic() - killed_at < 10, "before three heartbeat periods"
         assert down.status_code == 200, "the web app is up"
@@ -143,7 +150,7 @@ def test_a_killed_worker_is_forgotten_at_once_and_restarted_while_the_web_app_se
         assert (f"studio: the cpu worker (pid {killed}) was killed by SIGKILL; restarting it in "
                 "1 s" in log.read_text())
 
-        restarted = wait_for(lambda: (w := _live_workers(base))["cpu"] != killed and w, 90,
+        restarted = wait_for(lambda: (w := _live_workers(base, token))["cpu"] != killed and w, 90,
                              "a new cpu worker")
         assert restarted["short"] == workers["short"]
         _ctrl_c_stops_everything(up, log, worker_pids=list(restarted.values()))

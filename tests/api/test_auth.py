@@ -99,6 +99,18 @@ def test_api_needs_a_valid_bearer_token(client_and_creds):
     assert ok.json()["role"] == "admin"
 
 
+def test_health_says_only_up_or_down_without_a_token(client_and_creds):
+    """The parts, their URLs and the workers map the deployment: a signed-in caller's."""
+    client, creds = client_and_creds
+    for headers in ({}, {"Authorization": "Bearer icrl_nope"}):
+        public = client.get("/healthz", headers=headers)
+        assert public.status_code == 200
+        assert set(public.json()) == {"status", "detail"} and "API token" in public.json()["detail"]
+    full = client.get("/healthz", headers={"Authorization": f"Bearer {creds.token}"}).json()
+    assert full["status"] == public.json()["status"]
+    assert {"database", "broker", "workers", "queues", "problems"} <= set(full)
+
+
 def test_every_api_route_but_health_and_schema_is_protected(client_and_creds):
     client, _ = client_and_creds
     paths = client.get("/api/v1/openapi.json").json()["paths"]
