@@ -40,10 +40,21 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(inner).__name__
 
 
+PRIVATE_UMASK = 0o077
+"""What every studio process writes is its user's alone: folders 0700, files 0600 (the
+database, checkpoints, exports and uploads hold a team's data and password hashes)."""
+
+
 def check_data_dir(settings: Settings) -> Path:
+    """The data directory, checked writable (created owner-only, and its SQLite database made
+    owner-only); the process, and what it starts, writes owner-only files from here on."""
+    os.umask(PRIVATE_UMASK)
     path = settings.resolved_data_dir
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)  # a folder that exists keeps its mode
+        database = path / "studio.db"
+        if database.exists():
+            database.chmod(0o600)
         probe = path / ".write-test"
         probe.write_text("ok")
         probe.unlink()

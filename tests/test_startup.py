@@ -113,3 +113,16 @@ def test_the_cli_finds_the_studio_that_studio_up_recorded_while_it_runs(tmp_path
             f"{settings.resolved_data_dir}: add --data-dir {settings.resolved_data_dir} to use it"
             in stopped.stderr)
     assert list(elsewhere.iterdir()) == []
+
+
+def test_the_data_dir_and_what_the_studio_writes_are_its_users_alone(tmp_path):
+    """They held the team's data and password hashes readable by every local user
+    (`studio.db` was 0644)."""
+    data = tmp_path / "data"
+    done = run_studio(["db", "upgrade"], studio_env(data))
+    assert done.returncode == 0, done.stderr
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert (data / "studio.db").stat().st_mode & 0o777 == 0o600
+    (data / "studio.db").chmod(0o644)  # written by an older studio
+    assert run_studio(["db", "upgrade"], studio_env(data)).returncode == 0
+    assert (data / "studio.db").stat().st_mode & 0o777 == 0o600
