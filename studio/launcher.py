@@ -113,8 +113,12 @@ def preflight(settings: Settings, *, migrate: bool) -> None:
 
 
 def web_command(settings: Settings) -> list[str]:
+    """uvicorn serving the web app; it believes X-Forwarded-For only from trusted proxies."""
+    proxies = ["--proxy-headers", "--forwarded-allow-ips", settings.trusted_proxies] \
+        if settings.trusted_proxies else ["--no-proxy-headers"]
     return [sys.executable, "-m", "uvicorn", "frontend.server:create_app", "--factory",
-            "--host", settings.host, "--port", str(settings.port), "--log-level", "warning"]
+            "--host", settings.host, "--port", str(settings.port), "--log-level", "warning",
+            *proxies]
 
 
 def worker_node_name(queues: Sequence[str]) -> str:

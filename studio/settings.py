@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address the web app listens on.")
     port: int = Field(default=7860, description="Port the web app listens on.")
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="Comma-separated addresses of reverse proxies whose X-Forwarded-For the web "
+        "app believes (uvicorn's forwarded_allow_ips); default: none, a client's address is "
+        "its connection's, so a forged header cannot dodge the login limits.",
+    )
     worker_queues: str = Field(
         default="cpu", description="Comma-separated queues the worker of `studio up` serves."
     )

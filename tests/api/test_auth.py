@@ -4,20 +4,24 @@ its rate limit, roles that apply at once, disabled users stopped at once."""
 from __future__ import annotations
 
 import re
+import subprocess
 from contextlib import contextmanager
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import select
 
 from frontend.login import COOKIE
 from frontend.server import create_app
-from studio import db
+from studio import db, launcher
 from studio.services import auth
 from studio.services.access import Forbidden
 from studio.services.errors import Conflict, NotFound
 from studio.tables import ApiToken, LoginFailure, utcnow
+from tests.conftest import free_port
 from tests.support.actors import PASSWORD, admin, user
+from tests.support.processes import stop, studio_env, wait_for
 
 
 def test_passwords_and_tokens_are_stored_hashed(any_db_url):
@@ -215,3 +219,35 @@ def test_tokens_list_and_revoke_are_the_users_own(api, settings):
     assert api.delete(f"/tokens/{mine['id']}").json()["revoked"], "an admin may revoke any"
     with pytest.raises(NotFound, match="does not exist among your tokens"):
         auth.revoke_token(settings, ana, made["id"])
+
+
+@pytest.mark.parametrize("trusted", [None, "127.0.0.1"], ids=["socket", "trusted-proxy"])
+def test_a_forged_forwarded_for_does_not_dodge_the_login_limit(settings, tmp_path, trusted):
+    """The web app as `studio up` serves it: rotating X-Forwarded-For gave every wrong
+    password a 401 and none a 429. Only a configured proxy's header is believed."""
+    user(settings, "ana")
+    port = free_port()
+    web = settings.model_copy(update={"port": port, "trusted_proxies": trusted})
+    env = studio_env(settings.resolved_data_dir, trusted_proxies=trusted)
+    with open(tmp_path / "web.log", "w") as log:
+        server = subprocess.Popen(launcher.web_command(web), env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _serving(base), 60, "the web app")
+        for n in range(auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
+            failed = httpx.post(f"{base}/login", data={"username": "ana", "password": "wrong"},
+                                headers={"X-Forwarded-For": f"10.9.0.{n}"})
+            assert failed.status_code == 401
+        right = httpx.post(f"{base}/login", data={"username": "ana", "password": PASSWORD},
+                           headers={"X-Forwarded-For": "10.9.1.1"})
+        assert right.status_code == (303 if trusted else 429)
+    finally:
+        stop(server)
+
+
+def _serving(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
