@@ -409,6 +409,37 @@ class MirrorSpec(_Strict):
         "for `tensorboard --logdir`; the worker needs the tensorboard package.")
 
 
+VERL_OVERRIDE_SECTIONS = ("actor_rollout_ref.actor.", "actor_rollout_ref.rollout.",
+                          "actor_rollout_ref.ref.", "algorithm.", "trainer.", "data.")
+"""Where `verl.overrides` may set keys: training settings. The studio writes the rest."""
+VERL_OVERRIDE_REFUSED = ("_target_", "path", "trust_remote_code", "custom", "external_lib",
+                         "cls", "module", "file", "dir", "url", "hook", "reward_manager")
+"""Words that name code to import, a file to read or an address: a member's config could run
+code or leak a token on the GPU workers through them."""
+
+
+def verl_override_problem(item: str) -> str | None:
+    """Why a `verl.overrides` item may not reach Hydra, or None."""
+    key, sep, value = item.partition("=")
+    key = key.strip().lstrip("+")
+    if not sep or not key:
+        return f"{item!r} must be key=value, e.g. actor_rollout_ref.actor.optim.lr=2e-6"
+    if key.startswith("~"):
+        return f"{item!r} deletes a key; only setting one is allowed"
+    if not key.startswith(VERL_OVERRIDE_SECTIONS):
+        return (f"{key!r} is not a training setting; overrides may set keys under "
+                + ", ".join(VERL_OVERRIDE_SECTIONS))
+    refused = next((word for word in VERL_OVERRIDE_REFUSED if word in key.lower()), None)
+    if refused:
+        return (f"{key!r} names code, a file or an address ({refused!r}); the studio sets "
+                "those itself and overrides may not")
+    if "${" in value:
+        return f"{item!r}: interpolations (${{...}}) are not allowed in an override's value"
+    if "_target_" in value or "trust_remote_code" in value:
+        return f"{item!r}: a value may not name code to instantiate or remote code to trust"
+    return None
+
+
 class VerlSpec(_Strict):
     """Where and how the veRL backend runs (ignored by the native engine); see docs/verl.md."""
 
@@ -425,14 +456,28 @@ class VerlSpec(_Strict):
     gpu_memory_utilization: float = Field(
         default=0.5, gt=0, le=1, description="Share of GPU memory the rollout engine takes")
     overrides: list[str] = Field(
-        default_factory=list, description="Extra Hydra overrides for veRL (key=value), last")
+        default_factory=list, max_length=200,
+        description="Extra Hydra overrides for veRL (key=value), last: training settings "
+        "under " + ", ".join(VERL_OVERRIDE_SECTIONS) + "; no code, path or remote-code key")
+
+    @field_validator("studio_url")
+    @classmethod
+    def _studio_url_is_http(cls, url: str | None) -> str | None:
+        """The Ray workers send the run owner's token there: a web address, no more."""
+        if url is None:
+            return None
+        scheme, sep, rest = url.partition("://")
+        if scheme.lower() not in ("http", "https") or not sep or "@" in rest.split("/")[0]:
+            raise ValueError("give the studio's own http(s) address, e.g. "
+                             "http://studio.internal:7860, without a user or password")
+        return url
 
     @model_validator(mode="after")
-    def _overrides_are_assignments(self) -> VerlSpec:
+    def _overrides_are_training_settings(self) -> VerlSpec:
         for i, item in enumerate(self.overrides):
-            if "=" not in item or item.startswith("="):
-                raise ValueError(f"overrides[{i}]: {item!r} must be key=value, e.g. "
-                                 "actor_rollout_ref.actor.optim.lr=2e-6")
+            problem = verl_override_problem(item)
+            if problem:
+                raise ValueError(f"overrides[{i}]: {problem}")
         return self
 
 

@@ -229,3 +229,31 @@ def test_a_run_name_shows_as_itself(name, problem):
     with pytest.raises(RunConfigError, match=r"^name: the name holds an? " + re.escape(problem)):
         parse_run_config({**BASE, "name": name})
     assert parse_run_config({**BASE, "name": "Lämp run 🪔 #1"}).name == "Lämp run 🪔 #1"
+
+
+@pytest.mark.parametrize(("override", "problem"), [
+    ("reward.custom_reward_function.path=/tmp/x.py", "is not a training setting"),
+    ("actor_rollout_ref.model.trust_remote_code=true", "is not a training setting"),
+    ("actor_rollout_ref.rollout.agent.agent_loop_config_path=/tmp/a.yaml", "('path')"),
+    ("+actor_rollout_ref.actor.hook._target_=os.system", "('_target_')"),
+    ("trainer.default_local_dir=/etc", "('dir')"),
+    ("trainer.experiment_name=${oc.env:HF_TOKEN}", "interpolations"),
+    ("actor_rollout_ref.actor.checkpoint={_target_:os.system}", "code to instantiate"),
+    ("no-equals-sign", "must be key=value"),
+])
+def test_verl_overrides_set_training_settings_and_name_no_code(override, problem):
+    """A member's override reached Hydra as it was: a reward-function path, an agent-loop
+    `_target_` or `trust_remote_code` ran code on the GPU workers (S1)."""
+    with pytest.raises(RunConfigError, match=r"^verl: .*overrides\[0\]: .*" + re.escape(problem)):
+        parse_run_config({**BASE, "verl": {"overrides": [override]}})
+    allowed = ["actor_rollout_ref.actor.optim.lr=2e-6", "+trainer.val_before_train=false"]
+    assert parse_run_config({**BASE, "verl": {"overrides": allowed}}).verl.overrides == allowed
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://studio:70/", "studio:7860",
+                                 "http://user:pw@studio:7860/"])
+def test_the_studio_url_is_a_plain_web_address(url):
+    """Ray workers send the run owner's token to it: no other scheme, no credentials."""
+    with pytest.raises(RunConfigError, match=r"^verl\.studio_url: .*http\(s\) address"):
+        parse_run_config({**BASE, "verl": {"studio_url": url}})
+    assert parse_run_config({**BASE, "verl": {"studio_url": "https://studio.internal:7860"}})
