@@ -79,7 +79,7 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
     stored with other content or no longer stored are refused, naming what to do."""
     settings, model = studio
     actor = admin(settings)
-    config = {**tiny_config(model), "name": "tiny ```json\n{} ``` run"}  # cannot end the fence
+    config = {**tiny_config(model), "name": "tiny ```json {} ``` run"}  # cannot end the fence
     run = runs.create_run(settings, actor, config, start=False)
     card = build_model_card(settings, run["id"]).markdown
     assert "## Reproduce" in card and "studio run launch --from-card README.md" in card
