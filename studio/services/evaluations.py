@@ -368,10 +368,8 @@ def evaluations_to_come(settings: Settings, run_id: int) -> bool:
 
 def base_vs_trained(settings: Settings, run_id: int,
                     base_model: str | None = None) -> list[BaseVsTrained]:
-    """Per QA set, an evaluation of the run's checkpoint beside one of its base model (the
-    run's `model` unless named): `{qa_set, base, trained}`, either may be None. Each is the
-    newest that was not cancelled, else the newest: a cancelled pair (another member's, say)
-    never hides figures that exist."""
+    """Per QA set, the newest evaluation of the run's checkpoint beside the newest of its base
+    model (the run's `model` unless named): `{qa_set, base, trained}`, either may be None."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         base_model = base_model or run.config["model"]
@@ -383,13 +381,9 @@ def base_vs_trained(settings: Settings, run_id: int,
             Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
         names = {q.id: q.name for q in session.exec(select(QASet))}
     _with_waits(settings, trained + base)
-
-    def shown(views: list[EvaluationView], qa_set_id: int) -> EvaluationView | None:
-        of_set = [e for e in views if e["qa_set_id"] == qa_set_id]  # newest first
-        return min(of_set, default=None, key=lambda e: e["state"] == RunState.cancelled.value)
-
-    return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"), "base": shown(base, qa_set_id),
-             "trained": shown(trained, qa_set_id)}
+    return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
+             "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
+             "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}
             for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]
 
 

@@ -11,8 +11,8 @@ from studio.db import session_scope
 from studio.services import evaluations
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
-from studio.tables import Evaluation, Run, RunState, utcnow
-from tests.support.actors import admin, user
+from studio.tables import Run, RunState, utcnow
+from tests.support.actors import admin
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
@@ -176,31 +176,3 @@ def test_a_run_s_own_evaluations_are_to_come_while_it_trains_and_just_after(sett
     assert set_run(RunState.succeeded, timedelta(seconds=5))
     assert not set_run(RunState.succeeded, evaluations.QUEUED_AT_END_WITHIN), "never queued"
     assert not set_run(RunState.failed, timedelta(seconds=5)), "a failed run queues none"
-
-
-def test_a_cancelled_pair_never_hides_the_figures_of_an_earlier_one(settings, run_id):
-    """A member's newer pair, cancelled, left the owner's succeeded pair unseen; a pair in
-    progress is shown (its owner follows and may cancel it), and with no other a cancelled
-    one is."""
-    _give_checkpoint(settings, run_id)
-    owners = evaluations.evaluate_base_and_trained(settings, admin(settings), run_id, ["demo"],
-                                                   start=False)
-    for e in owners:
-        evaluations.update_evaluation(settings, e["id"], state=RunState.succeeded,
-                                      metrics={"em": 0.2})
-    member = user(settings, "mel")
-    evaluations.evaluate_base_and_trained(settings, member, run_id, ["demo"], start=False)
-    assert evaluations.cancel_base_vs_trained(settings, member, run_id) == 2
-    (row,) = evaluations.base_vs_trained(settings, run_id)
-    assert [row["base"]["id"], row["trained"]["id"]] == [e["id"] for e in owners]
-
-    newer = evaluations.evaluate_base_and_trained(settings, member, run_id, ["demo"],
-                                                  start=False)
-    (row,) = evaluations.base_vs_trained(settings, run_id)
-    assert [row["base"]["id"], row["trained"]["id"]] == [e["id"] for e in newer]
-    assert evaluations.cancel_base_vs_trained(settings, member, run_id) == 2
-    with session_scope(settings.sqlalchemy_url) as session:  # the owner's pair gone
-        for e in owners:
-            session.delete(session.get(Evaluation, e["id"]))
-    (row,) = evaluations.base_vs_trained(settings, run_id)
-    assert [row["base"]["id"], row["trained"]["id"]] == [e["id"] for e in newer]
