@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+from itertools import groupby
 from pathlib import Path
 
 COLUMNS = (("valid-call rate", "valid_search_rate"), ("answer rate", "answer_rate"),
@@ -42,8 +43,7 @@ def evaluation_table(runs: list[dict], key: str) -> None:
     """Per arm, each seed's row and the mean over seeds."""
     print("| model | seed | " + " | ".join(name for name, _ in COLUMNS) + " |")
     print("|---|---|" + "---|" * len(COLUMNS))
-    arms = list(dict.fromkeys(arm for run in runs for arm in run[key] or {}))
-    for arm in arms:
+    for arm in arms(runs, key):
         rows = [(run["seed"], run[key][arm]) for run in runs if arm in (run[key] or {})]
         for seed, metrics in rows:
             print(f"| {arm} | {seed} | " + " | ".join(
@@ -56,21 +56,21 @@ def evaluation_table(runs: list[dict], key: str) -> None:
 
 def stages(curve: list[dict]) -> list[tuple[int, int, int, list[dict]]]:
     """A run's steps cut where the exemplar count changes: (first, last, k, rows)."""
-    cut: list[tuple[int, int, int, list[dict]]] = []
-    for row in curve:
-        if cut and cut[-1][2] == row["exemplars"]:
-            first, _, k, rows = cut[-1]
-            cut[-1] = (first, row["step"] + 1, k, rows + [row])
-        else:
-            cut.append((row["step"] + 1, row["step"] + 1, row["exemplars"], [row]))
-    return cut
+    cut = [list(rows) for _, rows in groupby(curve, key=lambda row: row["exemplars"])]
+    return [(rows[0]["step"] + 1, rows[-1]["step"] + 1, rows[0]["exemplars"], rows)
+            for rows in cut]
+
+
+def arms(runs: list[dict], key: str) -> list[str]:
+    """The arms in `key` ("results", "search_results", "curves") of any run, in order."""
+    return list(dict.fromkeys(arm for run in runs for arm in run[key] or {}))
 
 
 def training_table(runs: list[dict]) -> None:
     """Per arm, seed and curriculum stage: the mean of each training metric."""
     print("| arm | seed | steps | exemplars | " + " | ".join(n for n, _ in TRAINING) + " |")
     print("|---|---|---|---|" + "---|" * len(TRAINING))
-    for arm in dict.fromkeys(arm for run in runs for arm in run["curves"]):
+    for arm in arms(runs, "curves"):
         for run in runs:
             for first, last, k, rows in stages(run["curves"].get(arm, [])):
                 means = [statistics.fmean(r.get(field) or 0.0 for r in rows)
@@ -88,9 +88,9 @@ def plot(runs: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True,
                              gridspec_kw={"height_ratios": [3, 3, 1]})
-    arms = list(dict.fromkeys(arm for run in runs for arm in run["curves"]))
-    colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
-    for arm in arms:
+    trained = arms(runs, "curves")
+    colours = dict(zip(trained, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    for arm in trained:
         curves = [run["curves"][arm] for run in runs if arm in run["curves"]]
         for axis, (field, label) in zip(axes[:2], PANELS, strict=True):
             for curve in curves:

@@ -486,15 +486,6 @@ ToolName = Literal["search", "python", "calculator"]
 
 class RunConfig(_Strict):
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME)
-
-    @field_validator("name")
-    @classmethod
-    def _name_shows_as_itself(cls, name: str) -> str:
-        problem = name_problem(name, "name")
-        if problem:
-            raise ValueError(problem)
-        return name
-
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
     tools: list[ToolName] = Field(
@@ -518,6 +509,14 @@ class RunConfig(_Strict):
                                   "fine-tuning")
     seed: int = Field(default=0, ge=0, le=MAX_SEED, title="Seed",
                       description="The same seed, data and settings give the same run.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_shows_as_itself(cls, name: str) -> str:
+        problem = name_problem(name, "name")
+        if problem:
+            raise ValueError(problem)
+        return name
 
     @field_validator("tools")
     @classmethod

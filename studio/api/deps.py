@@ -16,7 +16,7 @@ from studio.services.auth import actor_for_token
 from studio.services.records import MAX_SQL_INT
 from studio.settings import Settings
 
-bearer_scheme = HTTPBearer(auto_error=False)
+_bearer = HTTPBearer(auto_error=False)
 
 Id = Annotated[int, Path(ge=1, le=MAX_SQL_INT, description="An id (from 1)")]
 Step = Annotated[int | None, Query(ge=0, le=MAX_SQL_INT)]
@@ -31,7 +31,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 def current_user(
-    credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
     settings: Settings = Depends(get_settings),
 ) -> Actor:
     """The token's user with its role now. Its own short transaction: a request-long one
@@ -53,5 +53,18 @@ def current_user(
     return actor
 
 
+def optional_user(
+    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    settings: Settings = Depends(get_settings),
+) -> Actor | None:
+    """`current_user`, or None where it would answer 401: for a public route that shows
+    more to a signed-in caller."""
+    try:
+        return current_user(credentials, settings)
+    except HTTPException:
+        return None
+
+
 CurrentUser = Annotated[Actor, Depends(current_user)]
+OptionalUser = Annotated[Actor | None, Depends(optional_user)]
 AppSettings = Annotated[Settings, Depends(get_settings)]

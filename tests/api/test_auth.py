@@ -21,7 +21,7 @@ from studio.services.errors import Conflict, NotFound
 from studio.tables import ApiToken, LoginFailure, utcnow
 from tests.conftest import free_port
 from tests.support.actors import PASSWORD, admin, user
-from tests.support.processes import stop, studio_env, wait_for
+from tests.support.processes import stop, studio_env
 
 
 def test_passwords_and_tokens_are_stored_hashed(any_db_url):
@@ -234,7 +234,7 @@ def test_a_forged_forwarded_for_does_not_dodge_the_login_limit(settings, tmp_pat
                                   stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _serving(base), 60, "the web app")
+        assert launcher.wait_until_serving(f"{base}/healthz", server, 60), "the web app serves"
         for n in range(auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
             failed = httpx.post(f"{base}/login", data={"username": "ana", "password": "wrong"},
                                 headers={"X-Forwarded-For": f"10.9.0.{n}"})
@@ -244,10 +244,3 @@ def test_a_forged_forwarded_for_does_not_dodge_the_login_limit(settings, tmp_pat
         assert right.status_code == (303 if trusted else 429)
     finally:
         stop(server)
-
-
-def _serving(base: str) -> bool:
-    try:
-        return httpx.get(f"{base}/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
