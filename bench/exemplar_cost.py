@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/exemplar_cost.py                  # ~15 min on 2 vCPU
     .venv/bin/python bench/exemplar_cost.py --quick          # tiny shapes, checks the script
+    .venv/bin/python bench/exemplar_cost.py --pack calc      # the calculator world's prompts
 
 One native GRPO step (rollout, reference log-probs, update) of SmolLM2-135M-Instruct
 (fp32, one thread) on the demo questions, built as the trainer builds them (chat layout,
@@ -9,8 +10,9 @@ One native GRPO step (rollout, reference log-probs, update) of SmolLM2-135M-Inst
 
 * ``0 exemplars``: the zero-shot prompts (~140 tokens);
 * ``3 exemplars``: the same questions with three exemplars (~1,580 tokens, ~1,430 of them
-  the same for every question): the engine as it is, whose reference and update run the
-  step's common prefix once (``worker.engines.native.grpo.step_prefix``);
+  the same for every question; ``--pack calc``: the arithmetic pack's questions and
+  calculator exemplars, ~450 tokens): the engine as it is, whose reference and update run the
+  step's common prefix once (``worker.engines.native.logprobs.step_prefix``);
 * ``3 exemplars, prefix per group``: the alternative, the prefix run once per group (the
   engine before the step prefix), by raising ``MIN_STEP_PREFIX`` out of reach.
 
@@ -39,10 +41,16 @@ ARMS = (("0 exemplars", 0, True), ("3 exemplars", 3, True),
 PHASES = ("rollout", "reference", "update", "step")
 
 
-def load_rows(n: int) -> list[dict]:
+def pack_files(pack: str) -> tuple[Path, Path, str]:
+    """A bundled pack's questions, exemplars and the tool its prompts name."""
     from studio import demo
 
-    rows = [json.loads(line) for line in demo.QA.read_text().splitlines() if line]
+    return {"demo": (demo.QA, demo.EXEMPLARS, "search"),
+            "calc": (demo.CALC_QA, demo.CALC_EXEMPLARS, "calculator")}[pack]
+
+
+def load_rows(path: Path, n: int) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
     return rows[:n]
 
 
@@ -55,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--pack", choices=("demo", "calc"), default="demo",
+                        help="demo: search prompts; calc: the calculator world's")
+    parser.add_argument("--without-per-group", action="store_true",
+                        help="time only the engine's two arms (the larger shapes, whose "
+                        "third arm would double the run)")
     parser.add_argument("--quick", action="store_true", help="a tiny random model, 1 step")
     args = parser.parse_args(argv)
 
@@ -66,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     from studio.method.grpo import group_advantages
     from studio.method.reward import score
     from studio.run_config import PromptSpec
-    from worker.engines.native import grpo as G
+    from worker.engines.native import logprobs
+    from worker.engines.native.grpo import GrpoConfig, update_step
+    from worker.engines.native.logprobs import frozen_copy, reference_logprobs
+    from worker.engines.native.optimizer import make_optimizer
+    from worker.engines.native.policy_batch import make_batch
     from worker.engines.native.rollout import RolloutConfig, _generate
 
     if args.quick:
@@ -74,24 +91,25 @@ def main(argv: list[str] | None = None) -> int:
 
         args.model = str(build_tiny_model(args.data_dir / "tiny"))
         args.batch, args.group, args.new_tokens, args.steps = 2, 2, 8, 1
-    from studio import demo
-
-    exemplars = parse_jsonl(demo.EXEMPLARS.read_text())
+    arms = ARMS[:2] if args.without_per_group else ARMS
+    qa_path, exemplars_path, tool = pack_files(args.pack)
+    exemplars = parse_jsonl(exemplars_path.read_text())
     tok = load_tokenizer(args.model, args.data_dir)
     model = load_causal_lm(args.model, args.data_dir, dtype=torch.float32)
-    reference = G.frozen_copy(model)
-    optimizer, scheduler = G.make_optimizer(model, lr=1e-6)
-    config = G.GrpoConfig(kl_coef=0.001, micro_batch_size=args.micro_batch)
-    rows = load_rows(args.batch)
+    reference = frozen_copy(model)
+    optimizer, scheduler = make_optimizer(model, lr=1e-6)
+    config = GrpoConfig(kl_coef=0.001, micro_batch_size=args.micro_batch)
+    rows = load_rows(qa_path, args.batch)
     spec = PromptSpec(layout="chat", assistant_prefix="<think>")
-    prompts = {k: [spec.build(r["question"], exemplars, k).token_ids(tok) for r in rows]
-               for k in {k for _, k, _ in ARMS}}
+    prompts = {k: [spec.build(r["question"], exemplars, k, tools=[tool]).token_ids(tok)
+                   for r in rows]
+               for k in {k for _, k, _ in arms}}
     rollout_config = RolloutConfig(max_turns=0, max_turn_tokens=args.new_tokens,
                                    max_response_tokens=args.new_tokens, temperature=1.0)
-    min_step_prefix = G.MIN_STEP_PREFIX
+    min_step_prefix = logprobs.MIN_STEP_PREFIX
 
     def one_step(k: int, step_prefix: bool, seed: int) -> dict[str, float]:
-        G.MIN_STEP_PREFIX = min_step_prefix if step_prefix else 1 << 30
+        logprobs.MIN_STEP_PREFIX = min_step_prefix if step_prefix else 1 << 30
         ids = [p for p in prompts[k] for _ in range(args.group)]
         t0 = time.perf_counter()
         rollouts = _generate(
@@ -101,37 +119,37 @@ def main(argv: list[str] | None = None) -> int:
         rewards = [score("<think>" + r.response_text, rows[i // args.group]["golden_answers"])
                    .score for i, r in enumerate(rollouts)]
         advantages = group_advantages(rewards, [i // args.group for i in range(len(ids))])
-        batch = G.make_batch(ids, [r.response_ids for r in rollouts],
-                             [r.response_mask for r in rollouts], advantages, tok.pad_token_id)
-        ref_logp = G.reference_logprobs(reference, batch, config.micro_batch_size)
+        batch = make_batch(ids, [r.response_ids for r in rollouts],
+                           [r.response_mask for r in rollouts], advantages, tok.pad_token_id)
+        ref_logp = reference_logprobs(reference, batch, config.micro_batch_size)
         t2 = time.perf_counter()
-        G.update_step(model, optimizer, scheduler, batch, ref_logp, config)
+        update_step(model, optimizer, scheduler, batch, ref_logp, config)
         t3 = time.perf_counter()
         return {"rollout": t1 - t0, "reference": t2 - t1, "update": t3 - t2, "step": t3 - t0,
                 "tokens": statistics.fmean(len(r.response_ids) for r in rollouts)}
 
-    times: dict[str, list[dict]] = {name: [] for name, _, _ in ARMS}
+    times: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
     for step in range(1 + args.steps):  # step 0 warms each arm up
-        for name, k, shared in ARMS:
+        for name, k, shared in arms:
             result = one_step(k, shared, seed=step)
             print(f"  step {step} {name}: {result['step']:.1f} s", file=sys.stderr, flush=True)
             if step:
                 times[name].append(result)
-    G.MIN_STEP_PREFIX = min_step_prefix
+    logprobs.MIN_STEP_PREFIX = min_step_prefix
 
     def median(name: str, key: str) -> float:
         return statistics.median(t[key] for t in times[name])
 
     base = median(ARMS[0][0], "step")
-    print(f"\n# Exemplar cost: {args.model}, {args.batch} questions x {args.group} responses x "
-          f"{args.new_tokens} tokens, micro-batch {args.micro_batch}; medians of {args.steps} "
-          "steps (seconds)\n")
+    print(f"\n# Exemplar cost: {args.model}, {args.pack} pack, {args.batch} questions x "
+          f"{args.group} responses x {args.new_tokens} tokens, micro-batch {args.micro_batch}; "
+          f"medians of {args.steps} steps (seconds)\n")
     print("| arm | prompt tokens | response tokens | rollout | reference | update | step "
           "| step / 0-exemplar step |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, k, _ in ARMS:
+    for name, k, _ in arms:
         length = statistics.fmean(len(p) for p in prompts[k])
-        cells = " | ".join(f"{median(name, key):.1f}" for key in PHASES)
+        cells = " | ".join(f"{median(name, key):.2f}" for key in PHASES)
         print(f"| {name} | {length:.0f} | {median(name, 'tokens'):.0f} | {cells} | "
               f"{median(name, 'step') / base:.2f}x |")
     return 0

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/first_run.py                  # the bundled SmolLM2, quick start
     .venv/bin/python bench/first_run.py --keep /tmp/first-run
+    .venv/bin/python bench/first_run.py --quick          # a tiny random model: checks the walk
 
 `studio up` on a fresh data directory (the embedded default: SQLite, the embedded
 broker, the bundled model), then only what a user sees and clicks: sign in with the
@@ -126,24 +127,33 @@ def load_and_ask(archive: Path) -> str:
     return tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="a folder for the studio's data and the zip "
                         "(default: a temporary one, removed)")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny random model as the studio's default: the same walk in "
+                        "minutes, with nothing to read in what the model answers")
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="first-run-") as scratch:
         where = args.keep or Path(scratch)
         where.mkdir(parents=True, exist_ok=True)
+        model = {}
+        if args.quick:
+            from tests.support.tiny_model import build_tiny_model
+
+            model = {"default_model": str(build_tiny_model(where / "tiny"))}
         phases = Phases()
         # the studio's own heartbeat, as a user's: the tests' 1 s marks a run interrupted
         # when a loaded machine delays the worker's beat by 3 s
-        with studio_in_browser(where, heartbeat_seconds=str(DEFAULT_HEARTBEAT)) as ui:
+        with studio_in_browser(where, heartbeat_seconds=str(DEFAULT_HEARTBEAT), **model) as ui:
             archive = walk(ui, phases, where)
         print(f"\ndownloaded {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB)")
         print("the exported model answers:", repr(load_and_ask(archive)))
         print()
         print(phases.table())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,14 +23,10 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
 from studio.base_models import DEFAULT_MODEL, load_tokenizer
-from worker.engines.native.grpo import (
-    GrpoConfig,
-    frozen_copy,
-    make_batch,
-    make_optimizer,
-    reference_logprobs,
-    update_step,
-)
+from worker.engines.native.grpo import GrpoConfig, update_step
+from worker.engines.native.logprobs import frozen_copy, reference_logprobs
+from worker.engines.native.optimizer import make_optimizer
+from worker.engines.native.policy_batch import make_batch
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 SHAPES = {

@@ -15,8 +15,8 @@ checkpointing off.
 
 * native: the engine's rollout loop (``generate_rollouts``: what the trainer
   runs, with its shared prompt prefill and grouped attention; one turn, no
-  tool), then ``worker.engines.native.grpo``: ``reference_logprobs`` and
-  ``update_step``.
+  tool), then ``worker.engines.native``: ``logprobs.reference_logprobs`` and
+  ``grpo.update_step``.
 * TRL: ``GRPOTrainer`` (per-device batch 4, gradient accumulation 8, so one
   generation of 32 completions per optimizer step, ``beta`` 0.001); the
   rollout is its ``_generate``, the reference its no-grad log-prob pass, the
@@ -85,14 +85,17 @@ def run_native(args) -> dict:
     torch.set_num_threads(1)
     from studio.base_models import load_causal_lm, load_tokenizer
     from studio.method.grpo import group_advantages
-    from worker.engines.native import grpo as G
+    from worker.engines.native.grpo import GrpoConfig, update_step
+    from worker.engines.native.logprobs import frozen_copy, reference_logprobs
+    from worker.engines.native.optimizer import make_optimizer
+    from worker.engines.native.policy_batch import make_batch
     from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
     tok = load_tokenizer(args.model, args.data_dir)
     model = load_causal_lm(args.model, args.data_dir, dtype=torch.float32)
-    ref_model = G.frozen_copy(model)
-    optimizer, scheduler = G.make_optimizer(model, lr=1e-6)
-    config = G.GrpoConfig(kl_coef=0.001, micro_batch_size=args.micro_batch)
+    ref_model = frozen_copy(model)
+    optimizer, scheduler = make_optimizer(model, lr=1e-6)
+    config = GrpoConfig(kl_coef=0.001, micro_batch_size=args.micro_batch)
     rows = load_questions(args.prompts)
     prompt_ids = [
         tok.apply_chat_template(
@@ -131,11 +134,11 @@ def run_native(args) -> dict:
                                      rows[q]["golden_answers"]))
             groups.append(q)
         adv = group_advantages(rewards, groups)
-        batch = G.make_batch(prompts, responses, masks, adv, pad)
+        batch = make_batch(prompts, responses, masks, adv, pad)
         c2, t2 = time.process_time(), time.perf_counter()
-        ref_logp = G.reference_logprobs(ref_model, batch, config.micro_batch_size)
+        ref_logp = reference_logprobs(ref_model, batch, config.micro_batch_size)
         c3, t3 = time.process_time(), time.perf_counter()
-        stats = G.update_step(model, optimizer, scheduler, batch, ref_logp, config)
+        stats = update_step(model, optimizer, scheduler, batch, ref_logp, config)
         c4, t4 = time.process_time(), time.perf_counter()
         steps.append(
             {

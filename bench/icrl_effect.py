@@ -7,6 +7,7 @@
     .venv/bin/python bench/icrl_effect.py --top-k 1 --seed 1   # one passage per search
     .venv/bin/python bench/icrl_effect.py --pack math --stages 3x4,2x4,0x4 --turn-tokens 160
     .venv/bin/python bench/icrl_effect.py --pack calc --stages 3x6,2x6,0x10 --cross-search
+    .venv/bin/python bench/icrl_effect.py --pack span --stages 3x6,2x6,0x10 --cross-search
 
 Arms, on the same budget (steps, questions x samples per step) and seed, all from the
 quick-start preset (`studio.services.presets`) unless a flag changes it:
@@ -18,9 +19,11 @@ quick-start preset (`studio.services.presets`) unless a flag changes it:
 ``--pack calc`` asks the same of the calculator: the arithmetic pack (`studio demo --calc`)
 instead of the demo world, `tools: [calculator]`, no corpus, numeric answer matching, and
 the evaluation on `calc-heldout`; "valid call" is then a `<calc>` call. ``--pack math`` does
-the same with the python tool and the math pack. ``--cross-search`` also evaluates the same
-models on the search demo's held-out questions with the search tool. `bench/icrl_seeds.py`
-puts several seeds' results side by side.
+the same with the python tool and the math pack. ``--pack span`` stays with search but trains
+on the demo's short-span questions (`demo-span`: one passage holds a date, count or name) and
+evaluates on `demo-span-heldout`. ``--cross-search`` also evaluates the same models on the
+search demo's held-out questions with the search tool, and prints its one-hop questions apart.
+`bench/icrl_seeds.py` puts several seeds' results side by side.
 
 The two trained arms train side by side, one process and one thread each (the machine's
 two cores). Then each model is evaluated zero-shot on the pack's held-out questions
@@ -56,6 +59,7 @@ ARMS = ("base", "curriculum", "exemplar-free")
 TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
               "calc": ("calculator", "calc", "calc-heldout")}
 """--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
+PACKS = ("demo", "span", *TOOL_PACKS)
 EXEMPLAR_SET = "bench-exemplars"
 SEARCH_PRESET = "quick-start"
 """The preset whose protocol --cross-search evaluates with (the search demo's)."""
@@ -96,6 +100,11 @@ def arm_configs(args, settings) -> dict[str, dict]:
         config["tools"] = [tool]
         config["data"] = {"train": train, "exemplars": train, "eval": [heldout]}
         config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
+    if args.pack == "span":
+        from studio.services import demo
+
+        config["data"] = {**config["data"], "train": demo.SPAN_NAME,
+                          "eval": [demo.SPAN_HELDOUT_NAME]}
     if args.exemplars:
         config["data"]["exemplars"] = EXEMPLAR_SET
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
@@ -151,7 +160,26 @@ def evaluate(settings, args, targets: dict[str, dict], qa_set: str, corpus: str 
                                         args.data_dir, args.data_dir / "logs" / f"{tag}-{arm}.log"),
                       queued))
     return {arm: evaluations.get_evaluation(settings, e["id"])["metrics"]
-            for arm, e in queued.items()}
+            for arm, e in queued.items()}, {arm: e["id"] for arm, e in queued.items()}
+
+
+def one_hop_metrics(settings, evaluation_id: int) -> dict:
+    """An evaluation's figures over the demo's one-hop questions alone (its records name each
+    question; qa.jsonl says how many hops it takes)."""
+    from studio.demo import QA
+    from studio.method.rollouts import tool_use
+    from studio.services.evaluation_files import evaluation_records_path
+
+    one_hop = {row["id"] for row in map(json.loads, QA.read_text().splitlines())
+               if row["hops"] == 1}
+    records = [json.loads(line) for line in evaluation_records_path(
+        settings, evaluation_id).read_text().splitlines()]
+    records = [r for r in records if r["id"] in one_hop]
+    metrics = {key: sum(r[key] for r in records) / max(len(records), 1)
+               for key in ("em", "subem", "f1")}
+    return {**metrics, **tool_use([r["prediction"] for r in records],
+                                  [r["search_calls"] for r in records]),
+            "questions": len(records)}
 
 
 def print_table(results: dict[str, dict]) -> None:
@@ -246,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"which arms to run, comma-separated (default: {','.join(ARMS)}); "
                         "a seed sweep of the curriculum alone: --arms curriculum")
-    parser.add_argument("--pack", choices=("demo", *TOOL_PACKS), default="demo",
-                        help="demo: search on the demo world; math: python on the math pack; "
-                        "calc: the calculator on the arithmetic pack")
+    parser.add_argument("--pack", choices=PACKS, default="demo",
+                        help="demo: search on the demo world; span: search, on its short-span "
+                        "questions; math: python on the math pack; calc: the calculator on the "
+                        "arithmetic pack")
     parser.add_argument("--soft", type=float, metavar="START",
                         help="a soft curriculum: this share of questions zero-shot at step 0, "
                         "rising to all by the last stage")
@@ -295,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         heldout, corpus = TOOL_PACKS[args.pack][2], None
     else:
         demo.load_demo_pack(settings, admin(settings), index_now=True)
-        heldout, corpus = demo.HELDOUT_NAME, demo.DEMO_NAME
+        heldout = demo.SPAN_HELDOUT_NAME if args.pack == "span" else demo.HELDOUT_NAME
+        corpus = demo.DEMO_NAME
     logs = args.data_dir / "logs"
     logs.mkdir(exist_ok=True)
 
@@ -321,14 +351,15 @@ def main(argv: list[str] | None = None) -> int:
         configs["curriculum"])
     targets = {**({"base": {"model": configs["curriculum"]["model"]}} if "base" in arms else {}),
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
-    results = evaluate(settings, args, targets, heldout, corpus, protocol, "eval")
-    searched = None
+    results, _ = evaluate(settings, args, targets, heldout, corpus, protocol, "eval")
+    searched = one_hop = None
     if args.cross_search:  # does a tool habit carry to another tool? The search demo, zero-shot
         demo.load_demo_pack(settings, admin(settings), index_now=True)
         search_protocol = {**evaluations.run_protocol(RunConfig.model_validate(
             preset_config(SEARCH_PRESET, settings))), "tools": ["search"]}
-        searched = evaluate(settings, args, targets, demo.HELDOUT_NAME, demo.DEMO_NAME,
-                            search_protocol, "search")
+        searched, ids = evaluate(settings, args, targets, demo.HELDOUT_NAME, demo.DEMO_NAME,
+                                 search_protocol, "search")
+        one_hop = {arm: one_hop_metrics(settings, ident) for arm, ident in ids.items()}
     curves = {arm: runs.run_metrics(settings, run["id"]) for arm, run in created.items()}
     folders = {arm: save_model(settings, run["id"]) for arm, run in created.items()}
     minutes = (time.time() - t0) / 60
@@ -348,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"The same models, zero-shot on {next(iter(searched.values()))['questions']} "
               "held-out questions of the search demo, with the search tool:\n")
         print_table(searched)
+        print(f"Of them, the {next(iter(one_hop.values()))['questions']} one-hop questions:\n")
+        print_table(one_hop)
     for arm, folder in folders.items():
         print(f"{arm} model: {folder}")
 
@@ -356,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     plot_html(curves, out.with_suffix(".html"))
     out.with_suffix(".json").write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "configs": configs,
-         "results": results, "search_results": searched, "curves": curves,
+         "results": results, "search_results": searched,
+         "search_one_hop_results": one_hop, "curves": curves,
          "models": {k: str(v) for k, v in folders.items()},
          "minutes": {"training": train_minutes, "all": minutes}}, indent=1))
     print(f"curves: {out.with_suffix('.png')}, {out.with_suffix('.html')}; all: "

@@ -5,9 +5,10 @@
 
 Each file is what one `icrl_effect.py` run wrote (`OUT.json`). A result on one seed is an
 anecdote; this prints, per arm and seed, the zero-shot evaluation (and the search demo's,
-where the runs were made with `--cross-search`), the arm's mean over seeds, and the
-training per curriculum stage; and draws every seed's training curves (tool-call rate and
-accuracy per step, a thin line each, the mean over seeds thick) in one PNG.
+where the runs were made with `--cross-search`, and its one-hop questions apart), the arm's
+mean over seeds, and the training per curriculum stage; and draws every seed's training
+curves (tool-call rate and accuracy per step, a thin line each, the mean over seeds thick)
+in one PNG.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def stages(curve: list[dict]) -> list[tuple[int, int, int, list[dict]]]:
 
 
 def arms(runs: list[dict], key: str) -> list[str]:
-    """The arms in `key` ("results", "search_results", "curves") of any run, in order."""
+    """The arms in `key` ("results", "search_results", "search_one_hop_results", "curves") of
+    any run, in order."""
     return list(dict.fromkeys(arm for run in runs for arm in run[key] or {}))
 
 
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         print("The same models on the search demo's held-out questions, with the search "
               "tool:\n")
         evaluation_table(runs, "search_results")
+    if any(run.get("search_one_hop_results") for run in runs):
+        print("Of them, the one-hop questions:\n")
+        evaluation_table(runs, "search_one_hop_results")
     print("Training, per curriculum stage (means over the stage's steps):\n")
     training_table(runs)
     if args.out:

@@ -113,7 +113,8 @@ def measure(model, tokenizer, config, questions: list[dict], passages: dict[str,
                              config.grpo.max_turn_tokens)
             answer = final_answer(shown.response_text(written))
             golds = row["golden_answers"]
-            records.append({"id": row["id"], "hops": row["hops"], "condition": condition,
+            records.append({"id": row["id"], "hops": row["hops"], "kind": question_kind(row),
+                            "condition": condition,
                             "written": written, "answer": answer,
                             "em": exact_match(answer, golds),
                             "subem": substring_match(answer, golds),
@@ -124,19 +125,27 @@ def measure(model, tokenizer, config, questions: list[dict], passages: dict[str,
     return records
 
 
+def question_kind(row: dict) -> str:
+    """One-hop or two-hop (qa.jsonl), or a short span's kind (span_qa.jsonl)."""
+    return f"span: {row['kind']}" if row.get("kind") else f"{row['hops']}-hop"
+
+
+KINDS = ("1-hop", "2-hop", "span: date", "span: count", "span: name")
+
+
 def table(records: list[dict], k: int) -> list[str]:
-    lines = ["| exemplars | reply pre-filled with | hops | questions | block holds the answer "
-             "| EM | SubEM | F1 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| exemplars | reply pre-filled with | questions | how many | block holds the "
+             "answer | EM | SubEM | F1 |", "|---|---|---|---|---|---|---|---|"]
     for condition in CONDITIONS:
-        for hops in ("1", "2", "all"):
+        for kind in (*KINDS, "all"):
             rows = [r for r in records if r["condition"] == condition
-                    and (hops == "all" or str(r["hops"]) == hops)]
+                    and kind in ("all", r["kind"])]
             if not rows:
                 continue
             n = len(rows)
             reach = ("-" if condition == CONDITIONS[0]
                      else f"{sum(r['reachable'] for r in rows) / n:.2f}")
-            lines.append(f"| {k} | {condition} | {hops} | {n} | {reach} "
+            lines.append(f"| {k} | {condition} | {kind} | {n} | {reach} "
                          f"| {sum(r['em'] for r in rows) / n:.2f} "
                          f"| {sum(r['subem'] for r in rows) / n:.2f} "
                          f"| {sum(r['f1'] for r in rows) / n:.2f} |")
@@ -147,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a model folder or name (default: the studio's)")
     parser.add_argument("--split", choices=("heldout", "train"), default="heldout")
+    parser.add_argument("--questions", choices=("hops", "spans", "all"), default="all",
+                        help="qa.jsonl's one- and two-hop questions, span_qa.jsonl's short "
+                        "spans (dates, counts, names), or both")
+    parser.add_argument("--layout", choices=("chat", "inline"),
+                        help="the prompt's layout (default: chat when the model has a chat "
+                        "template, else inline)")
     parser.add_argument("--exemplars", default="0,2",
                         help="exemplar counts to show, comma-separated (default 0,2)")
     parser.add_argument("--limit", type=int, help="the first N questions of the split")
@@ -175,10 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         args.limit = 4
     settings = Settings(data_dir=args.data_dir)
     model_ref = args.model or settings.default_model
-    config = parse_run_config({**preset_config(QUICK_START, settings), "model": model_ref})
     tokenizer = load_tokenizer(model_ref, settings.resolved_data_dir)
     model = load_causal_lm(model_ref, settings.resolved_data_dir)
-    questions = [r for r in read_jsonl(demo.QA) if r["split"] == args.split][:args.limit]
+    preset = preset_config(QUICK_START, settings)
+    layout = args.layout or ("chat" if tokenizer.chat_template else "inline")
+    config = parse_run_config({**preset, "model": model_ref,
+                               "prompt": {**preset.get("prompt", {}), "layout": layout}})
+    files = {"hops": [demo.QA], "spans": [demo.SPAN_QA], "all": [demo.QA, demo.SPAN_QA]}
+    questions = [r for path in files[args.questions] for r in read_jsonl(path)
+                 if r["split"] == args.split][:args.limit]
     passages = {p["id"]: p for p in read_jsonl(demo.CORPUS)}
     exemplars = read_jsonl(demo.EXEMPLARS)
 
@@ -192,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     for k in counts:
         start = time.perf_counter()
         found = measure(model, tokenizer, config, questions, passages, exemplars, k, progress)
-        print(f"  {k} exemplars: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        took = time.perf_counter() - start
+        print(f"  {k} exemplars: {took:.0f} s, {took / len(questions):.1f} s per question "
+              f"(3 replies)", file=sys.stderr)
         records += [{**r, "exemplars": k} for r in found]
         lines += table(found, k)[0 if not lines else 2:]
     print("\n".join(lines))

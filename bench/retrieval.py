@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/retrieval.py                 # 10k, 100k and 1M passages
     .venv/bin/python bench/retrieval.py --sizes 10k,100k --quick
+    .venv/bin/python bench/retrieval.py --retrieve-memory 50   # /retrieve memory, 100k passages
 
 * Synthetic corpora (fixed seed) drawn from the word statistics of the real
   corpora in ../shared/data: word unigram frequencies of the three
@@ -20,6 +21,10 @@
   auth, a corpus row pointing at the saved index), Search-R1's request and
   answer at /api/v1/corpora/{id}/retrieve; p50/p95 of one request (1 query,
   topk 3) over a keep-alive connection.
+* /retrieve memory (``--retrieve-memory REQUESTS``, alone): the same web app, sent the
+  largest request it accepts (256 queries of 2,000 characters, topk 50, with scores)
+  REQUESTS times; the growth of its peak RSS, private and mapped memory after 1, 10, ...
+  requests.
 * Quality: recall@3/@5 of the gold paragraphs of HotpotQA dev and MuSiQue
   train (supporting facts / is_supporting paragraphs of the original JSON)
   over their own corpus.jsonl, per backend; top-3 agreement of the backends.
@@ -42,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("DISABLE_TQDM", "1")
@@ -296,9 +302,10 @@ def _run_child(target, args: dict, timeout: float = 1800) -> dict:
     return result
 
 
-def measure_http(folder: Path, queries: list[str], n: int) -> dict:
-    import tempfile
-
+@contextmanager
+def serving(folder: Path):
+    """The studio's web app serving the index at ``folder`` in a child process, its index
+    loaded: ``(the process, the corpus's /retrieve URL, an authorised httpx client)``."""
     import httpx
 
     data_dir = Path(tempfile.mkdtemp(prefix="bench-studio-"))
@@ -310,7 +317,7 @@ def measure_http(folder: Path, queries: list[str], n: int) -> dict:
     try:
         url = f"http://127.0.0.1:{port}/api/v1/corpora/{corpus_id}/retrieve"
         deadline = time.time() + 600
-        with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"}) as client:
+        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {token}"}) as client:
             while True:
                 try:
                     client.post(url, json={"queries": ["warm up"], "topk": 3}).raise_for_status()
@@ -319,22 +326,27 @@ def measure_http(folder: Path, queries: list[str], n: int) -> dict:
                     if time.time() > deadline or not server.is_alive():
                         raise RuntimeError("the studio did not start") from None
                     time.sleep(0.2)
-            for q in queries[:10]:
-                client.post(url, json={"queries": [q], "topk": 3, "return_scores": True})
-            lat = []
-            for q in queries[:n]:
-                t = time.perf_counter()
-                r = client.post(url, json={"queries": [q], "topk": 3, "return_scores": True})
-                lat.append(time.perf_counter() - t)
-                r.raise_for_status()
-                assert len(r.json()["result"]) == 1
-        mem = proc_status_mb(server.pid)
+            yield server, url, client
     finally:
         server.terminate()
         server.join(timeout=30)
         if server.is_alive():
             server.kill()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def measure_http(folder: Path, queries: list[str], n: int) -> dict:
+    with serving(folder) as (server, url, client):
+        for q in queries[:10]:
+            client.post(url, json={"queries": [q], "topk": 3, "return_scores": True})
+        lat = []
+        for q in queries[:n]:
+            t = time.perf_counter()
+            r = client.post(url, json={"queries": [q], "topk": 3, "return_scores": True})
+            lat.append(time.perf_counter() - t)
+            r.raise_for_status()
+            assert len(r.json()["result"]) == 1
+        mem = proc_status_mb(server.pid)
     lat_ms = np.array(lat) * 1e3
     return {
         "p50_ms": float(np.percentile(lat_ms, 50)),
@@ -344,6 +356,48 @@ def measure_http(folder: Path, queries: list[str], n: int) -> dict:
         "server_anon_mb": mem["RssAnon"],
         "server_file_mb": mem["RssFile"],
     }
+
+
+def largest_retrieve_body(queries: list[str]) -> dict:
+    """The largest /retrieve request the studio accepts: MAX_RETRIEVE_QUERIES queries of
+    MAX_QUERY_CHARS characters (real questions run together: many distinct terms, so many
+    candidate passages to score), ``topk`` MAX_TOP_K, with scores."""
+    from studio.retrieval import MAX_RETRIEVE_QUERIES
+    from studio.services.corpora import MAX_QUERY_CHARS, MAX_TOP_K
+
+    long_queries = []
+    for i in range(MAX_RETRIEVE_QUERIES):
+        words = " ".join(queries[(i * 20 + j) % len(queries)] for j in range(40))
+        long_queries.append(words[:MAX_QUERY_CHARS])
+    return {"queries": long_queries, "topk": MAX_TOP_K, "return_scores": True}
+
+
+def measure_retrieve_memory(folder: Path, queries: list[str], requests: int) -> list[dict]:
+    """The serving process's memory over ``requests`` of the largest /retrieve request, one
+    after another: growth over its size once the index is loaded, after 1, 10, ... requests.
+    Its peak (VmHWM) is reset first, so the peak is the requests' own; private (anonymous)
+    memory is what requests hold, mapped files the index pages that searching read."""
+    body = largest_retrieve_body(queries)
+    checkpoints = {n for n in (1, 2, 5, 10, 20, 50, 100, 200, 500) if n < requests} | {requests}
+    rows = []
+    with serving(folder) as (server, url, client):
+        with open(f"/proc/{server.pid}/clear_refs", "w") as refs:
+            refs.write("5")
+        base = proc_status_mb(server.pid)
+        seconds = 0.0
+        for n in range(1, requests + 1):
+            t = time.perf_counter()
+            r = client.post(url, json=body)
+            seconds += time.perf_counter() - t
+            r.raise_for_status()
+            if n in checkpoints:
+                mem = proc_status_mb(server.pid)
+                rows.append({"requests": n, "s_per_request": seconds / n,
+                             "answer_mb": len(r.content) / 1e6,
+                             "peak_mb": mem["VmHWM"] - base["VmRSS"],
+                             "anon_mb": mem["RssAnon"] - base["RssAnon"],
+                             "file_mb": mem["RssFile"] - base["RssFile"]})
+    return rows
 
 
 # --------------------------------------------------------------------------- quality
@@ -451,7 +505,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank-bm25-max", default="100k", help="largest size rank-bm25 runs at")
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--workdir", type=Path, default=None, help="where indexes go (temp dir)")
+    ap.add_argument("--retrieve-memory", type=int, default=None, metavar="REQUESTS",
+                    help="only measure the web app's memory over REQUESTS of the largest "
+                    "/retrieve request, at each size (default 100k)")
     args = ap.parse_args(argv)
+    if args.retrieve_memory:
+        return retrieve_memory_main(args)
     sizes = [
         parse_size(s)
         for s in (args.sizes or ("10k,100k" if args.quick else "10k,100k,1M")).split(",")
@@ -706,6 +765,39 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(table(["target", "goal", "measured", ""], rows) if rows else "(sizes too small)")
     print(f"\nwhole run: {time.time() - started:.0f} s")
+    return 0
+
+
+def retrieve_memory_main(args: argparse.Namespace) -> int:
+    """``--retrieve-memory``: build a bm25s index of each size, serve it, send the largest
+    /retrieve request again and again; a table of the serving process's memory."""
+    sizes = [parse_size(s) for s in (args.sizes or "100k").split(",")]
+    queries = real_questions(args.data.resolve())
+    body = largest_retrieve_body(queries)
+    print(f"# /retrieve memory, {time.strftime('%Y-%m-%d %H:%M')}: requests of "
+          f"{len(body['queries'])} queries x {len(body['queries'][0])} characters, "
+          f"topk {body['topk']}, with scores\n")
+    rows = []
+    work = Path(tempfile.mkdtemp(prefix="retrieval-bench-", dir=args.workdir))
+    try:
+        for n in sizes:
+            folder = work / f"bm25s-{fmt_size(n)}"
+            _run_child(_child_build, {"data": str(args.data.resolve()),
+                                      "passage_words": args.passage_words, "size": n,
+                                      "seed": SEED, "backend": "bm25s", "folder": str(folder)})
+            index_mb = sum(f.stat().st_size for f in folder.iterdir()) / 1e6
+            for r in measure_retrieve_memory(folder, queries, args.retrieve_memory):
+                rows.append([fmt_size(n), f"{index_mb:.0f}", r["requests"],
+                             f"{r['s_per_request']:.2f}", f"{r['answer_mb']:.1f}",
+                             f"{r['peak_mb']:.0f}", f"{r['anon_mb']:.0f}", f"{r['file_mb']:.0f}"])
+                print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(table(["passages", "index MB", "requests", "s per request", "answer MB",
+                 "peak RSS growth MB", "private memory growth MB", "mapped files growth MB"],
+                rows))
     return 0
 
 

@@ -118,7 +118,7 @@ def time_generate(model, tokenizer, prompts, new_tokens: int, seed: int) -> dict
     return {"seconds": seconds, "model_tokens": produced, "tok_s": produced / seconds}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.environ.get("STUDIO_BENCH_DATA",
                                                              "/tmp/studio-models"))
@@ -133,7 +133,16 @@ def main() -> None:
                         help="runs of plain generate (default: --runs; it is the slow one)")
     parser.add_argument("--no-reuse-runs", type=int, default=None,
                         help="runs of the loop without cache reuse (default: --runs; 0 = skip)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:
+        batches = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"--batches: {args.batches!r} is not comma-separated whole numbers")
+    wrong = [b for b in batches if b < args.group or b % args.group]
+    if args.group < 1 or wrong:
+        parser.error(f"--batches counts sequences (questions x --group): {wrong or batches} "
+                     f"is not a positive multiple of --group {args.group}; e.g. --batches "
+                     f"{max(args.group, 1) * 4} --group {max(args.group, 1)}")
 
     torch.set_num_threads(1)
     data_dir = Path(args.data_dir)
@@ -149,7 +158,7 @@ def main() -> None:
 
     rows = []
     for kind in args.prompts.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
+        for batch in batches:
             prompts = build_prompts(tokenizer, kind, batch, args.group, offset=0)
             lens = [len(p) for p in prompts]
             runs: dict[str, list[dict]] = {"rollout": [], "generate": [], "no_reuse": []}

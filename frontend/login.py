@@ -6,11 +6,19 @@ the studio's users, so a disabled user would stay signed in, a failed login coul
 rate-limited per user and address, and a restart would sign everyone out. Here a session is
 a row (an `ApiToken` of kind session, stored hashed) that the user's role and state are
 read with at each request.
+
+Both forms carry a CSRF token: sign-in a random one the browser also holds as a
+`SameSite=Strict` cookie, sign-out one derived from the session. A page of another site can
+neither sign a user in as someone else nor sign them out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
 import html
+import secrets
 from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, FastAPI, Form, Request
@@ -24,11 +32,13 @@ from studio.settings import Settings
 from studio.tables import TokenKind
 
 COOKIE = "studio_session"
+FORM_COOKIE = "studio_login_form"
+FORM_COOKIE_AGE_S = 24 * 3600
 
-PAGE = """<!doctype html>
+FRAME = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Sign in · ICRL Studio</title>
+<title>{title} · ICRL Studio</title>
 <style>
 body {{ font-family: system-ui, sans-serif; background: #f6f7fb; margin: 0; color: #1f2937; }}
 main {{ max-width: 380px; margin: 12vh auto; background: #fff; padding: 32px 36px;
@@ -49,13 +59,19 @@ button {{ margin-top: 22px; width: 100%; padding: 10px; font-size: 1rem; border:
 </style></head>
 <body><main>
 <h1><span class="mark"></span>ICRL Studio</h1>
-<p class="lead">Teach a language model to search your own documents, with in-context
+{body}
+</main></body></html>
+"""
+"""The pages' frame; every text put into it is escaped first."""
+
+SIGN_IN = """<p class="lead">Teach a language model to search your own documents, with in-context
 reinforcement learning.</p>
 <p class="steps">Upload documents and questions · launch a run · watch it learn ·
 evaluate · export the model</p>
 {error}
 <form method="post" action="/login">
 <input type="hidden" name="next" value="{next}">
+<input type="hidden" name="csrf" value="{csrf}">
 <label for="username">Username</label>
 <input id="username" name="username" autocomplete="username" value="{username}" required
        {focus_user}>
@@ -65,10 +81,14 @@ evaluate · export the model</p>
 <button type="submit" id="sign-in">Sign in</button>
 </form>
 <p class="hint">The first admin's password is printed once by <code>studio up</code>; an admin
-adds users on the Team page or with <code>studio user add NAME --role member</code>.</p>
-</main></body></html>
-"""
+adds users on the Team page or with <code>studio user add NAME --role member</code>.</p>"""
 
+SIGN_OUT = """<p class="lead">Signed in as {username}.</p>
+<form method="post" action="/logout">
+<input type="hidden" name="csrf" value="{csrf}">
+<button type="submit" id="sign-out">Sign out</button>
+</form>
+<p class="hint"><a href="/">Back to the studio</a></p>"""
 
 def _safe_next(target: str | None) -> str:
     """Where to go after signing in: a path of this site only (no open redirect)."""
@@ -79,14 +99,39 @@ def _safe_next(target: str | None) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def login_page(next_path: str = "/", username: str = "", error: str | None = None,
+def _page(title: str, body: str, status_code: int = 200, headers: dict | None = None
+          ) -> HTMLResponse:
+    return HTMLResponse(FRAME.format(title=title, body=body), status_code=status_code,
+                        headers=headers)
+
+
+def login_page(csrf: str, next_path: str = "/", username: str = "", error: str | None = None,
                status_code: int = 200, headers: dict | None = None) -> HTMLResponse:
-    body = PAGE.format(
+    body = SIGN_IN.format(
         next=html.escape(_safe_next(next_path)), username=html.escape(username),
+        csrf=html.escape(csrf),
         error=f'<div class="error" role="alert">{html.escape(error)}</div>' if error else "",
         focus_user="" if username else "autofocus",
         focus_password="autofocus" if username else "")
-    return HTMLResponse(body, status_code=status_code, headers=headers)
+    return _page("Sign in", body, status_code, headers)
+
+
+def _form_token(request: Request) -> str:
+    """The sign-in form's CSRF token: the browser's own (a cookie only this site's pages
+    send, `SameSite=Strict`), or a new one. A form posted from another site lacks it."""
+    return request.cookies.get(FORM_COOKIE) or secrets.token_urlsafe(24)
+
+
+def _with_form_cookie(response: Response, token: str, request: Request) -> Response:
+    response.set_cookie(FORM_COOKIE, token, max_age=FORM_COOKIE_AGE_S, httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https", path="/login")
+    return response
+
+
+def sign_out_token(session_token: str) -> str:
+    """The sign-out form's CSRF token: derived from the session, so only a page this site
+    served to the signed-in browser can carry it."""
+    return hmac.new(session_token.encode(), b"sign-out", hashlib.sha256).hexdigest()
 
 
 def signed_in_user(settings: Settings, request: Request) -> str | None:
@@ -106,19 +151,29 @@ def login_routes(settings: Settings) -> APIRouter:
     def show(request: Request, next: str = "/") -> Response:  # noqa: A002
         if signed_in_user(settings, request):
             return RedirectResponse(_safe_next(next), status_code=303)
-        return login_page(next)
+        csrf = _form_token(request)
+        return _with_form_cookie(login_page(csrf, next), csrf, request)
 
     @router.post("/login")
-    def sign_in(request: Request, username: str = Form(""), password: str = Form(""),
-                next: str = Form("/")) -> Response:  # noqa: A002
+    async def sign_in(request: Request, username: str = Form(""), password: str = Form(""),
+                      next: str = Form("/"), csrf: str = Form("")) -> Response:  # noqa: A002
+        expected = request.cookies.get(FORM_COOKIE)
+        if not expected or not hmac.compare_digest(expected, csrf):
+            fresh = _form_token(request)
+            return _with_form_cookie(login_page(
+                fresh, next, username, "this sign-in form was not this studio's own or has "
+                "expired; sign in again here", 403), fresh, request)
         address = request.client.host if request.client else "unknown"
+        delay = await run_in_threadpool(auth.login_delay, settings, username)
+        if delay:  # waited here, off the thread pool: a locked username slows, not stops
+            await asyncio.sleep(delay)
         try:
-            token = auth.log_in(settings, username, password, address)
+            token = await run_in_threadpool(auth.log_in, settings, username, password, address)
         except TooManyLogins as exc:
-            return login_page(next, username, str(exc), 429,
+            return login_page(csrf, next, username, str(exc), 429,
                               {"Retry-After": str(exc.retry_after)})
         except BadLogin as exc:
-            return login_page(next, username, f"{exc}; try again", 401)
+            return login_page(csrf, next, username, f"{exc}; try again", 401)
         response = RedirectResponse(_safe_next(next), status_code=303)
         response.set_cookie(COOKIE, token, max_age=int(auth.SESSION_LIFETIME.total_seconds()),
                             httponly=True, samesite="lax",
@@ -126,8 +181,22 @@ def login_routes(settings: Settings) -> APIRouter:
         return response
 
     @router.get("/logout")
-    def sign_out(request: Request) -> Response:
+    def confirm_sign_out(request: Request) -> Response:
+        """A page with the sign-out button: a link from another site signs no one out."""
         token = request.cookies.get(COOKIE)
+        username = signed_in_user(settings, request)
+        if not token or not username:
+            return RedirectResponse("/login", status_code=303)
+        return _page("Sign out", SIGN_OUT.format(username=html.escape(username),
+                                                 csrf=sign_out_token(token)))
+
+    @router.post("/logout")
+    def sign_out(request: Request, csrf: str = Form("")) -> Response:
+        token = request.cookies.get(COOKIE)
+        if token and not hmac.compare_digest(sign_out_token(token), csrf):
+            return _page("Sign out", '<div class="error" role="alert">This sign-out form was '
+                         'not this studio\'s own; <a href="/logout">sign out here</a>.</div>',
+                         403)
         if token:
             auth.log_out(settings, token)
         response = RedirectResponse("/login", status_code=303)

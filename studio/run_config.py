@@ -9,7 +9,7 @@ except where the studio's small default model needs less (batch, lengths).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from studio.engines import engine_named
 from studio.escaping import name_problem
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
@@ -118,6 +119,15 @@ class PromptSpec(_Strict):
                             assistant_prefix=self.assistant_prefix)
 
 
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KlEstimator = Literal["k1", "k2", "k3"]
+
+
+def _variant(**field: Any) -> Any:
+    """A field that is one of the GRPO family's options (`GRPO_VARIANTS`)."""
+    return Field(json_schema_extra={"grpo_variant": True}, **field)
+
+
 class GrpoSpec(_Strict):
     steps: int | None = Field(default=None, gt=0, le=MAX_STEPS,
                               description="Default: the curriculum's length")
@@ -166,63 +176,63 @@ class GrpoSpec(_Strict):
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6)
     reset_each_stage: bool = Field(
         default=False, description="Upstream's behaviour: new optimizer and reference per stage")
-    # The GRPO family's options (docs/engine.md, "GRPO options"); their defaults are
-    # method.md's update, which they leave unchanged bit for bit.
-    norm_adv_by_std: bool = Field(
+    # The GRPO family's options (docs/engine.md, "GRPO options", `GRPO_VARIANTS`); their
+    # defaults are method.md's update, which they leave unchanged bit for bit.
+    norm_adv_by_std: bool = _variant(
         default=True, title="Divide advantages by the group's spread",
         description="GRPO divides each answer's advantage by its group's standard deviation. "
         "Untick it (Dr. GRPO) when questions differ much in difficulty: a nearly solved "
         "question's small spread would blow its advantages up.")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
-        Field(default="token-mean", title="Loss averaging",
+    loss_agg_mode: LossAggMode = (
+        _variant(default="token-mean", title="Loss averaging",
               description="token-mean: every token counts the same (long answers weigh "
               "more); seq-mean-token-mean: every answer counts the same; "
               "seq-mean-token-sum-norm (Dr. GRPO): token sums over a fixed length, no "
               "length bias; use it when answers drift longer or shorter for no reason."))
-    clip_high: float | None = Field(
+    clip_high: float | None = _variant(
         default=None, gt=0, le=10, title="Clip range, upwards",
         description="DAPO's clip-higher: a wider upper clip (e.g. 0.28) lets rare good tokens "
         "grow faster and keeps exploring; use it when answers become all alike "
         "(entropy falling). Empty: the clip range both ways.")
-    dual_clip: float | None = Field(
+    dual_clip: float | None = _variant(
         default=None, gt=1, le=100, title="Dual clip",
         description="Bounds the loss of a negative-advantage token whose ratio is huge "
         "(e.g. 3.0); use it when the loss or gradient norm spikes. Empty: no bound "
         "(method.md).")
-    ratio_level: Literal["token", "sequence"] = Field(
+    ratio_level: Literal["token", "sequence"] = _variant(
         default="token", title="Importance ratio per",
         description="token: PPO's ratio per token; sequence (GSPO): one length-normalised "
         "ratio per answer, steadier for long answers; use a small clip range (e.g. 3e-4).")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+    kl_estimator: KlEstimator = _variant(
         default="k3", title="KL estimator",
         description="How the distance to the starting model is measured: k3 (low-variance, "
         "method.md) suits nearly every run; k2 (half the squared log-ratio) when k3's "
         "penalty explodes on rare tokens; k1 (the log-ratio, unbiased but noisy) to compare "
         "with papers that use it.")
-    kl_in: Literal["loss", "reward"] = Field(
+    kl_in: Literal["loss", "reward"] = _variant(
         default="loss", title="KL penalty in",
         description="loss: a term of the loss (method.md); reward: subtracted from each "
         "answer's reward before the advantages (PPO's original place), so answers that "
         "drift far are the ones ranked down; use it to compare with such runs.")
-    dynamic_sampling: bool = Field(
+    dynamic_sampling: bool = _variant(
         default=False, title="Resample groups that teach nothing",
         description="DAPO: drop groups whose answers all got the same reward (no learning "
         "signal) and sample more questions, up to the bound below. Use it when most groups "
         "score all alike (the no-learning-signal share on the curves is high); it costs "
         "more sampling per step.")
-    dynamic_sampling_max_batches: int = Field(
+    dynamic_sampling_max_batches: int = _variant(
         default=3, ge=1, le=20, title="Sampling rounds per step, at most",
         description="With dynamic sampling: how many batches one step may sample before it "
         "trains on what it has.")
-    overlong_buffer: int = Field(
+    overlong_buffer: int = _variant(
         default=0, ge=0, le=MAX_TOKENS, title="Overlong buffer (tokens)",
         description="DAPO's soft length penalty: an answer within this many tokens of the "
         "length limit loses reward in proportion; use it when answers run into the limit. "
         "0: off.")
-    overlong_penalty: float = Field(
+    overlong_penalty: float = _variant(
         default=1.0, ge=0, le=10, title="Overlong penalty",
         description="The reward lost by an answer that reaches the length limit.")
-    ppo_epochs: int = Field(
+    ppo_epochs: int = _variant(
         default=1, ge=1, le=16, title="Passes over each batch",
         description="PPO epochs: more reuse each batch of answers (cheaper learning per "
         "answer) but drift from the policy that sampled them; try 2-4 when sampling is the "
@@ -251,6 +261,13 @@ class GrpoSpec(_Strict):
                       max_response_tokens=min(self.max_response_tokens,
                                               response_length or self.max_response_tokens),
                       max_obs_tokens=self.max_obs_tokens)
+
+
+GRPO_VARIANTS = tuple(name for name, field in GrpoSpec.model_fields.items()
+                      if (field.json_schema_extra or {}).get("grpo_variant"))
+"""The GRPO family's options (Dr. GRPO, DAPO, GSPO, ...), marked where they are declared:
+the Launch page folds them away; the native update takes them by name
+(`GrpoConfig.from_spec`)."""
 
 
 class RewardSpec(_Strict):
@@ -299,7 +316,7 @@ class SignalSpec(_Strict):
 
 def _signal(name: str):
     return Field(default_factory=lambda: SignalSpec(**vars(Rule.default(name))),
-                 description=SIGNALS[name].meaning)
+                 description=SIGNALS[name].means())
 
 
 class SentinelSpec(_Strict):
@@ -481,20 +498,19 @@ class VerlSpec(_Strict):
         return self
 
 
-ToolName = Literal["search", "python", "calculator"]
-
-
 class RunConfig(_Strict):
     name: str = Field(min_length=1, max_length=MAX_RUN_NAME)
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
-    tools: list[ToolName] = Field(
+    tools: list[str] = Field(
         default_factory=lambda: ["search"], title="Tools",
-        description="What the model may call: search (a query in <search>, passages of the "
-        "corpus back in <information>), python (a program in <code>, run in a sandbox, "
-        "what it prints back in <output>) and calculator (an arithmetic expression in <calc>, "
-        "its value back in <result>). The prompt's instruction names each one.")
-    backend: Literal["native", "verl"] = "native"
+        description="What the model may call, any registered tool (studio.method.tools): "
+        "search (a query in <search>, passages of the corpus back in <information>), python "
+        "(a program in <code>, run in a sandbox, what it prints back in <output>) and "
+        "calculator (an arithmetic expression in <calc>, its value back in <result>). The "
+        "prompt's instruction names each one.")
+    backend: str = Field(default="native", description="The training engine (registered in "
+                         "studio.engines): native or verl")
     queue: Literal["cpu", "gpu"] = "cpu"
     data: DataSpec
     curriculum: CurriculumSpec = Field(default_factory=CurriculumSpec)
@@ -517,6 +533,11 @@ class RunConfig(_Strict):
         if problem:
             raise ValueError(problem)
         return name
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_is_registered(cls, backend: str) -> str:
+        return engine_named(backend).name
 
     @field_validator("tools")
     @classmethod
@@ -550,42 +571,12 @@ class RunConfig(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _fits_the_verl_backend(self) -> RunConfig:
-        """veRL runs on GPU workers, follows the planned schedule, and splits batches evenly."""
-        if self.backend != "verl":
-            return self
+    def _fits_its_engine(self) -> RunConfig:
+        """What the chosen engine cannot do with these settings (`studio.engines`)."""
+        engine = engine_named(self.backend)
         if "queue" not in self.model_fields_set:
-            self.queue = "gpu"
-        problems = []
-        if self.queue != "gpu":
-            problems.append("queue: the verl backend trains on GPU workers; use queue: gpu")
-        if self.curriculum.adaptive is not None:
-            problems.append("curriculum.adaptive: the verl backend follows the planned schedule "
-                            "(stages by step); remove adaptive or use backend: native")
-        if self.grpo.reset_each_stage:
-            problems.append("grpo.reset_each_stage: not available with the verl backend (one "
-                            "veRL run keeps one optimizer and reference); use backend: native")
-        gpus = self.verl.nnodes * self.verl.gpus_per_node
-        rollouts = self.grpo.batch_size * self.grpo.group_size
-        if rollouts % gpus:
-            problems.append(f"grpo.batch_size: batch_size x group_size ({rollouts}) must be a "
-                            f"multiple of the GPUs (verl.nnodes x verl.gpus_per_node = {gpus})")
-        if gpus % self.verl.tensor_parallel:
-            problems.append(f"verl.tensor_parallel: {self.verl.tensor_parallel} must divide the "
-                            f"GPUs ({gpus})")
-        if (self.grpo.mini_batch_size or 0) > self.grpo.batch_size:
-            problems.append("grpo.mini_batch_size: must not exceed grpo.batch_size")
-        paused = [n for n, r in self.sentinel.rules().items() if r.action == "pause"]
-        if paused:
-            problems.append(f"sentinel.{paused[0]}.action: the verl backend cannot pause at a "
-                            "checkpoint yet; use warn or backend: native")
-        if self.lora is not None and self.lora.dropout:
-            problems.append("lora.dropout: veRL's LoRA has no dropout; use 0 or backend: native")
-        bound = GrpoSpec.model_fields["dynamic_sampling_max_batches"].default
-        if self.grpo.dynamic_sampling and self.grpo.dynamic_sampling_max_batches != bound:
-            problems.append("grpo.dynamic_sampling_max_batches: the verl backend cannot bound "
-                            "the sampling rounds (veRL's trainer resamples until the batch is "
-                            f"full); leave it at {bound} or use backend: native")
+            self.queue = engine.queue
+        problems = engine.problems(self)
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -65,7 +65,23 @@ class Settings(BaseSettings):
         default=10_000, gt=0, description="Most files one uploaded .zip may hold."
     )
     max_unpacked_bytes: int = Field(
-        default=8_000_000_000, gt=0, description="Most bytes one uploaded .zip may unpack to."
+        default=2_000_000_000, gt=0, description="Most bytes one uploaded .zip may unpack to. "
+        "As much as a plain upload (max_upload_bytes): storing a corpus streams, and building "
+        "its index holds about 3 bytes of memory per byte of text (docs/uploads.md), so 2 GB "
+        "of text takes about 7 GB, under a third of a 24 GB machine, and a small zip cannot "
+        "ask for the rest."
+    )
+    max_record_bytes: int = Field(
+        default=64 << 20, gt=0, description="Most bytes one record of an upload may hold: a "
+        "JSONL line, a JSON array item, a CSV/TSV row, a Parquet cell, a paragraph read with "
+        "split_on_blank_lines, an exemplar. A reader holds one record at a time, and several "
+        "times its size while parsing it, so this bounds its memory (a .txt/.md file read as "
+        "one document is not a record: it streams); 64 MiB is a long book in one cell."
+    )
+    export_quota_bytes: int = Field(
+        default=20_000_000_000, gt=0, description="Most bytes one user's exports (folders and "
+        "zips) may hold on disk; an admin gives a user another with `studio user "
+        "set-export-quota`."
     )
     passage_words: int = Field(
         default=100, gt=0, description="Words per passage when documents are split (wiki-18: 100)."
@@ -74,6 +90,12 @@ class Settings(BaseSettings):
         default=None,
         description="The web app's address as other machines reach it (veRL runs search "
         "through its /retrieve); default http://127.0.0.1:STUDIO_PORT.",
+    )
+    verl_studio_urls: str | None = Field(
+        default=None,
+        description="Comma-separated addresses besides STUDIO_PUBLIC_URL that a run's "
+        "verl.studio_url may name (the Ray workers send the run owner's token there); an "
+        "admin sets it for a studio reached by several names.",
     )
     default_model: str = Field(
         default="smollm2-135m-instruct",
@@ -103,6 +125,12 @@ class Settings(BaseSettings):
     @property
     def web_url(self) -> str:
         return (self.public_url or f"http://127.0.0.1:{self.port}").rstrip("/")
+
+    @property
+    def studio_urls(self) -> list[str]:
+        """Where a veRL run may call the studio: its own address and the admin's list."""
+        extra = [u.strip().rstrip("/") for u in (self.verl_studio_urls or "").split(",")]
+        return [self.web_url] + [u for u in extra if u]
 
     @property
     def queues(self) -> list[str]:

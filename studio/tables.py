@@ -13,7 +13,17 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, LargeBinary, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Index,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlmodel import Field, SQLModel
 
 
@@ -58,6 +68,8 @@ class User(SQLModel, table=True):
     role: Role = Field(default=Role.member, sa_type=String(16))
     created_at: datetime = Field(default_factory=utcnow)
     disabled_at: datetime | None = None  # a disabled user's tokens and sessions stop at once
+    # the bytes its exports may hold on disk, set by an admin; None: STUDIO_EXPORT_QUOTA_BYTES
+    export_quota_bytes: int | None = Field(default=None, sa_type=BigInteger)
 
 
 class TokenKind(str, Enum):

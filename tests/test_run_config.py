@@ -67,7 +67,7 @@ def test_a_run_names_a_corpus_only_when_it_searches():
 @pytest.mark.parametrize(("tools", "message"), [
     ([], "tools: name at least one tool"),
     (["python", "python"], "tools: 'python' is listed more than once"),
-    (["perl"], "tools.0: Input should be 'search', 'python' or 'calculator'"),
+    (["perl"], "tools: unknown tool 'perl'; known tools: search, python, calculator"),
     ("python", "tools: Input should be a valid list"),
 ])
 def test_tools_are_named_once_each(tools, message):

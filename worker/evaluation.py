@@ -14,12 +14,10 @@ import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.method.evaluation import EvalConfig
+from studio.method.exemplars import Exemplar
 from studio.services import qa_sets, runs
-from studio.services.evaluations import (
-    evaluation_records_path,
-    get_evaluation,
-    update_evaluation,
-)
+from studio.services.evaluation_files import evaluation_records_path
+from studio.services.evaluations import get_evaluation, update_evaluation
 from studio.settings import Settings, get_settings
 from studio.tables import RunState
 from worker.engines.native.evaluate import evaluate
@@ -58,7 +56,8 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
             model = model.to("cuda")
         result = evaluate(model, tokenizer, rows, tools, config,
                           on_progress=lambda done, total: update_evaluation(
-                              settings, evaluation_id, progress=(done, total)))
+                              settings, evaluation_id, progress=(done, total)),
+                          exemplars=[Exemplar.coerce(e) for e in params.get("exemplars", [])])
         out = evaluation_records_path(settings, evaluation_id)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in result["records"]))

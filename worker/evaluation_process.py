@@ -9,7 +9,8 @@ model: the worker's task stays light, as `worker.training_process` does for runs
 from __future__ import annotations
 
 from studio.services import evaluations
-from studio.services.evaluations import evaluation_log_path, get_evaluation, update_evaluation
+from studio.services.evaluation_files import evaluation_log_path
+from studio.services.evaluations import get_evaluation, update_evaluation
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.child_process import devices_for, log_tail, spawn, watch

@@ -2,8 +2,9 @@
 
 Nothing is ever half-written: the folder is assembled in a hidden partial
 folder and renamed when complete, the zip likewise; a Hub push is a single
-commit. A failed export keeps no partial file and can be retried; a failed
-push keeps the finished folder, so its retry only pushes.
+commit. A failed export keeps no file at all, partial or finished (a failed push
+frees its folder's disk, which counts against its owner's export quota), and can
+be retried: the retry builds it again.
 
 `assemble_folder` is the step other engines reuse: it turns any Hugging Face
 model folder (a native checkpoint, or a veRL checkpoint merged to HF format)
@@ -22,7 +23,6 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable
-from fnmatch import fnmatch
 from pathlib import Path
 
 from studio.run_config import RunConfig
@@ -35,12 +35,6 @@ from studio.tables import RunState
 from worker.hub import PushError, push_folder, scrub
 from worker.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder, load_checkpoint
 
-# The files of a Hugging Face model folder that an export carries: weights, config,
-# generation config, tokenizer; never the optimizer, scheduler or trainer state.
-MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json",
-               "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab.json",
-               "vocab.txt", "merges.txt", "added_tokens.json", "chat_template.*", "*.model",
-               "*.tiktoken")
 ADAPTER_DIR = "adapter"  # a LoRA run's adapter, beside the merged weights
 CHUNK = 8 << 20
 REPORT_EVERY_S = 0.5
@@ -50,11 +44,6 @@ Progress = Callable[[float, str], None]
 
 class ExportError(Exception):
     """An export that cannot be made; the message says why and what to do."""
-
-
-def model_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir()
-                  if p.is_file() and any(fnmatch(p.name, pattern) for pattern in MODEL_FILES))
 
 
 def _link_or_copy(source: Path, target: Path, on_bytes: Callable[[int], None]) -> None:
@@ -129,7 +118,7 @@ def assemble_folder(settings: Settings, run_id: int, source: Path, target: Path,
 def _assemble(settings: Settings, run_id: int, config: RunConfig, source: Path, target: Path,
               step: int, repo_id: str | None, on_progress: Progress,
               adapter: Path | None = None) -> None:
-    files = model_files(source)
+    files = exports.model_files(source)
     if not (source / "config.json").exists():
         raise ExportError(f"{source}: not a Hugging Face model folder (no config.json)")
     target.mkdir(parents=True)
@@ -189,10 +178,6 @@ class _Reporter:
         return report
 
 
-def _partial(path: Path) -> Path:
-    return path.with_name(f".{path.name}.partial")
-
-
 def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "model"
 
@@ -203,7 +188,7 @@ def _build(settings: Settings, export: dict, reporter: _Reporter, end: float) ->
     if folder.is_dir():
         return folder
     step, source = exports.checkpoint_folder(settings, export["run_id"], export["step"])
-    partial = _partial(folder)
+    partial = exports.partial_path(folder)
     shutil.rmtree(partial, ignore_errors=True)
     assemble_folder(settings, export["run_id"], source, partial, step=step,
                     repo_id=export["repo_id"], on_progress=reporter.phase(0.0, end))
@@ -222,7 +207,7 @@ def _deliver(settings: Settings, export: dict, token: str | None, reporter: _Rep
     if export["target"] == "zip":
         folder = _build(settings, export, reporter, 0.5)
         target = exports.export_zip(settings, export["id"])
-        partial = _partial(target)
+        partial = exports.partial_path(target)
         run_name = _safe_name(runs.get_run(settings, export["run_id"])["name"])
         zip_folder(folder, partial, f"{run_name}-step-{export['step']}",
                    reporter.phase(0.5, 1.0))
@@ -241,16 +226,6 @@ def _deliver(settings: Settings, export: dict, token: str | None, reporter: _Rep
                          on_progress=reporter.phase(0.2, 1.0))
     return {"location": pushed.url, "repo_id": pushed.repo_id,
             "message": f"pushed to {pushed.repo_id} (commit {pushed.commit[:12]})"}
-
-
-def _clean_partials(settings: Settings, export_id: int) -> None:
-    for path in (exports.export_folder(settings, export_id),
-                 exports.export_zip(settings, export_id)):
-        partial = _partial(path)
-        if partial.is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
-        else:
-            partial.unlink(missing_ok=True)
 
 
 def run_export(settings: Settings, export_id: int, token: str | None = None) -> dict:
@@ -272,7 +247,7 @@ def run_export(settings: Settings, export_id: int, token: str | None = None) -> 
         reason = str(exc) if isinstance(exc, (ExportError, PushError, UserError)) \
             else f"{type(exc).__name__}: {exc}"
         reason = scrub(reason, token)
-        _clean_partials(settings, export_id)
+        exports.remove_export_files(settings, export_id)
         exports.update_export(settings, export_id, state=RunState.failed, error=reason,
                               message=f"failed: {reason}"[:512])
         return exports.get_export(settings, export_id)

@@ -8,16 +8,16 @@ its own process group so that cancelling kills the whole of it; the task keeps
 the attempt's heartbeat while it waits, and stops the process as soon as the
 run is no longer its attempt's (cancelled, interrupted, deleted); a run that asks for
 it has its metrics mirrored to TensorBoard meanwhile (`worker.metrics_mirror`). On a GPU
-worker each process sees GPUs of its own (`CUDA_VISIBLE_DEVICES`): a native
-run one, so the worker's concurrency is its number of GPUs; a veRL run its
-`verl.gpus_per_node` (docs/verl.md).
+worker each process sees GPUs of its own (`CUDA_VISIBLE_DEVICES`), as many as the run's
+engine asks (`studio.engines`): a native run one, so the worker's concurrency is its
+number of GPUs; a veRL run its `verl.gpus_per_node` (docs/verl.md).
 """
 
 from __future__ import annotations
 
 import logging
 
-from studio.run_config import RunConfig
+from studio.engines import engine_named
 from studio.services import evaluations, run_plans, runs
 from studio.services.errors import NotFound, UserError
 from studio.services.run_folder import RunFolder
@@ -28,15 +28,6 @@ from worker.metrics_mirror import TensorBoardMirror
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
-ENGINES = {"native": "worker.engines.native.main", "verl": "worker.engines.verl.main"}
-
-
-def gpus_wanted(config: RunConfig) -> int:
-    """GPUs a run's process takes on this worker: a native run one, a veRL run its
-    gpus_per_node (none when it drives a Ray cluster, whose GPUs are elsewhere)."""
-    if config.backend != "verl":
-        return 1
-    return 0 if config.verl.ray_address else config.verl.gpus_per_node
 
 
 def _still_ours(settings: Settings, run_id: int, attempt: int, pid: int) -> bool:
@@ -65,20 +56,19 @@ def run_training(settings: Settings, run_id: int, attempt: int, job_key: str | N
     run = runs.get_run(settings, run_id)
     try:
         config = run_plans.stored_plan(settings, run_id).config
-        if run["backend"] not in ENGINES:
-            raise UserError(f"backend '{run['backend']}' cannot run on this worker")
-    except UserError as exc:
+        engine = engine_named(run["backend"])
+    except (UserError, ValueError) as exc:
         runs.finish_run(settings, run_id, RunState.failed, str(exc), attempt=attempt)
         return RunState.failed.value
     folder = RunFolder.of(settings, run_id)
     folder.root.mkdir(parents=True, exist_ok=True)
     log_path = folder.log
-    with devices_for(run["queue"] == "gpu", gpus_wanted(config)) as gpus, \
+    with devices_for(run["queue"] == "gpu", engine.gpus(config)) as gpus, \
             open(log_path, "ab") as out:
         out.write(f"--- run {run_id} attempt {attempt} on {hostname}, "
                   f"GPU {','.join(gpus) or 'none'} ---\n".encode())
         out.flush()
-        process = spawn(ENGINES[run["backend"]], [str(run_id), "--attempt", str(attempt)],
+        process = spawn(engine.entry, [str(run_id), "--attempt", str(attempt)],
                         settings, gpus, out)
         mirror = TensorBoardMirror(settings, run_id) if config.mirror.tensorboard else None
         watch(process, lambda pid: _still_ours(settings, run_id, attempt, pid),

@@ -47,7 +47,8 @@ The model learns to answer questions by searching **a corpus** (your documents).
 It trains on **a QA set** (questions with their answers) and starts from a few
 **exemplars** (worked examples of searching), which the curriculum then removes.
 New here? Click **Load the demo pack**: a small made-up corpus, 196 questions to
-train on, 60 held-out questions to evaluate on (the QA set `demo-heldout`) and
+train on, 60 held-out questions to evaluate on (the QA set `demo-heldout`), 120
+questions answered by a date, a count or a name (`demo-span` and `demo-span-heldout`) and
 3 exemplars, enough to launch a first run. **Load the math pack** stores word problems
 with numeric answers for the python tool (QA sets `math` and `math-heldout`, exemplars
 that run code; no corpus). **Load the arithmetic pack** stores sums and short word problems
@@ -190,7 +191,13 @@ def _load_pack(load, settings: Settings, actor: Actor, title: str, next_words: s
         if corpus else []
     stored += [f"QA set '{qa['name']}' ({qa['num_rows']} questions to train on)",
                f"QA set '{heldout['name']}' ({heldout['num_rows']} held-out questions to "
-               "evaluate on)", f"exemplar set '{ex['name']}' ({ex['size']} exemplars)"]
+               "evaluate on)"]
+    if "span_qa_set" in pack:
+        spans, held_spans = pack["span_qa_set"], pack["span_heldout_qa_set"]
+        stored += [f"QA sets '{spans['name']}' and '{held_spans['name']}' "
+                   f"({spans['num_rows']} and {held_spans['num_rows']} questions answered by a "
+                   "date, a count or a name)"]
+    stored += [f"exemplar set '{ex['name']}' ({ex['size']} exemplars)"]
     return ok_markdown(f"{title} loaded: {', '.join(stored)}") + f"\n\nNext: {next_words}"
 
 

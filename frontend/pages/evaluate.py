@@ -19,7 +19,8 @@ TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",
            "SubEM trained", "F1 base", "F1 trained", "tool calls base", "tool calls trained",
            "valid search % base", "valid search % trained", "calls per tool base",
-           "calls per tool trained", "tool errors base", "tool errors trained", "status"]
+           "calls per tool trained", "tool errors base", "tool errors trained", "requested by",
+           "status"]
 NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has written a "
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
@@ -86,22 +87,41 @@ def zero_notes(pairs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def table_rows(pairs: list[dict]) -> list[list]:
+def _owners(pair: dict) -> str:
+    """Who queued the evaluations of a pair ("unknown" for a user since removed)."""
+    return " · ".join(dict.fromkeys(e["owner"] or "unknown"
+                                    for e in (pair["base"], pair["trained"]) if e))
+
+
+def shown_pairs(pairs: list[dict]) -> list[tuple[str, str, dict]]:
+    """(QA set, requested by, pair) per row of the table: each set's pair (the run owner's),
+    and under it the requester's own, labelled, where `base_vs_trained` gives one."""
     rows = []
     for pair in pairs:
+        rows.append((pair["qa_set"], _owners(pair), pair))
+        if pair["yours"]:
+            rows.append((pair["qa_set"], f"{pair['yours']['requested_by']} (yours)",
+                         pair["yours"]))
+    return rows
+
+
+def table_rows(pairs: list[dict]) -> list[list]:
+    rows = []
+    for qa_set, requester, pair in shown_pairs(pairs):
         base, trained = pair["base"], pair["trained"]
         change = ""
         if _figure(base, "em") and _figure(trained, "em"):
             change = f"{100 * (trained['metrics']['em'] - base['metrics']['em']):+.1f}"
         questions = ((trained or base)["params"] or {}).get("total", "")
-        rows.append([pair["qa_set"], questions, _figure(base, "em"), _figure(trained, "em"),
+        rows.append([qa_set, questions, _figure(base, "em"), _figure(trained, "em"),
                      change, _figure(base, "subem"), _figure(trained, "subem"),
                      _figure(base, "f1"), _figure(trained, "f1"),
                      _figure(base, "search_calls", percent=False),
                      _figure(trained, "search_calls", percent=False),
                      _figure(base, "valid_search_rate"), _figure(trained, "valid_search_rate"),
                      tool_figures(base), tool_figures(trained), tool_errors(base),
-                     tool_errors(trained), f"base {_status(base)} · trained {_status(trained)}"])
+                     tool_errors(trained), requester,
+                     f"base {_status(base)} · trained {_status(trained)}"])
     return rows
 
 
@@ -150,7 +170,7 @@ def examples_markdown(settings: Settings, pair: dict, side: str, label: str) -> 
 def moving(pairs: list[dict]) -> bool:
     """Whether an evaluation in the table is queued or running (its row will change)."""
     return any(e and e["state"] in ACTIVE_STATES
-               for pair in pairs for e in (pair["base"], pair["trained"]))
+               for _, _, pair in shown_pairs(pairs) for e in (pair["base"], pair["trained"]))
 
 
 def build(settings: Settings) -> None:
@@ -197,52 +217,55 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def results(run_id, model=None) -> tuple[list, list, str, list, bool]:
-        """The table (twice: shown, and kept to compare), the notes (why a score is 0, or that
-        the run's own evaluations are still to come), the split by failure label, and whether
-        the table will still change (an evaluation in it moves, or the run's are to come)."""
-        pairs = evaluations.base_vs_trained(settings, int(run_id), model or None)
+    def results(request: gr.Request, run_id, model=None) -> tuple[list, list, str, list, bool]:
+        """The table as the signed-in user sees it (twice: shown, and kept to compare), the
+        notes (why a score is 0, or that the run's own evaluations are still to come), the
+        split by failure label, and whether the table will still change (an evaluation in it
+        moves, or the run's are to come)."""
+        pairs = evaluations.base_vs_trained(settings, int(run_id), model or None,
+                                            signed_in(settings, request))
         rows = table_rows(pairs)
         to_come = evaluations.evaluations_to_come(settings, int(run_id))
         notes_now = "\n\n".join(filter(None, (COMING * to_come, zero_notes(pairs))))
         return rows, rows, notes_now, label_rows(pairs), moving(pairs) or to_come
 
-    def table_now(run_id, model, previous):
+    def table_now(request: gr.Request, run_id, model, previous):
         """`results`, with the tables and notes skipped when the rows did not change."""
         if run_id is None:
             return gr.skip(), previous, gr.skip(), gr.skip(), False
-        rows, kept, notes_now, split, live = results(run_id, model)
+        rows, kept, notes_now, split, live = results(request, run_id, model)
         if rows == previous:
             return gr.skip(), previous, gr.skip(), gr.skip(), live
         return rows, kept, notes_now, split, live
 
-    def refresh(page, current, focus, model, previous):
+    def refresh(current, focus, model, previous, request: gr.Request):
         """Fresh choices; with none chosen (a new tab, a reload) the run in focus, else the
         one evaluated last, else the newest, so its results show without a pick. And the
-        chosen run's results as they are now (`page`: the page shown)."""
+        chosen run's results as they are now: only when the page's tab is opened (on load
+        none is chosen yet), so its timer is this page's to start."""
         update = run_dropdown_update(settings, current, only=has_checkpoint)
         ids = [run_id for _, run_id in update["choices"]]
         if current is None and ids:
             update["value"] = next((r for r in (focus, evaluations.latest_evaluated_run(settings))
                                     if r in ids), ids[0])
-        rows, kept, notes_now, split, live = table_now(current, model, previous)
+        rows, kept, notes_now, split, live = table_now(request, current, model, previous)
         return update, gr.update(visible=not update["choices"]), \
             gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
             picker([c["name"] for c in corpora.list_corpora(settings)
                     if c["status"] == "ready"]), rows, kept, notes_now, split, \
-            timer.start(page, live)
+            timer.start(timer.page, live)
 
     shared.on_show(refresh, inputs=[run, common.focus_run, base_model, sent],
                    outputs=[run, empty, sets, corpus, table, sent, notes, labels, timer.timer],
-                   with_page=True, show_progress="hidden")
+                   show_progress="hidden")
 
     @toast_user_errors
-    def pick_run(page, run_id):
+    def pick_run(page, run_id, request: gr.Request):
         if run_id is None:
             return gr.skip(), gr.skip(), gr.skip(), [], [], "", [], "", "", gr.skip()
         config = runs.get_run(settings, int(run_id))["config"]
         data = config["data"]
-        rows, kept, notes_now, split, live = results(run_id)
+        rows, kept, notes_now, split, live = results(request, run_id)
         return (config["model"], data["eval"] or [data["train"]], data["corpus"], rows, kept,
                 notes_now, split, "", "", timer.start(page, live))
 
@@ -278,7 +301,8 @@ def build(settings: Settings) -> None:
             corpus=corpus_name, limit=question_limit(questions),
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
         return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
-                "fills in as they finish.", *results(run_id, model)[:4], gr.Timer(active=True))
+                "fills in as they finish.", *results(request, run_id, model)[:4],
+                gr.Timer(active=True))
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
                                 max_turns],
@@ -292,12 +316,12 @@ def build(settings: Settings) -> None:
                                                    int(run_id), model or None)
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
                 else "No evaluation of this run is queued or running."), \
-            *results(run_id, model)[:4]
+            *results(request, run_id, model)[:4]
 
     stop.click(cancel, inputs=[run, base_model], outputs=[message, table, sent, notes, labels])
 
-    def tick(page, run_id, model, previous):
-        *now, live = table_now(run_id, model, previous)
+    def tick(page, run_id, model, previous, request: gr.Request):
+        *now, live = table_now(request, run_id, model, previous)
         return *now, timer.follow(page, live)
 
     timer.timer.tick(tick, inputs=[common.shown, run, base_model, sent],

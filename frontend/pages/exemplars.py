@@ -18,14 +18,15 @@ from frontend.components import (
     ok_markdown,
     table,
 )
-from frontend.shared import on_show
+from frontend.shared import current, on_show, page_timer
 from studio.escaping import code_span, markdown_text
+from studio.method.drafting import GAP
 from studio.method.prompt import SEARCH_ONLY
 from studio.method.tools import TOOLS, all_specs
 from studio.run_config import PromptSpec
-from studio.services import exemplar_sets, qa_sets
+from studio.services import corpora, evaluations, exemplar_drafts, exemplar_sets, qa_sets
 from studio.services.access import Actor
-from studio.services.errors import UserError
+from studio.services.errors import InvalidInput, UserError
 from studio.services.prompt_preview import preview_exemplars, tools_written
 from studio.settings import Settings
 
@@ -196,6 +197,89 @@ def create_set(settings: Settings, actor: Actor, name: str):
                                         "first exemplar below")
 
 
+def draft_sources(settings: Settings):
+    """The QA sets and corpora a draft can come from, as the two dropdowns' choices."""
+    qa_names = [row["name"] for row in qa_sets.list_qa_sets(settings)]
+    corpus_names = [row["name"] for row in corpora.list_corpora(settings)]
+    return (gr.Dropdown(choices=qa_names, value=qa_names[0] if qa_names else None),
+            gr.Dropdown(choices=corpus_names, value=corpus_names[0] if corpus_names else None))
+
+
+def draft_set_from_data(settings: Settings, actor: Actor, qa_set: str | None, tool: str,
+                        corpus: str | None, name: str):
+    """Draft three exemplars from `qa_set` with the tool's real output, store them as a new
+    set (named `name`, else after the QA set) and open it in the editor."""
+    if not qa_set:
+        return gr.skip(), gr.skip(), error_markdown("QA set: upload or load one on the Data "
+                                                    "page first", "Nothing drafted")
+    try:
+        drafted = exemplar_drafts.draft_exemplars(settings, actor, qa_set=qa_set, tool=tool,
+                                                  corpus=corpus)
+        if not drafted["drafts"]:
+            raise InvalidInput(
+                f"qa_set: none of the {drafted['scanned']} questions read could be drafted "
+                f"with {tool}; try another QA set or tool")
+        found = exemplar_sets.create_exemplar_set(
+            settings, actor, (name or "").strip() or f"{qa_set}-draft",
+            [{key: d[key] for key in ("question", "solution", "answer")}
+             for d in drafted["drafts"]])
+    except UserError as exc:
+        return gr.skip(), gr.skip(), error_markdown(str(exc), "Nothing drafted")
+    dropdown, empty = set_choices(settings, found["id"])
+    gaps = (f" {drafted['gaps']} leave the tool call for you to write where it says {GAP}."
+            if drafted["gaps"] else "")
+    return dropdown, empty, ok_markdown(  # (it escapes the names)
+        f"Drafted {found['size']} exemplars from {drafted['scanned']} questions of "
+        f"'{qa_set}' into the set '{found['name']}', with the tool's real output inside."
+        f"{gaps} They are drafts: read each one below, fix what is flagged, and save it.")
+
+
+TRIED_QUESTIONS = 5
+TRY_COLUMNS = [("question", "Question"), ("called", "Called the tool"),
+               ("answer", "Its answer"), ("right", "Right")]
+
+
+def try_exemplars(settings: Settings, actor: Actor, set_id: int | None, qa_set: str | None,
+                  corpus: str | None, model: str, layout: str, tools: list[str], k: int | None):
+    """Queue the model on the first five questions of `qa_set` with k exemplars of the set
+    before each, as the first training steps will show them (an evaluation on the worker)."""
+    if not set_id or not qa_set or not k:
+        return None, error_markdown("choose an exemplar set, a QA set and k > 0 (Exemplars "
+                                    "shown, on the right)", "Not tried"), gr.skip()
+    try:
+        name = exemplar_sets.get_exemplar_set(settings, set_id)["name"]
+        queued = evaluations.create_evaluation(
+            settings, actor, qa_set=qa_set, corpus=corpus if "search" in tools else None,
+            model=(model or "").strip() or settings.default_model, limit=TRIED_QUESTIONS,
+            exemplar_set=name, protocol={"exemplars": int(k), "tools": tools or ["search"],
+                                         "layout": layout})
+    except UserError as exc:
+        return None, error_markdown(str(exc), "Not tried"), gr.skip()
+    return queued["id"], f"*Queued: {TRIED_QUESTIONS} questions with {k} exemplars...*", \
+        gr.Timer(active=True)
+
+
+def try_report(settings: Settings, evaluation_id: int | None) -> tuple[str, list, bool]:
+    """The try's outcome in words and per question, and whether it is still to come."""
+    if not evaluation_id:
+        return "", [], False
+    found = evaluations.get_evaluation(settings, evaluation_id)
+    if found["state"] in ("queued", "running"):
+        done = (found["params"] or {}).get("done", 0)
+        return f"*{found['state']}: {done} of {TRIED_QUESTIONS} questions...*", [], True
+    if found["state"] != "succeeded":
+        return error_markdown(found["error"] or found["state"], "The try did not finish"), \
+            [], False
+    records = evaluations.evaluation_records(settings, evaluation_id)
+    rows = [{"question": r["question"], "called": "yes" if r["search_calls"] else "no",
+             "answer": r["prediction"] or "–", "right": "yes" if r["acc"] else "no"}
+            for r in records]
+    called = sum(row["called"] == "yes" for row in rows)
+    right = sum(row["right"] == "yes" for row in rows)
+    return (f"**{called} of {len(rows)} called the tool, {right} answered right** "
+            "(what the first training steps will see)"), rows, False
+
+
 def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
     stored = gr.State([])
@@ -221,6 +305,19 @@ def build(settings: Settings) -> None:
             with gr.Accordion("Start a new exemplar set", open=False):
                 new_name = gr.Textbox(label="Name of the new set")
                 create_button = gr.Button("Create set")
+            with gr.Accordion("Draft a set from your data", open=False,
+                              elem_id="draft-from-data"):
+                gr.Markdown("The studio picks questions its tool can answer, runs the tool "
+                            "for real and writes three worked traces; you read and fix them.")
+                with gr.Row():
+                    draft_qa = gr.Dropdown(label="QA set", choices=[], elem_id="draft-qa-set")
+                    draft_tool = gr.Radio(list(exemplar_drafts.DRAFTED_TOOLS), value="search",
+                                          label="Tool", elem_id="draft-tool")
+                    draft_corpus = gr.Dropdown(label="Corpus (search)", choices=[],
+                                               elem_id="draft-corpus")
+                draft_name = gr.Textbox(label="Name of the drafted set (default: the QA "
+                                              "set's, with -draft)", elem_id="draft-name")
+                draft_button = gr.Button("Draft 3 exemplars", elem_id="draft-exemplars")
         with gr.Column(scale=1):
             with gr.Row():
                 model = gr.Textbox(settings.default_model, label="Count tokens for model",
@@ -239,6 +336,20 @@ def build(settings: Settings) -> None:
             k = gr.Radio([0], value=0, label="Exemplars shown (k)", elem_id="preview-k")
             note = gr.Markdown(elem_id="preview-note")
             tokens = dataframe(TOKEN_COLUMNS, elem_id="prompt-tokens")
+            with gr.Accordion(f"Try these exemplars on {TRIED_QUESTIONS} questions",
+                              open=False, elem_id="try-exemplars"):
+                gr.Markdown("The model above answers the first questions of a QA set with k "
+                            "of this set's exemplars before each (k as chosen below): what a "
+                            "run's first steps will see, measured before launch.")
+                with gr.Row():
+                    try_qa = gr.Dropdown(label="QA set", choices=[], elem_id="try-qa-set")
+                    try_corpus = gr.Dropdown(label="Corpus (search)", choices=[],
+                                             elem_id="try-corpus")
+                try_button = gr.Button("Try them", elem_id="try-button")
+                try_note = gr.Markdown(elem_id="try-note")
+                try_table = dataframe(TRY_COLUMNS, elem_id="try-table")
+                tried = gr.State(None)
+                try_timer = page_timer(2.0)
             prompt = gr.Textbox(label="The prompt the model reads", lines=22, max_lines=40,
                                 interactive=False, elem_id="prompt-text")
 
@@ -270,3 +381,21 @@ def build(settings: Settings) -> None:
         fields, [stored, number], editor)
     create_button.click(acting(settings, create_set), new_name,
                         [set_pick, sets_empty, message])
+    def sources():  # the draft's and the try's pickers offer the same sets
+        qa_choices, corpus_choices = draft_sources(settings)
+        return qa_choices, corpus_choices, qa_choices, corpus_choices
+
+    on_show(sources, None, [draft_qa, draft_corpus, try_qa, try_corpus])
+    try_button.click(acting(settings, try_exemplars),
+                     [set_pick, try_qa, try_corpus, model, layout, tools, k],
+                     [tried, try_note, try_timer.timer])
+
+    def try_tick(evaluation_id, page):
+        note, rows, pending = try_report(settings, evaluation_id)
+        return note, table(rows, TRY_COLUMNS), try_timer.follow(page, pending)
+
+    try_timer.timer.tick(try_tick, [tried, current().shown], [try_note, try_table,
+                                                              try_timer.timer])
+    draft_button.click(acting(settings, draft_set_from_data),
+                       [draft_qa, draft_tool, draft_corpus, draft_name],
+                       [set_pick, sets_empty, message])

@@ -1,5 +1,6 @@
 """Export: a run's checkpoint as a Hugging Face folder, a zip to download, or a push to the
-Hub, with its progress and the model card it carries."""
+Hub, with its progress and the model card it carries; finished exports are deleted here to
+free their owner's export quota."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from frontend.components import picker, plain, signed_in, toast_user_errors
 from frontend.downloads import export_url
 from frontend.run_picker import run_dropdown_update
 from studio.escaping import html_text, markdown_text
+from studio.ingest.errors import human_bytes
 from studio.services import exports, model_card, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -21,7 +23,8 @@ from studio.tables import ACTIVE_STATES
 TITLE = "Export"
 TARGETS = [("A folder on the studio's machine", "folder"), ("A zip to download", "zip"),
            ("The Hugging Face Hub", "hub")]
-HEADERS = ["id", "target", "checkpoint", "state", "progress", "what it is doing", "result"]
+HEADERS = ["id", "target", "checkpoint", "state", "progress", "what it is doing", "result",
+           "on disk"]
 NO_RUN = ("### Nothing to export yet\nA run can be exported once it has written a checkpoint "
           "(every `engine.checkpoint_every` steps and at its end). Launch one on **Launch**.")
 REFRESH_SECONDS = 2
@@ -41,7 +44,8 @@ def table_rows(found: list[dict], run_name: str) -> list[list]:
                                 else e["location"]) or \
             (f"hub: {e['repo_id']}" if e["repo_id"] else "")
         rows.append([e["id"], e["target"], f"after step {e['step']}", plain(e["state"]),
-                     f"{100 * (e['progress'] or 0):.0f}%", e["message"] or "", result])
+                     f"{100 * (e['progress'] or 0):.0f}%", e["message"] or "", result,
+                     human_bytes(e["stored_bytes"])])
     return rows
 
 
@@ -100,6 +104,11 @@ def build(settings: Settings) -> None:
         retry_id = gr.Dropdown(label="Failed export to retry (a Hub push needs the token "
                                "again)", choices=[], scale=2, elem_id="export-retry-id")
         retry = gr.Button("Retry it", scale=1, elem_id="export-retry")
+    with gr.Row(visible=False) as delete_row:
+        delete_id = gr.Dropdown(label="Export to delete with its files (frees its owner's "
+                                "export quota; a Hub repository stays)", choices=[], scale=2,
+                                elem_id="export-delete-id")
+        delete = gr.Button("Delete it", variant="stop", scale=1, elem_id="export-delete")
     sent = gr.State([])  # the rows last sent
     common = shared.current()
     timer = shared.page_timer(REFRESH_SECONDS)
@@ -115,15 +124,19 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    followed = [table, downloads, retry_id, retry_row]
+    followed = [table, downloads, retry_id, retry_row, delete_id, delete_row]
 
     def progress(run_id):
-        """The exports of the run: table, links, the failed ones; and whether one moves."""
+        """The exports of the run: table, links, the failed ones, those that can be deleted;
+        and whether one moves."""
         found = exports.list_exports(settings, int(run_id))
         name = runs.get_run(settings, int(run_id))["name"]
         failed = [(f"#{e['id']} {e['target']}", e["id"]) for e in found if e["retryable"]]
+        ended = [(f"#{e['id']} {e['target']} ({plain(e['state'])}, "
+                  f"{human_bytes(e['stored_bytes'])})", e["id"])
+                 for e in found if e["state"] not in ACTIVE_STATES]
         views = (table_rows(found, name), download_html(found, name), picker(failed),
-                 gr.Row(visible=bool(failed)))
+                 gr.Row(visible=bool(failed)), picker(ended), gr.Row(visible=bool(ended)))
         return views, any(e["state"] in ACTIVE_STATES for e in found)
 
     def followed_now(run_id, previous):
@@ -152,16 +165,15 @@ def build(settings: Settings) -> None:
     @toast_user_errors
     def pick_run(page, run_id):
         if run_id is None:
-            return [gr.skip()] * 11
+            return [gr.skip()] * 13
         steps = sorted(exports.checkpoint_steps(settings, int(run_id)), reverse=True)
         rendered, text, image = card_preview(settings, int(run_id), None, None)
-        (rows, links, failed, failed_row), moving = progress(run_id)
+        views, moving = progress(run_id)
         return (gr.update(choices=steps, value=steps[0] if steps else None), rendered, text,
-                image, rows, links, failed, failed_row, rows, "", timer.start(page, moving))
+                image, *views, views[0], "", timer.start(page, moving))
 
     run.change(pick_run, inputs=[common.shown, run],
-               outputs=[step, card, card_text, curves, table, downloads, retry_id, retry_row,
-                        sent, message, timer.timer])
+               outputs=[step, card, card_text, curves, *followed, sent, message, timer.timer])
 
     @toast_user_errors
     def preview(run_id, at_step, repo):
@@ -199,6 +211,15 @@ def build(settings: Settings) -> None:
 
     retry.click(do_retry, inputs=[run, retry_id, token],
                 outputs=[message, *followed, timer.timer, token])
+
+    @toast_user_errors
+    def do_delete(run_id, export_id, request: gr.Request):
+        if export_id is None:
+            raise InvalidInput("Choose the export to delete.")
+        exports.delete_export(settings, signed_in(settings, request), int(export_id))
+        return f"Export #{int(export_id)} deleted with its files.", *progress(run_id)[0]
+
+    delete.click(do_delete, inputs=[run, delete_id], outputs=[message, *followed])
 
     def tick(page, run_id, previous):
         """The table while exports move; nothing is sent when nothing changed."""

@@ -28,10 +28,13 @@ from frontend.components import (
 )
 from frontend.pages.curriculum import default_design
 from frontend.shared import current, on_show, switch_to
-from studio.base_models import DEFAULT_MODEL
+from studio.base_models import DEFAULT_MODEL, packaged_model
+from studio.engines import ENGINES
 from studio.escaping import code_span, markdown_text
 from studio.method.sentinel import ACTIONS, SIGNALS
+from studio.method.tools import TOOLS
 from studio.run_config import (
+    GRPO_VARIANTS,
     GrpoSpec,
     LoraSpec,
     RunConfig,
@@ -42,6 +45,7 @@ from studio.run_config import (
 from studio.services import corpora, exemplar_sets, presets, qa_sets, run_validation, runs
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput, UserError
+from studio.services.model_shelf import model_shelf, shelf_words
 from studio.settings import Settings
 
 TITLE = "Launch"
@@ -53,19 +57,21 @@ defaults follow the paper, scaled to the small bundled model), and launch. The
 curriculum is the one on the **Curriculum** page.
 """
 
-QUICK_START_WORDS = f"""
+QUICK_START_WORDS = """
 ### Quick start: a whole run, end to end
-One click launches a ready-made run on the demo pack's invented world:
-{presets.DESCRIPTIONS[presets.QUICK_START]}. Its settings were chosen by experiment for
-the bundled model on two CPU cores (docs/engine.md). Nothing else is needed: it stores the
-demo pack if it is missing. What to expect of the bundled 135M model: it learns the
-reply's format and searches while exemplars are in its prompt, but in most runs it stops
-searching once they go, and it does not yet answer from what it finds; teaching the tool
-itself takes a larger model (docs/engine.md, "The ICRL effect").
+One click launches a ready-made run on the demo pack's invented world. Its settings were
+chosen by experiment for the bundled model on two CPU cores (docs/engine.md). Nothing else
+is needed: it stores the demo pack if it is missing.
 """
 
+
+def preset_expectation(name: str) -> str:
+    """What a ready-made run did when it was measured, beside its choice."""
+    return f"**What to expect:** {presets.EXPECTATIONS[name]}"
+
 MODEL_SOURCES = {
-    "bundled": "The bundled SmolLM2-135M-Instruct (small, runs on a CPU)",
+    "shelf": "A model on the shelf: the bundled SmolLM2-135M-Instruct (small, runs on a CPU) "
+             "or an installed model package (see the shelf below)",
     "hub": "A Hugging Face model id (e.g. Qwen/Qwen2.5-0.5B-Instruct)",
     "folder": "A model folder on the studio's machine",
 }
@@ -79,8 +85,8 @@ LORA_WORDS = ("**LoRA**: train small low-rank adapters beside frozen weights ins
               "weight: cheaper updates and a small checkpoint, for bigger models or smaller "
               "GPUs; it needs a higher learning rate (1e-4). Rank: the adapters' size "
               "(8-64); alpha: their scale (twice the rank is usual).")
-TOOL_CHOICES = get_args(get_args(config_field("tools").annotation)[0])
-"""The tools a run may call (the run config's `tools` values)."""
+TOOL_CHOICES = tuple(TOOLS)
+"""The tools a run may call: every registered one (`studio.method.tools`)."""
 #: The learning rates the form switches between when LoRA is ticked or unticked.
 FULL_LR, LORA_LR = GrpoSpec().lr, 1.0e-4
 STAGE_COLUMNS = [("stage", "Stage"), ("exemplars", "Exemplars"), ("steps", "Steps"),
@@ -110,10 +116,7 @@ SENTINEL_SETTINGS = [Setting(f"sentinel.{name}.action", signal.title,
                              f"{signal.advice}.", ACTIONS)
                      for name, signal in SIGNALS.items()]
 """What the collapse sentinel does at each signal (its windows and thresholds: YAML)."""
-GRPO_OPTIONS = ("grpo.norm_adv_by_std", "grpo.loss_agg_mode", "grpo.clip_high",
-                "grpo.dual_clip", "grpo.ratio_level", "grpo.kl_estimator", "grpo.kl_in",
-                "grpo.dynamic_sampling", "grpo.dynamic_sampling_max_batches",
-                "grpo.overlong_buffer", "grpo.overlong_penalty", "grpo.ppo_epochs")
+GRPO_OPTIONS = tuple(f"grpo.{name}" for name in GRPO_VARIANTS)
 """The GRPO family's options (Dr. GRPO, DAPO, GSPO, ...), folded away: the defaults are the
 paper's update."""
 GRPO_OPTION_WORDS = ("**GRPO variants**: the options of Dr. GRPO, DAPO and GSPO. Leave them "
@@ -156,14 +159,27 @@ def set_path(config: dict, path: str, value) -> None:
 
 
 def model_ref(source: str, typed: str) -> str:
-    return DEFAULT_MODEL if source == "bundled" else (typed or "").strip()
+    """The config's `model`: a shelf model by its name (the bundled one when none is typed),
+    a Hub id or a folder."""
+    typed = (typed or "").strip()
+    return typed or DEFAULT_MODEL if source == "shelf" else typed
 
 
 def model_fields(ref: str) -> tuple[str, str]:
     """The model source and text box for a model reference."""
-    if ref == DEFAULT_MODEL:
-        return "bundled", ""
+    if packaged_model(ref) is not None:
+        return "shelf", ref
     return ("folder" if ref.startswith(("/", ".", "~")) else "hub"), ref
+
+
+SHELF_COLUMNS = (("name", "Model"), ("source", "From"), ("state", "State"), ("size", "Size"),
+                 ("licence", "Licence"), ("template", "Chat template"), ("speed", "Speed here"),
+                 ("reads", "Reads what it is handed"))
+
+
+def shelf_table(settings: Settings) -> list[list]:
+    """The model shelf's rows for the Launch page's table (studio.services.model_shelf)."""
+    return table([{**row, **shelf_words(row)} for row in model_shelf(settings)], SHELF_COLUMNS)
 
 
 def run_name(name: str | None) -> str:
@@ -314,14 +330,15 @@ def stage_time(stage: dict) -> str:
     return "" if seconds is None else f", about {seconds:,.0f} s a step"
 
 
-def quick_start_estimate(settings: Settings, actor: Actor) -> str:
-    """The quick start's stages and time on its queue's worker, before it is launched."""
+def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.QUICK_START
+                         ) -> str:
+    """A ready-made run's stages and time on its queue's worker, before it is launched."""
     if not presets.data_ready(settings):
         return ("*Estimate:* the demo pack is not stored yet; load it on the **Data** page to "
                 "see the quick start's time here, or launch: the quick start stores it first.")
     try:
         report = run_validation.validate_run(
-            settings, actor, presets.preset_config(presets.QUICK_START, settings))
+            settings, actor, presets.preset_config(name, settings))
     except UserError as exc:
         return error_markdown(str(exc), "No estimate")
     lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
@@ -331,12 +348,17 @@ def quick_start_estimate(settings: Settings, actor: Actor) -> str:
                       *lines])
 
 
-def launch_quick_start(settings: Settings, actor: Actor, follow_on: str
-                       ) -> tuple[int | None, str]:
-    """Store the demo pack if needed and launch the quick-start run (its id, or None)."""
+def chosen_preset(settings: Settings, actor: Actor, name: str) -> tuple[str, str]:
+    """The chosen ready-made run's estimate and what it did when it was measured."""
+    return quick_start_estimate(settings, actor, name), preset_expectation(name)
+
+
+def launch_quick_start(settings: Settings, actor: Actor, follow_on: str,
+                       name: str = presets.QUICK_START) -> tuple[int | None, str]:
+    """Store the demo pack if needed and launch the ready-made run `name` (its id, or None)."""
     try:
         require_member(actor, "launch runs")
-        config = presets.prepare_preset(settings, actor, presets.QUICK_START)
+        config = presets.prepare_preset(settings, actor, name)
         config["name"] = runs.free_run_name(settings, config["name"])
         run = runs.create_run(settings, actor, config)
     except UserError as exc:
@@ -436,8 +458,14 @@ def build(settings: Settings) -> None:
     defaults = default_config()
     with gr.Group(elem_id="quick-start-card"):
         gr.Markdown(QUICK_START_WORDS)
+        quick_preset = gr.Radio([(f"{name}: {words}", name)
+                                 for name, words in presets.DESCRIPTIONS.items()],
+                                value=presets.QUICK_START, label="Ready-made run",
+                                elem_id="quick-start-preset")
+        quick_expect = gr.Markdown(preset_expectation(presets.QUICK_START),
+                                   elem_id="quick-start-expect")
         quick_estimate = gr.Markdown(elem_id="quick-start-estimate")
-        quick_button = gr.Button("Launch the quick start", variant="primary",
+        quick_button = gr.Button("Launch this ready-made run", variant="primary",
                                  elem_id="quick-start")
         quick_message = gr.Markdown(elem_id="quick-start-message")
         quick_follow = gr.Button("Watch it on the Live run page", visible=False,
@@ -453,8 +481,12 @@ def build(settings: Settings) -> None:
             default_source, default_ref = model_fields(settings.default_model)
             source = gr.Radio([(words, key) for key, words in MODEL_SOURCES.items()],
                               value=default_source, label="Model", elem_id="model-source")
-            typed_model = gr.Textbox(default_ref, label="Model id or folder",
-                                     visible=default_source != "bundled", elem_id="model-ref")
+            typed_model = gr.Textbox(default_ref, label="Model: a shelf name, a Hub id or a "
+                                     "folder (empty: the bundled model)", elem_id="model-ref")
+            with gr.Accordion("The model shelf: what each model is, its speed here, and how "
+                              "well it reads what it is handed", open=False,
+                              elem_id="model-shelf-accordion"):
+                shelf = dataframe(SHELF_COLUMNS, elem_id="model-shelf")
             with gr.Group():
                 corpus = gr.Dropdown(label="Corpus the model searches", allow_custom_value=True,
                                      info="Used by the search tool only: a run without "
@@ -467,8 +499,7 @@ def build(settings: Settings) -> None:
                                         elem_id="launch-exemplars")
             curriculum = gr.Markdown(elem_id="launch-curriculum")
             with gr.Row():
-                backend = gr.Radio([("native: PyTorch on this studio's workers", "native"),
-                                    ("veRL: a Ray cluster, for big models", "verl")],
+                backend = gr.Radio([(e.label, e.name) for e in ENGINES.values()],
                                    value=defaults["backend"], label="Training backend")
                 queue = gr.Radio([("cpu", "cpu"), ("gpu", "gpu")], value=defaults["queue"],
                                  label="Queue", info="Which workers take the run")
@@ -545,7 +576,7 @@ def build(settings: Settings) -> None:
     name.change(lambda *now: name_note(settings, *now), named, name_hint, show_progress="hidden")
     gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
           curriculum)
-    source.change(lambda s: gr.Textbox(visible=s != "bundled"), source, typed_model)
+    on_show(lambda: shelf_table(settings), outputs=shelf)
     lr = values[[s.path for s in SETTINGS].index("grpo.lr")]
     use_lora.input(lr_for_lora, [use_lora, lr], lr)  # the user's tick, not a loaded YAML's
     estimate_button.click(acting(settings, estimate), form, [stage_table, estimate_note])
@@ -569,13 +600,16 @@ def build(settings: Settings) -> None:
             (gr.skip(),) * 3
         return *shown(run_id, message), *next_name
 
-    def start_quick(request: gr.Request):
-        return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on))
+    def start_quick(request: gr.Request, name: str):
+        return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on,
+                                         name))
 
     launch_button.click(start, form, [launched, launch_message, follow, name, suggested,
                                       name_hint])
-    quick_button.click(start_quick, None, [launched, quick_message, quick_follow])
-    on_show(acting(settings, quick_start_estimate), None, quick_estimate)
+    quick_button.click(start_quick, quick_preset, [launched, quick_message, quick_follow])
+    on_show(acting(settings, quick_start_estimate), quick_preset, quick_estimate)
+    quick_preset.change(acting(settings, chosen_preset), quick_preset,
+                        [quick_estimate, quick_expect])
     for button in (follow, quick_follow):  # the Live run page keeps its run until asked
         button.click(lambda run_id: (run_id, *switch_to(live_page)), launched,
                      [shared.focus_run, *shared.switch])

@@ -18,7 +18,14 @@ import gradio as gr
 
 from frontend import shared
 from frontend.charts import live_figure, plot_value
-from frontend.components import counted_from_one, plain, toast_user_errors
+from frontend.components import (
+    acting,
+    counted_from_one,
+    error_markdown,
+    ok_markdown,
+    plain,
+    toast_user_errors,
+)
 from frontend.rollout_view import (
     COLOR_MAP,
     NO_TOKENS,
@@ -36,8 +43,9 @@ from frontend.rollout_view import (
 )
 from frontend.run_picker import run_choices, run_label
 from studio.escaping import html_text, markdown_text
-from studio.services import run_history, runs
-from studio.services.errors import InvalidInput
+from studio.services import exemplar_drafts, run_history, runs
+from studio.services.access import Actor
+from studio.services.errors import InvalidInput, UserError
 from studio.services.estimates import duration_words
 from studio.services.run_progress import RunFollower
 from studio.services.run_recorder import STEP_PHASES
@@ -262,6 +270,22 @@ def rollout_card(rollout: dict) -> None:
         gr.Markdown(token_table(rollout), elem_classes=["full-only", "rollout-token-table"])
 
 
+def keep_rollout(settings: Settings, actor: Actor, current: dict | None,
+                 rollout_id: float | None, set_name: str | None) -> str:
+    """A rollout of the run shown, exactly as stored, added to an exemplar set (the Exemplars
+    page edits it)."""
+    if not current or not rollout_id:
+        return error_markdown("rollout: open a run and give the number on a rollout's card",
+                              "Nothing kept")
+    try:
+        found = exemplar_drafts.keep_rollout(settings, actor, current["run_id"],
+                                             int(rollout_id), (set_name or "").strip())
+    except UserError as exc:
+        return error_markdown(str(exc), "Nothing kept")
+    return ok_markdown(f"Kept rollout #{int(rollout_id)} as exemplar {found['size']} of "
+                       f"'{found['name']}': edit it on the Exemplars page")
+
+
 def config_path(settings: Settings, run_id: int) -> str:
     """The run's YAML as a file to download (`studio run launch` takes it as it is)."""
     name, text = run_history.run_config_yaml(settings, run_id)
@@ -306,6 +330,15 @@ def build(settings: Settings) -> None:
                      info="a colour behind each token the model wrote; hover one for its "
                           "figures (docs/engine.md says what they mean)")
             shown = gr.State([])
+            with gr.Accordion("Keep a correct rollout as an exemplar", open=False,
+                              elem_id="keep-rollout-form"):
+                with gr.Row():
+                    keep_id = gr.Number(label="Rollout # (on its card)", precision=0,
+                                        minimum=1, elem_id="keep-rollout-id")
+                    keep_set = gr.Textbox(label="Exemplar set (made if new)",
+                                          elem_id="keep-rollout-set")
+                keep_button = gr.Button("Keep as exemplar", size="sm", elem_id="keep-rollout")
+                keep_message = gr.Markdown(elem_id="keep-rollout-message")
 
     with stream:
         @gr.render(inputs=shown)
@@ -402,5 +435,7 @@ def build(settings: Settings) -> None:
             return []
         return filter_rollouts(settings, current["run_id"], *filter_values)
 
+    keep_button.click(acting(settings, keep_rollout), [state, keep_id, keep_set],
+                      keep_message)
     gr.on([step.submit, stage.input, reward_min.release, reward_max.release, count.submit],
           refilter, inputs=[state, *filters], outputs=shown)

@@ -23,6 +23,7 @@ from studio.escaping import markdown_text
 from studio.services import auth
 from studio.services.access import Actor
 from studio.services.errors import UserError
+from studio.services.records import parse_sql_int
 from studio.settings import Settings
 from studio.tables import Role
 
@@ -36,7 +37,7 @@ ROLE_WORDS = {
                  "the member role",
 }
 USER_COLUMNS = [("id", "#"), ("username", "User"), ("role", "Role"), ("state", "State"),
-                ("created", "Since (UTC)")]
+                ("created", "Since (UTC)"), ("quota", "Export quota (bytes)")]
 TOKEN_COLUMNS = [("id", "#"), ("name", "Name"), ("prefix", "Starts with"),
                  ("created", "Created (UTC)"), ("last", "Last used (UTC)"), ("state", "State")]
 
@@ -64,7 +65,10 @@ def users_view(settings: Settings, actor: Actor):
     if not actor.is_admin:
         return gr.Column(visible=False), [], gr.Dropdown(choices=[])
     rows = [{**u, "state": "disabled" if u["disabled"] else "active",
-             "created": _minute(u["created_at"])} for u in auth.list_users(settings, actor)]
+             "created": _minute(u["created_at"]),
+             "quota": u["export_quota_bytes"] if u["export_quota_bytes"] is not None
+             else f"default ({settings.export_quota_bytes})"}
+            for u in auth.list_users(settings, actor)]
     names = [u["username"] for u in rows]
     return (gr.Column(visible=True), table(rows, USER_COLUMNS),
             gr.Dropdown(choices=names, value=only_choice(names)))
@@ -123,6 +127,23 @@ def change_user(settings: Settings, actor: Actor, username: str | None, action: 
     return ok_markdown(f"{username} is {done}"), ""
 
 
+def set_export_quota(settings: Settings, actor: Actor, username: str | None,
+                     quota: str) -> str:
+    """The admin's quota for the chosen user's exports: bytes, or empty for the default."""
+    if not username:
+        return error_markdown("user: choose a user first", "Nothing changed")
+    try:
+        quota_bytes = parse_sql_int(quota, "export quota", "a number of bytes; leave it "
+                                    "empty for the default") if quota.strip() else None
+        found = auth.set_export_quota(settings, actor, username, quota_bytes)
+    except UserError as exc:
+        return error_markdown(str(exc), "Nothing changed")
+    limit = found["export_quota_bytes"]
+    return ok_markdown(f"{username}'s exports may hold {limit} bytes" if limit is not None
+                       else f"{username}'s exports may hold the default, "
+                            f"{settings.export_quota_bytes} bytes")
+
+
 def build(settings: Settings) -> None:
     gr.Markdown("### Your API tokens\nFor scripts and CI: `Authorization: Bearer <token>` on "
                 "`/api/v1`. A token acts as you, with your role as it is at each request.")
@@ -155,6 +176,10 @@ def build(settings: Settings) -> None:
             disable = gr.Button("Disable", variant="stop", elem_id="team-disable")
             enable = gr.Button("Enable", elem_id="team-enable")
             reset = gr.Button("Reset password", elem_id="team-reset")
+        with gr.Row():
+            quota = gr.Textbox(label="Export quota in bytes (empty: the default, "
+                               f"{settings.export_quota_bytes})", elem_id="team-quota")
+            set_quota = gr.Button("Set export quota", elem_id="team-set-quota")
         password = gr.Textbox(label="Password to hand over (shown once)", interactive=False,
                               elem_id="team-password")
         user_message = gr.Markdown(elem_id="team-user-message")
@@ -177,3 +202,5 @@ def build(settings: Settings) -> None:
             acting(settings, lambda s, actor, name, role, action=action: change_user(
                 s, actor, name, action, role)),
             [user_pick, role_pick], [user_message, password]))
+    then_refresh(set_quota.click(acting(settings, set_export_quota), [user_pick, quota],
+                                 user_message))

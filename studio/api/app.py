@@ -6,7 +6,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from studio.api import API_PREFIX
 from studio.api.deps import current_user
 from studio.api.routes import (
     calibrations,
@@ -23,6 +22,7 @@ from studio.api.routes import (
     users,
 )
 from studio.api.security_headers import install_security_headers
+from studio.api_paths import API_PREFIX
 from studio.services.errors import UserError
 from studio.services.run_streams import RunStreams
 from studio.settings import Settings

@@ -30,10 +30,12 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def current_user(
-    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
-    settings: Settings = Depends(get_settings),
-) -> Actor:
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+"""The app's settings, as a route or a dependency takes them: `settings: SettingsDep`."""
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def current_user(credentials: Credentials, settings: SettingsDep) -> Actor:
     """The token's user with its role now. Its own short transaction: a request-long one
     would hold SQLite's write lock (the token's last use is recorded) while the route
     writes."""
@@ -53,10 +55,7 @@ def current_user(
     return actor
 
 
-def optional_user(
-    credentials: HTTPAuthorizationCredentials | None = Depends(_bearer),
-    settings: Settings = Depends(get_settings),
-) -> Actor | None:
+def optional_user(credentials: Credentials, settings: SettingsDep) -> Actor | None:
     """`current_user`, or None where it would answer 401: for a public route that shows
     more to a signed-in caller."""
     try:
@@ -67,4 +66,3 @@ def optional_user(
 
 CurrentUser = Annotated[Actor, Depends(current_user)]
 OptionalUser = Annotated[Actor | None, Depends(optional_user)]
-AppSettings = Annotated[Settings, Depends(get_settings)]

@@ -14,6 +14,10 @@ to search for them.
   60 ``"heldout"`` ones (36 one-hop, 24 two-hop), stored by the loader as the QA
   sets ``demo`` and ``demo-heldout`` (studio.services.demo), so training on
   ``demo`` never sees a held-out question.
+* ``span_qa.jsonl``: 120 more one-hop questions, the same fields and a ``kind``
+  (``"date"``, ``"count"`` or ``"name"``), whose answer is one short span (1 to 3
+  words) of one passage; 90 ``"train"`` and 30 ``"heldout"`` (30 and 10 of each
+  kind), stored as the QA sets ``demo-span`` and ``demo-span-heldout``.
 * ``exemplars.jsonl``: 3 worked traces ``{"question", "solution", "answer"}`` whose
   information blocks are the top-3 BM25 passages of the corpus for each query
   (scripts/demo_exemplar_blocks.py rebuilds them after the corpus changes).
@@ -34,6 +38,7 @@ DEMO_DIR = Path(__file__).parent
 CORPUS = DEMO_DIR / "corpus.jsonl"
 QA = DEMO_DIR / "qa.jsonl"
 EXEMPLARS = DEMO_DIR / "exemplars.jsonl"
+SPAN_QA = DEMO_DIR / "span_qa.jsonl"
 
 MATH_DIR = DEMO_DIR / "math"
 MATH_QA = MATH_DIR / "qa.jsonl"

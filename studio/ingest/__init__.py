@@ -18,13 +18,16 @@ Policies (details in each module):
 - QA (``qa``): an empty question is an error; an empty answer is only
   reported (``report["empty_answers"]``); duplicate questions are reported
   with both rows. CSV aliases are separated by ``|``.
-- Limits (``errors.Limits``): file size, rows, archive entries and unpacked
-  bytes, each message naming its setting (``STUDIO_MAX_UPLOAD_BYTES``,
-  ``STUDIO_MAX_UPLOAD_ROWS``, ``STUDIO_MAX_ARCHIVE_MEMBERS``,
-  ``STUDIO_MAX_UNPACKED_BYTES``), enforced while reading. Every reader counts
+- Limits (``errors.Limits``): file size, rows, archive entries, unpacked
+  bytes and one record's bytes, each message naming its setting
+  (``STUDIO_MAX_UPLOAD_BYTES``, ``STUDIO_MAX_UPLOAD_ROWS``,
+  ``STUDIO_MAX_ARCHIVE_MEMBERS``, ``STUDIO_MAX_UNPACKED_BYTES``,
+  ``STUDIO_MAX_RECORD_BYTES``), enforced while reading. Every reader counts
   the rows in a first pass that keeps nothing and refuses the first row past
   the limit (``TooManyRows``), so memory stays bounded by a constant however
-  long the file; only then does it read the rows it keeps.
+  long the file; only then does it read the rows it keeps. A line, CSV row,
+  JSON array item, Parquet cell or paragraph longer than the record limit is
+  refused (``RecordTooLong``) having read no more of it than the limit.
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ from .corpus import (
 from .errors import (
     SETTING_MAX_ARCHIVE_MEMBERS,
     SETTING_MAX_BYTES,
+    SETTING_MAX_RECORD_BYTES,
     SETTING_MAX_ROWS,
     SETTING_MAX_UNPACKED_BYTES,
     IngestError,
     Limits,
+    RecordTooLong,
     TooManyRows,
 )
 from .exemplars import read_exemplar_file
@@ -69,6 +74,7 @@ __all__ = [
     "QA_SUFFIXES",
     "SETTING_MAX_ARCHIVE_MEMBERS",
     "SETTING_MAX_BYTES",
+    "SETTING_MAX_RECORD_BYTES",
     "SETTING_MAX_ROWS",
     "SETTING_MAX_UNPACKED_BYTES",
     "TEXT_ALIASES",
@@ -78,6 +84,7 @@ __all__ = [
     "Limits",
     "QARow",
     "QAReadResult",
+    "RecordTooLong",
     "TooManyRows",
     "decode_text",
     "detect_schema",

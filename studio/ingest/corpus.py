@@ -1,14 +1,26 @@
 """Corpus files to documents: JSONL/JSON, CSV/TSV, Parquet, plain text, Markdown, zip.
 
 ``read_documents`` streams: it never holds more than one line, CSV row,
-Parquet batch or JSON array item in memory (a .txt/.md file read as one
-document is the exception: that document is the whole file), besides the
-hashes of the ids seen. It reads the file twice: a first pass counts the
-documents and keeps nothing, so a file over the row limit is refused at its
-first document past the limit in constant memory; the second pass checks the
-ids and yields the documents. Checks that need no reading (file type, size,
-empty file) run when it is called; the rest raise while iterating, so a
-caller that stores documents should do so in a transaction.
+paragraph, Parquet batch or JSON array item in memory, besides the hashes of
+the ids seen. Each is bounded by ``Limits.max_record_bytes``: a longer one is
+refused where it starts, with no more of it read than the bound (a Parquet
+batch has as many rows as fit in about the bound, and a cell is measured
+before it becomes a Python string). It reads the file twice: a first pass
+counts the documents and keeps nothing, so a file over the row limit is
+refused at its first document past the limit in constant memory; the second
+pass checks the ids and yields the documents. Checks that need no reading
+(file type, size, empty file) run when it is called; the rest raise while
+iterating, so a caller that stores documents should do so in a transaction.
+
+A .txt/.md file read as one document may be as long as the unpacked limit
+(a zip of a few megabytes unpacks to gigabytes of text). Its text is never
+held whole: it is decoded a mebibyte at a time into a ``SpooledText`` (UTF-8,
+in memory up to a mebibyte, in an anonymous temporary file beyond), and the
+index build splits the document's ``pieces()`` into passages as they come.
+The text is spooled before the document is yielded, not read from the upload
+while it is split, because a Markdown file's title is its first heading,
+which may come anywhere, and because the document outlives the reader's
+position in the upload (a caller may keep the list of documents).
 """
 
 from __future__ import annotations
@@ -27,34 +39,66 @@ from typing import Any, BinaryIO
 
 from .errors import (
     DEFAULT_LIMITS,
+    LIMIT_ERRORS,
     SETTING_MAX_ARCHIVE_MEMBERS,
     SETTING_MAX_UNPACKED_BYTES,
     IngestError,
     Limits,
+    RecordLimit,
     Source,
-    TooManyRows,
     check_file_size,
     size_text,
     suffix_of,
 )
 from .tabular import csv_rows, find_column, quoted_list
 from .textio import (
+    READ_CHUNK,
     CountingReader,
+    DecodedText,
     Record,
-    decode_bytes,
+    SpooledText,
     json_record_places,
     json_records,
     text_lines,
+    text_reader,
+    utf8_length,
 )
 
 
-@dataclass(frozen=True)
 class Document:
-    """A whole document as the user gave it; the studio splits it into passages later."""
+    """A whole document as the user gave it; the studio splits it into passages later.
 
-    id: str
-    title: str
-    text: str
+    Its text is a string, or for a text file read as one document a ``SpooledText``
+    (see the module doc): ``pieces()`` gives it either way in pieces of at most
+    about a mebibyte, which is how the index build reads it; ``text`` joins them.
+    """
+
+    __slots__ = ("id", "title", "_text")
+
+    def __init__(self, id: str, title: str, text: str | SpooledText):  # noqa: A002
+        self.id = id
+        self.title = title
+        self._text = text
+
+    @property
+    def text(self) -> str:
+        return self._text if isinstance(self._text, str) else self._text.read()
+
+    def pieces(self) -> Iterator[str]:
+        if isinstance(self._text, str):
+            return iter((self._text,))
+        return self._text.pieces()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        return (self.id, self.title, self.text) == (other.id, other.title, other.text)
+
+    __hash__ = None  # equal documents have equal text, which a hash would have to read
+
+    def __repr__(self) -> str:
+        text = self._text if isinstance(self._text, str) else "<spooled>"
+        return f"Document(id={self.id!r}, title={self.title!r}, text={text!r})"
 
 
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -74,7 +118,12 @@ when several are present the first in these lists wins."""
 _SKIPPED_NAMES = {"thumbs.db", "desktop.ini"}
 _PARQUET_BATCH = 2048
 _SPOOL_IN_MEMORY = 32 << 20
+_MAX_MARKDOWN_LINE = 10_000
 _TOO_MANY_HINT = "split the corpus into several uploads or raise the limit"
+_RECORD_HINT = "split the document into smaller ones or raise the limit"
+_PARAGRAPH_HINT = ('put blank lines between its paragraphs, or upload the file as one document '
+                   'of any length (leave "a blank line starts a new document", '
+                   "split_on_blank_lines, off), or raise the limit")
 _MD_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _MD_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MEMBER_TYPES = ".jsonl, .json, .csv, .tsv, .parquet, .txt, .md or .zip"
@@ -119,6 +168,11 @@ class _Context:
         self.ids.add(key)
         return doc
 
+    def record(self, src: Source) -> RecordLimit:
+        """The bound on one line, row, item or paragraph of ``src``."""
+        text = src.suffix in TEXT_SUFFIXES
+        return self.limits.record(_PARAGRAPH_HINT if text else _RECORD_HINT)
+
 
 def read_documents(path: Path, filename: str, limits: Limits = DEFAULT_LIMITS, *,
                    split_text_on_blank_lines: bool = False) -> Iterator[Document]:
@@ -157,14 +211,14 @@ def _read_upload(path: Path, src: Source, limits: Limits, split_text: bool
                  ) -> Iterator[Document]:
     """Count the documents (refusing too many), then read them (see the module doc).
 
-    Only the row limit ends the counting pass with an error; any other problem
-    it meets is left to the reading pass, which reports the first one in file
-    order (a repeated id, say, before a bad byte further on).
+    Only the row and record limits end the counting pass with an error; any
+    other problem it meets is left to the reading pass, which reports the first
+    one in file order (a repeated id, say, before a bad byte further on).
     """
     try:
         for _ in _upload_documents(path, src, _Context(limits, split_text, count_only=True)):
             raise AssertionError("the counting pass yields no documents")  # pragma: no cover
-    except TooManyRows:
+    except LIMIT_ERRORS:
         raise
     except IngestError:
         pass
@@ -218,13 +272,13 @@ def _document_places(stream: io.BufferedReader, src: Source, ctx: _Context
     """
     suffix = src.suffix
     if suffix in JSON_SUFFIXES:
-        yield from json_record_places(stream, src, what="document")
+        yield from json_record_places(stream, src, ctx.record(src), what="document")
     elif suffix in TABLE_SUFFIXES:
-        _, rows = csv_rows(stream, src)
+        _, rows = csv_rows(stream, src, ctx.record(src))
         for line, _cells in rows:
             yield line, None
     elif ctx.split_text:
-        for start, _title, _text in _paragraphs(stream, src):
+        for start, _title, _text in _paragraphs(stream, src, ctx.record(src)):
             yield start, None
     else:
         yield None, None
@@ -271,7 +325,7 @@ def _scalar(value: Any, rec: Record, src: Source, name: str, *, allow_number: bo
 
 def _json_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
     found = 0
-    for rec in json_records(stream, src, what="document"):
+    for rec in json_records(stream, src, ctx.record(src), what="document"):
         obj = rec.value
         each = "each line" if rec.item is None else "each item"
         if not isinstance(obj, dict):
@@ -331,7 +385,7 @@ def _missing_text_column(src: Source, header: list[str]) -> IngestError:
 
 
 def _csv_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
-    header, rows = csv_rows(stream, src)
+    header, rows = csv_rows(stream, src, ctx.record(src))
     text_col = find_column(header, TEXT_ALIASES)
     if text_col is None:
         raise _missing_text_column(src, header)
@@ -406,10 +460,19 @@ def _parquet_documents(stream: BinaryIO, src: Source, ctx: _Context):
         return total
     wanted = [c for c in (text_col, title_col, id_col) if c is not None]
     columns = [names[c] for c in wanted]
+    record = ctx.record(src)
     found, row = 0, 0
     try:
-        batches = pf.iter_batches(batch_size=_PARQUET_BATCH, columns=columns)
+        batches = (batch for group in range(pf.num_row_groups)
+                   for batch in pf.iter_batches(
+                       batch_size=_parquet_batch_rows(pf.metadata.row_group(group), columns,
+                                                      record.max_bytes),
+                       row_groups=[group], columns=columns))
         for batch in batches:
+            if (long := _first_long_cell(batch, record.max_bytes)) is not None:
+                at, col = long
+                raise record.refuse(src, f'the "{columns[col]}" cell', item=row + at + 1,
+                                    item_unit="row", field=columns[col])
             values = {c: batch.column(i).to_pylist() for i, c in enumerate(wanted)}
             for k in range(batch.num_rows):
                 row += 1
@@ -434,6 +497,38 @@ def _parquet_documents(stream: BinaryIO, src: Source, ctx: _Context):
     return found
 
 
+def _parquet_batch_rows(group, columns: list[str], max_bytes: int) -> int:
+    """Rows to read at a time from a row group: ``_PARQUET_BATCH``, or fewer where its
+    rows are long, so that a batch holds about a record limit's worth of text (by the
+    sizes its metadata gives the columns read)."""
+    size = sum(group.column(i).total_uncompressed_size for i in range(group.num_columns)
+               if group.column(i).path_in_schema in columns)
+    return max(1, min(_PARQUET_BATCH, max_bytes * group.num_rows // max(size, 1)))
+
+
+def _first_long_cell(batch, max_bytes: int) -> tuple[int, int] | None:
+    """``(row in the batch, column)`` of the first string cell over ``max_bytes`` bytes.
+
+    Measured in Arrow's memory, before the batch becomes Python strings (which
+    would take the cell's size again, or four times it).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for col, column in enumerate(batch.columns):
+        coded = pa.types.is_dictionary(column.type)
+        values = column.dictionary if coded else column
+        if pa.types.is_integer(values.type):  # an id column
+            continue
+        lengths = pc.binary_length(values)
+        if coded:
+            lengths = pc.take(lengths, column.indices)
+        at = pc.index(pc.greater(lengths, max_bytes), True).as_py()
+        if at >= 0:
+            return at, col
+    return None
+
+
 # --- plain text and Markdown -----------------------------------------------------------
 
 
@@ -443,21 +538,52 @@ def _heading(line: str) -> str | None:
 
 
 def _whole_text_document(stream: io.BufferedReader, src: Source, ctx: _Context):
-    text = decode_bytes(stream.read(), src)
-    title = src.title_stem
+    """The file as one document, its text spooled (see the module doc)."""
+    text, spool, title = text_reader(stream, src), SpooledText(), None
     if src.suffix in (".md", ".markdown"):
-        lines, fence = text.split("\n"), None
-        for i, line in enumerate(lines):
-            fence = _fence_state(line, fence)
-            if fence is None and (heading := _heading(line)):
-                title = heading
-                text = "\n".join(lines[:i] + lines[i + 1:])
-                break
-    if not text.strip():
+        title = _spool_without_first_heading(text, spool)
+    while piece := text.read(READ_CHUNK):
+        spool.write(piece)
+    if spool.blank:
         raise src.error("the file holds only white space; give it some text or remove it")
-    doc = Document(id=src.id_stem, title=title, text=text.strip())
+    doc = Document(id=src.id_stem, title=title or src.title_stem, text=spool)
     yield ctx.count(src, doc, None)
     return 1
+
+
+def _spool_without_first_heading(text: DecodedText, spool: SpooledText) -> str | None:
+    """Spool Markdown up to its first heading outside code fences; return that heading.
+
+    The heading's line leaves the text; what follows it is left in ``text``.
+    Lines are read into memory up to ``_MAX_MARKDOWN_LINE`` characters: a
+    longer one is plain text (no heading or code fence is that long), spooled
+    as it comes. Without a heading all the text is spooled and ``None`` returned.
+    """
+    buf, at, fence, long_line = "", 0, None, False
+    while True:
+        end = buf.find("\n", at)
+        if end < 0:
+            piece = text.read(READ_CHUNK)
+            if piece:
+                spool.write(buf[:at])  # whole lines, read and not headings
+                rest = buf[at:]
+                if long_line or len(rest) > _MAX_MARKDOWN_LINE:
+                    spool.write(rest)
+                    rest, long_line = "", True
+                buf, at = rest + piece, 0
+                continue
+            end = len(buf)  # the last line, without a line break
+        if not long_line and end - at <= _MAX_MARKDOWN_LINE:
+            fence = _fence_state(line := buf[at:end], fence)
+            if fence is None and (heading := _heading(line)):
+                spool.write(buf[:at])
+                spool.write(buf[end + 1:])
+                return heading
+        long_line = False
+        if end == len(buf):
+            spool.write(buf)
+            return None
+        at = end + 1
 
 
 def _fence_state(line: str, fence: str | None) -> str | None:
@@ -475,28 +601,44 @@ def _fence_state(line: str, fence: str | None) -> str | None:
 
 def _paragraph_documents(stream: io.BufferedReader, src: Source, ctx: _Context):
     found = 0
-    for start, title, text in _paragraphs(stream, src):
+    for start, title, text in _paragraphs(stream, src, ctx.record(src)):
         found += 1
         yield ctx.count(src, Document(id=f"{src.id_stem}-{start}", title=title, text=text),
                         start)
     return found
 
 
-def _paragraphs(stream: io.BufferedReader, src: Source) -> Iterator[tuple[int, str, str]]:
-    """``(first line, title, text)`` of each paragraph; Markdown headings title those below."""
+def _paragraphs(stream: io.BufferedReader, src: Source, record: RecordLimit
+                ) -> Iterator[tuple[int, str, str]]:
+    """``(first line, title, text)`` of each paragraph; Markdown headings title those below.
+
+    A paragraph is held whole, so one longer than ``record`` allows is refused
+    at the line that takes it past the limit (a whole file without blank lines
+    may be one paragraph; read as one document, it would stream).
+    """
     markdown = src.suffix in (".md", ".markdown")
     title = src.title_stem
     block: list[str] = []
+    block_bytes = 0
     start = 0
     fence: str | None = None
 
     def flush() -> tuple[int, str, str] | None:
-        nonlocal block
+        nonlocal block, block_bytes
         text = "\n".join(block).strip()
-        block = []
+        block, block_bytes = [], 0
         return (start, title, text) if text else None
 
-    for number, line in text_lines(stream, src):
+    def append(number: int, line: str) -> None:
+        nonlocal start, block_bytes
+        if not block:
+            start = number
+        block_bytes += utf8_length(line) + bool(block)  # and the line break before it
+        if block_bytes > record.max_bytes:
+            raise record.refuse(src, "the paragraph", line=start)
+        block.append(line)
+
+    for number, line in text_lines(stream, src, record):
         if markdown:
             was_in_fence = fence is not None
             fence = _fence_state(line, fence)
@@ -506,17 +648,13 @@ def _paragraphs(stream: io.BufferedReader, src: Source) -> Iterator[tuple[int, s
                 title = heading
                 continue
             if was_in_fence or fence is not None:
-                if not block:
-                    start = number
-                block.append(line)
+                append(number, line)
                 continue
         if not line.strip():
             if (paragraph := flush()) is not None:
                 yield paragraph
             continue
-        if not block:
-            start = number
-        block.append(line)
+        append(number, line)
     if (paragraph := flush()) is not None:
         yield paragraph
 

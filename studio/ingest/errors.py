@@ -15,6 +15,7 @@ SETTING_MAX_BYTES = "STUDIO_MAX_UPLOAD_BYTES"
 SETTING_MAX_ROWS = "STUDIO_MAX_UPLOAD_ROWS"
 SETTING_MAX_ARCHIVE_MEMBERS = "STUDIO_MAX_ARCHIVE_MEMBERS"
 SETTING_MAX_UNPACKED_BYTES = "STUDIO_MAX_UNPACKED_BYTES"
+SETTING_MAX_RECORD_BYTES = "STUDIO_MAX_RECORD_BYTES"
 
 
 class IngestError(ValueError):
@@ -52,6 +53,15 @@ class TooManyRows(IngestError):
     """The upload holds more rows than ``Limits.max_rows``; raised at the first row past it."""
 
 
+class RecordTooLong(IngestError):
+    """A record is longer than ``Limits.max_record_bytes``; raised having read no more of it
+    than that."""
+
+
+LIMIT_ERRORS = (TooManyRows, RecordTooLong)
+"""The refusals that end a counting pass (any other problem is left to the reading pass)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one upload may hold; the service fills it from the settings.
@@ -60,13 +70,43 @@ class Limits:
     ``max_rows``: documents or questions in the upload (``STUDIO_MAX_UPLOAD_ROWS``);
     ``max_archive_members``: entries in a zip archive, nested ones included
     (``STUDIO_MAX_ARCHIVE_MEMBERS``); ``max_unpacked_bytes``: bytes a zip archive
-    unpacks to, nested ones included (``STUDIO_MAX_UNPACKED_BYTES``).
+    unpacks to, nested ones included (``STUDIO_MAX_UNPACKED_BYTES``);
+    ``max_record_bytes``: bytes of UTF-8 text one record may hold, a line, a CSV
+    row, a JSON array item, a Parquet cell or a paragraph (``STUDIO_MAX_RECORD_BYTES``).
     """
 
     max_bytes: int = 2_000_000_000
     max_rows: int = 5_000_000
     max_archive_members: int = 10_000
-    max_unpacked_bytes: int = 8_000_000_000
+    max_unpacked_bytes: int = 2_000_000_000
+    max_record_bytes: int = 64 << 20
+
+    def record(self, hint: str) -> RecordLimit:
+        """The record bound, with what a reader tells the user to do about a longer record."""
+        return RecordLimit(self.max_record_bytes, hint)
+
+
+@dataclass(frozen=True)
+class RecordLimit:
+    """The most bytes one record may hold, and what to do about a longer one.
+
+    A reader holds one record at a time (and several times its size while
+    parsing it), so this bound is what keeps its memory bounded. The line and
+    JSON readers take it and refuse a record as soon as it passes the bound,
+    having read at most a bound's worth of it.
+    """
+
+    max_bytes: int
+    hint: str
+
+    def refuse(self, src: Source, record: str, *, line: int | None = None,
+               item: int | None = None, item_unit: str = "item", field: str | None = None,
+               hint: str | None = None) -> RecordTooLong:
+        """The refusal of ``record`` (``"the line"``, ``"the paragraph"``...) where it starts."""
+        return RecordTooLong(
+            src.filename, f"{record} is longer than {size_text(self.max_bytes)}, the limit for "
+            f"one record (setting {SETTING_MAX_RECORD_BYTES}); {hint or self.hint}", line=line,
+            item=item, item_unit=item_unit, field=field, member=src.member)
 
 
 DEFAULT_LIMITS = Limits()
@@ -92,14 +132,15 @@ def refuse_past_max_rows(places: Iterable[tuple[int | None, int | None]], src: S
     The counting pass a reader makes before the pass that keeps rows, ids or
     questions: it holds one row at a time, so a file with too many rows is
     refused at the first row past ``limits.max_rows`` in constant memory,
-    whatever its length. Any other problem met while counting ends the count
-    without a word: the reading pass then reports the file's first problem.
+    whatever its length; so is a record past ``limits.max_record_bytes`` (the
+    ``places`` reader raises it). Any other problem met while counting ends the
+    count without a word: the reading pass then reports the file's first problem.
     """
     try:
         for count, (line, item) in enumerate(places, start=1):
             if count > limits.max_rows:
                 raise src.too_many_rows(limits, what, hint, line=line, item=item)
-    except TooManyRows:
+    except LIMIT_ERRORS:
         raise
     except IngestError:
         return

@@ -31,7 +31,14 @@ from typing import Any
 from studio.method.json_values import UnstorableJson, decode_storable
 
 from .corpus import json_type
-from .errors import DEFAULT_LIMITS, Limits, Source, check_file_size, refuse_past_max_rows
+from .errors import (
+    DEFAULT_LIMITS,
+    Limits,
+    RecordLimit,
+    Source,
+    check_file_size,
+    refuse_past_max_rows,
+)
 from .tabular import csv_rows, find_column, quoted_list
 from .textio import Record, json_record_places, json_records
 
@@ -53,6 +60,8 @@ ALIAS_SEPARATOR = "|"
 _LIST_ANSWER_COLUMNS = ("answers", "golden_answers")
 
 _TOO_MANY_HINT = "split the file or raise the limit"
+_RECORD_HINT = ("shorten the question's fields or leave out those the studio does not need, "
+                "or raise the limit")
 
 REPORT_EXAMPLES = 1000
 """Most entries each list of ``QAReadResult.report`` holds; the ``*_count`` keys give totals."""
@@ -352,21 +361,21 @@ def read_qa(path: Path, filename: str, limits: Limits = DEFAULT_LIMITS, fmt: str
                 found = f'"{suffix}"' if suffix else "a file without a suffix"
                 raise src.error(f"unsupported file type ({found}); upload QA as JSONL (.jsonl), "
                                 "JSON (.json) or CSV (.csv, .tsv)")
-        refuse_past_max_rows(_row_places(stream, src, is_csv), src, limits, "questions",
-                             _TOO_MANY_HINT)
+        refuse_past_max_rows(_row_places(stream, src, limits.record(_RECORD_HINT), is_csv), src,
+                             limits, "questions", _TOO_MANY_HINT)
     with open(path, "rb") as stream:
         return _read_csv(stream, src, limits) if is_csv else _read_json(stream, src, limits, fmt)
 
 
-def _row_places(stream: io.BufferedReader, src: Source, is_csv: bool
+def _row_places(stream: io.BufferedReader, src: Source, record: RecordLimit, is_csv: bool
                 ) -> Iterator[tuple[int, int | None]]:
     """``(line, item)`` where each row starts, read in constant memory (for the count)."""
     if is_csv:
-        _, rows = csv_rows(stream, src)
+        _, rows = csv_rows(stream, src, record)
         for line, _cells in rows:
             yield line, None
     else:
-        yield from json_record_places(stream, src, what="question")
+        yield from json_record_places(stream, src, record, what="question")
 
 
 def _read_json(stream: io.BufferedReader, src: Source, limits: Limits, fmt: str | None
@@ -374,7 +383,7 @@ def _read_json(stream: io.BufferedReader, src: Source, limits: Limits, fmt: str 
     out = _Collector(src, limits)
     schema = fmt
     rec: Record
-    for rec in json_records(stream, src, what="question"):
+    for rec in json_records(stream, src, limits.record(_RECORD_HINT), what="question"):
         obj = rec.value
         if not isinstance(obj, dict):
             kind = "a list" if isinstance(obj, list) else json_type(obj)
@@ -400,7 +409,7 @@ def split_aliases(cell: str) -> list[str]:
 
 
 def _read_csv(stream: io.BufferedReader, src: Source, limits: Limits) -> QAReadResult:
-    header, rows = csv_rows(stream, src)
+    header, rows = csv_rows(stream, src, limits.record(_RECORD_HINT))
     q_col = find_column(header, QUESTION_ALIASES)
     a_col = find_column(header, ANSWER_ALIASES)
     missing = [name for name, col in (("question", q_col), ("answer", a_col)) if col is None]

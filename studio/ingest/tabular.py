@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections.abc import Iterator, Sequence
 
-from .errors import Source
-from .textio import text_lines
+from .errors import RecordLimit, Source
+from .textio import text_lines, utf8_length
 
-CSV_FIELD_LIMIT = 64 << 20
-"""Longest CSV/TSV cell, in characters (Python's default, 128 KiB, is too short for books)."""
+_OPEN_QUOTE_HINT = ('a quote (") is probably left open: check the quotes from this line on, '
+                    "or raise the limit")
 
 
 def find_column(names: Sequence[str], aliases: Sequence[str]) -> int | None:
@@ -54,7 +55,7 @@ def _delimiter(header_line: str, suffix: str) -> str:
     return best if counts[best] else ","
 
 
-def csv_rows(stream: io.BufferedReader, src: Source
+def csv_rows(stream: io.BufferedReader, src: Source, record: RecordLimit
              ) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
     """The header and an iterator of ``(line, cells)`` of a CSV or TSV file, streamed.
 
@@ -62,11 +63,14 @@ def csv_rows(stream: io.BufferedReader, src: Source
     header line holds no comma but semicolons or tabs (Excel in many locales
     writes semicolons). Quotes follow the CSV rules (``""`` inside a quoted
     cell); a quote left open is an error. Blank lines are skipped; a row with
-    more or fewer cells than the header is an error.
+    more or fewer cells than the header is an error. A row (its lines, a quoted
+    cell's line breaks included) longer than ``record`` allows is refused before
+    the line that takes it past the limit goes to the CSV parser, so no cell is
+    ever longer.
     """
-    if csv.field_size_limit() < CSV_FIELD_LIMIT:
-        csv.field_size_limit(CSV_FIELD_LIMIT)
-    lines = text_lines(stream, src, keepends=True)
+    if csv.field_size_limit() <= record.max_bytes:  # Python's default, 128 KiB, is too short
+        csv.field_size_limit(record.max_bytes + 1)
+    lines = text_lines(stream, src, record, keepends=True)
     first = next(lines, None)
     while first is not None and not first[1].strip():
         first = next(lines, None)
@@ -74,27 +78,33 @@ def csv_rows(stream: io.BufferedReader, src: Source
         raise src.error("no header line found; the first line must name the columns")
     header_line_no, header_line = first
     delimiter = _delimiter(header_line, src.suffix)
+    row_start, row_bytes = header_line_no, 0
 
     def chained() -> Iterator[str]:
-        yield header_line
-        for _, text in lines:
+        """The lines, counted against the record limit of the row they belong to (a row
+        is its text without its last line break)."""
+        nonlocal row_bytes
+        for number, text in itertools.chain([first], lines):
+            row_bytes += utf8_length(text)
+            if row_bytes - text.endswith("\n") > record.max_bytes:
+                raise record.refuse(src, "the row", line=row_start,
+                                    hint=_OPEN_QUOTE_HINT if number > row_start else None)
             yield text
 
     reader = csv.reader(chained(), delimiter=delimiter, strict=True)
     offset = header_line_no - 1
 
     def next_row() -> tuple[int, list[str]] | None:
-        start = reader.line_num + 1 + offset
+        nonlocal row_start, row_bytes
+        start = row_start = reader.line_num + 1 + offset
+        row_bytes = 0
         try:
             return start, next(reader)
         except StopIteration:
             return None
         except csv.Error as exc:
             message = str(exc)
-            if "field larger than field limit" in message:
-                problem = (f"a cell is longer than {CSV_FIELD_LIMIT} characters: a quote (\") "
-                           "is probably left open; check the quotes from this line on")
-            elif "unexpected end of data" in message:
+            if "unexpected end of data" in message:
                 problem = ("a quoted cell is not closed before the end of the file; check the "
                            "quotes (\") from this line on")
             else:

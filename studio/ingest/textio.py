@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -25,7 +26,7 @@ from studio.method.json_values import (
     decode_storable,
 )
 
-from .errors import IngestError, Source
+from .errors import IngestError, RecordLimit, Source
 
 SAVE_AS_UTF8 = ('save the file as UTF-8 (in Excel: Save As > "CSV UTF-8"; in a text editor: '
                 'choose the UTF-8 encoding)')
@@ -39,12 +40,11 @@ _BOMS = (  # longest first: the UTF-32-LE mark starts with the UTF-16-LE one
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-_READ_CHUNK = 1 << 20
-MAX_JSON_ITEM_CHARS = 256 << 20
+READ_CHUNK = 1 << 20
+"""Bytes read from a stream at a time where lines may be long (JSON arrays, whole texts)."""
 TOO_DEEP = ("nested too deeply (JSON more than about a thousand levels deep); a {what} is "
             "an object of strings, numbers and short lists")
 """Python's JSON decoder gives up on deep nesting with a RecursionError: the refusal."""
-"""Largest single item of a JSON array (characters) before the reader gives up on it."""
 
 
 def bom_encoding(head: bytes) -> str | None:
@@ -122,6 +122,11 @@ class CountingReader(io.RawIOBase):
         return n
 
 
+def utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, what a record limit counts (no copy for ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _peek(stream: io.BufferedReader, n: int) -> bytes:
     return stream.peek(n)[:n]
 
@@ -130,31 +135,42 @@ def _text_stream(stream: io.BufferedReader, encoding: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(stream, encoding=encoding, errors="strict", newline="")
 
 
-def text_lines(stream: io.BufferedReader, src: Source, *, keepends: bool = False
-               ) -> Iterator[tuple[int, str]]:
+def text_lines(stream: io.BufferedReader, src: Source, record: RecordLimit, *,
+               keepends: bool = False) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` for each line of a byte stream, one line in memory at a time.
 
     UTF-8 (the usual case) is decoded line by line, so an error names its exact
     line; text with a UTF-16/UTF-32 byte-order mark is decoded as a stream.
     Lines split at ``\\n``; ``\\r\\n`` endings lose the ``\\r`` unless ``keepends``.
+    A line is read at most ``record.max_bytes`` (and its line break) at a time:
+    a longer one is refused before the rest of it is read.
     """
+    limit = record.max_bytes
     encoding = bom_encoding(_peek(stream, 4))
     if encoding is not None and encoding != "utf-8-sig":
         text = _text_stream(stream, encoding)
         number = 0
         try:
-            for number, line in enumerate(text, start=1):  # noqa: B007 - number used after
+            while line := text.readline(limit + 1):  # characters, at least as many bytes
+                number += 1
+                if utf8_length(line) - line.endswith("\n") > limit:
+                    raise record.refuse(src, "the line", line=number)
                 yield number, line if keepends else line.rstrip("\r\n")
         except UnicodeDecodeError as exc:
             raise src.error(f"the text does not match its {encoding.upper()} byte-order mark "
                             f"(bad bytes after line {number}: {exc.reason}); {SAVE_AS_UTF8}",
                             line=number + 1) from None
         finally:
-            text.detach()
+            if not stream.closed:  # else the generator outlived its file: nothing to keep open
+                text.detach()
         return
     if encoding == "utf-8-sig":
         stream.read(3)
-    for number, raw in enumerate(stream, start=1):
+    number = 0
+    while raw := stream.readline(limit + 1):
+        number += 1
+        if len(raw) - raw.endswith(b"\n") > limit:
+            raise record.refuse(src, "the line", line=number)
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -168,17 +184,60 @@ def text_lines(stream: io.BufferedReader, src: Source, *, keepends: bool = False
         yield number, line
 
 
-def text_reader(stream: io.BufferedReader, src: Source) -> _DecodedText:
+def text_reader(stream: io.BufferedReader, src: Source) -> DecodedText:
     """A text stream over a byte stream (for the JSON array reader), by the encoding policy.
 
     Reads in chunks, not lines (a JSON array is often one line of hundreds of
     megabytes); a decode error still names its line and column.
     """
     encoding = bom_encoding(_peek(stream, 4)) or "utf-8"
-    return _DecodedText(stream, src, encoding)
+    return DecodedText(stream, src, encoding)
 
 
-class _DecodedText:
+class SpooledText:
+    """Text written once, in pieces, and read back in pieces as often as needed.
+
+    Kept as UTF-8 in memory up to ``in_memory`` bytes, in an anonymous temporary
+    file beyond, so a document of any length costs a piece's worth of memory.
+    What is read back is the written text stripped of the white space at its
+    two ends (as ``str.strip`` would), without ever holding it whole.
+    """
+
+    def __init__(self, in_memory: int = READ_CHUNK):
+        self._file = tempfile.SpooledTemporaryFile(max_size=in_memory)
+        self._end = 0  # bytes up to the last character that is not white space
+
+    def write(self, text: str) -> None:
+        if not self._end:
+            text = text.lstrip()
+        if not text:
+            return
+        self._file.write(text.encode("utf-8"))
+        kept = text.rstrip()
+        if kept:
+            self._end = self._file.tell() - len(text[len(kept):].encode("utf-8"))
+
+    @property
+    def blank(self) -> bool:
+        """Nothing but white space was written."""
+        return not self._end
+
+    def pieces(self) -> Iterator[str]:
+        """The text, in pieces of about ``READ_CHUNK`` bytes (a character is never cut)."""
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        at = 0
+        while at < self._end:
+            self._file.seek(at)
+            data = self._file.read(min(READ_CHUNK, self._end - at))
+            at += len(data)
+            yield decoder.decode(data, final=at >= self._end)
+
+    def read(self) -> str:
+        """The whole text (for a short one; the index build reads ``pieces``)."""
+        return "".join(self.pieces())
+
+
+class DecodedText:
     """``read(n)``: up to about ``n`` bytes' worth of text; ``""`` only at the end."""
 
     def __init__(self, stream: io.BufferedReader, src: Source, encoding: str):
@@ -249,17 +308,18 @@ def json_kind(stream: io.BufferedReader) -> str:
     return "array" if text.startswith("[") else "lines"
 
 
-def json_records(stream: io.BufferedReader, src: Source, *, what: str = "object"
-                 ) -> Iterator[Record]:
+def json_records(stream: io.BufferedReader, src: Source, record: RecordLimit, *,
+                 what: str = "object") -> Iterator[Record]:
     """JSON values of a JSONL file, or the items of a JSON array, as a stream.
 
     ``what`` names one record in messages (``"document"``, ``"question"``).
-    Blank lines of JSONL are skipped.
+    Blank lines of JSONL are skipped. A line or an item longer than ``record``
+    allows is refused, having read no more than the limit's worth of it.
     """
     if json_kind(stream) == "array":
-        yield from _json_array(text_reader(stream, src), src, what)
+        yield from _json_array(text_reader(stream, src), src, what, record)
         return
-    for number, line in text_lines(stream, src):
+    for number, line in text_lines(stream, src, record):
         if not line.strip():
             continue
         try:
@@ -278,32 +338,38 @@ def json_records(stream: io.BufferedReader, src: Source, *, what: str = "object"
         yield Record(value, number)
 
 
-def json_record_places(stream: io.BufferedReader, src: Source, *, what: str = "object"
-                       ) -> Iterator[tuple[int, int | None]]:
+def json_record_places(stream: io.BufferedReader, src: Source, record: RecordLimit, *,
+                       what: str = "object") -> Iterator[tuple[int, int | None]]:
     """``(line, item)`` where each record of ``json_records`` starts, for counting them.
 
     JSONL lines are not decoded as JSON (a line that is not blank is a record,
     valid or not); the items of a JSON array are, one at a time.
     """
     if json_kind(stream) == "array":
-        for record in _json_array(text_reader(stream, src), src, what):
-            yield record.line, record.item
+        for rec in _json_array(text_reader(stream, src), src, what, record):
+            yield rec.line, rec.item
         return
-    for number, line in text_lines(stream, src):
+    for number, line in text_lines(stream, src, record):
         if line.strip():
             yield number, None
 
 
-def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]:
-    """Items of a top-level JSON array read in chunks; one item in memory at a time."""
+def _json_array(text: DecodedText, src: Source, what: str, record: RecordLimit
+                ) -> Iterator[Record]:
+    """Items of a top-level JSON array read in chunks; one item in memory at a time.
+
+    An item still open is read on in chunks twice its length so far, but never
+    past ``record.max_bytes`` characters: at more it is refused, whole or not.
+    """
     decoder = JSON_DECODER
+    limit = record.max_bytes
     buf, pos, line, eof = "", 0, 1, False
 
-    def fill(want: int = _READ_CHUNK) -> None:
+    def fill(want: int = READ_CHUNK) -> None:
         nonlocal buf, pos, eof
         buf = buf[pos:]
         pos = 0
-        data = text.read(max(want, _READ_CHUNK))
+        data = text.read(want)
         if data:
             buf += data
         else:
@@ -326,6 +392,13 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
     def fail(problem: str, at_line: int, item: int | None = None) -> IngestError:
         return src.error(problem, line=at_line, item=item)
 
+    def read_on() -> None:
+        """Read more of the item at ``pos``, or refuse it past the record limit."""
+        item_chars = len(buf) - pos
+        if item_chars > limit:
+            raise record.refuse(src, "the item", line=line, item=item)
+        fill(min(max(2 * item_chars, READ_CHUNK), limit + 1 - item_chars))
+
     first = skip_space()
     if first != "[":  # pragma: no cover - json_kind checked it
         raise fail("expected a JSON array", line)
@@ -346,7 +419,7 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
                 value, end = decoder.raw_decode(buf, pos)
                 if end < len(buf) or eof:
                     break
-                fill(2 * (len(buf) - pos))  # the value may go on (a number cut in two)
+                read_on()  # the value may go on (a number cut in two)
                 continue
             except RecursionError:
                 raise src.error(TOO_DEEP.format(what=what), line=line, item=item) from None
@@ -354,20 +427,16 @@ def _json_array(text: io.TextIOBase, src: Source, what: str) -> Iterator[Record]
                 raise src.error(str(exc), line=line, item=item) from None
             except json.JSONDecodeError as exc:
                 signature = (exc.msg, exc.pos - pos)
-                item_chars = len(buf) - pos
-                genuine = eof or (signature == last_error and
-                                  not exc.msg.startswith("Unterminated"))
-                if genuine or item_chars > MAX_JSON_ITEM_CHARS:
+                if eof or (signature == last_error and not exc.msg.startswith("Unterminated")):
                     err_line = line + buf.count("\n", pos, exc.pos)
                     col = exc.pos - (buf.rfind("\n", 0, exc.pos) + 1) + 1
-                    size_note = (f"; one {what} may be at most {MAX_JSON_ITEM_CHARS} characters"
-                                 if not genuine else "")
                     raise src.error(f"not valid JSON ({exc.msg} at line {err_line} column "
-                                    f"{col}){size_note}; fix the JSON or convert the file to "
-                                    f"JSONL, one {what} per line", line=line,
-                                    item=item) from None
+                                    f"{col}); fix the JSON or convert the file to JSONL, one "
+                                    f"{what} per line", line=line, item=item) from None
                 last_error = signature
-                fill(2 * item_chars)
+                read_on()
+        if 4 * (end - pos) > limit and utf8_length(buf[pos:end]) > limit:  # <= 4 bytes a char
+            raise record.refuse(src, "the item", line=line, item=item)
         try:
             check_storable(value)
         except UnstorableJson as exc:

@@ -312,7 +312,7 @@ class Curriculum:
             raise CurriculumError(errs)
 
     def warnings(self, min_stage_steps: int = 50, max_drop: int = 2,
-                 run_steps: int | None = None) -> list[str]:
+                 run_steps: int | None = None, using: str = "calling its tool") -> list[str]:
         """Plain-words risks from the paper's findings (method.md, "The curriculum"); not errors.
 
         Flags a drop of more than ``max_drop`` exemplars at once (3 -> 2 -> 0,
@@ -321,7 +321,8 @@ class Curriculum:
         removals (3 -> 2 -> 1 -> 0 was "clearly worse"), and a last stage that
         still shows exemplars although evaluation is zero-shot. In adaptive mode,
         instead of short stages: planned stages the rule cannot follow, and stages a
-        run of ``run_steps`` (default: the plan's length) can never reach.
+        run of ``run_steps`` (default: the plan's length) can never reach. ``using`` names
+        the run's tools in use ("searching": `tools.using_words`).
         """
         out: list[str] = self._adaptive_warnings(run_steps or self.total_steps)
         for i in range(len(self.stages) - 1):
@@ -336,9 +337,9 @@ class Curriculum:
             for i, s in enumerate(self.stages[:-1]):
                 if s.exemplars > 0 and s.steps < min_stage_steps:
                     out.append(
-                        f"Stage {i + 1} lasts only {s.steps} steps. Removing exemplars "
-                        "too fast made the model "
-                        "answer without searching (premature termination) in the paper."
+                        f"Stage {i + 1} lasts only {s.steps} steps. In the paper, removing "
+                        f"exemplars too fast made the model stop {using} and answer at once "
+                        "(premature termination)."
                     )
         removals = sum(
             1
@@ -541,8 +542,9 @@ class PrematureWatch:
         return None
 
 
-def premature_message(warning: dict) -> str:
-    """The words of PrematureWatch's warning, for the run's events."""
+def premature_message(warning: dict, using: str = "calling its tools") -> str:
+    """The words of PrematureWatch's warning, for the run's events (`using`: the run's tools
+    in use, `tools.using_words`)."""
     return (f"tool calls per rollout fell from {warning['before']} to {warning['after']} "
             f"({warning['drop']:.0%}) after the last stage change: the model may be answering "
-            "without calling its tools (premature termination); consider a gentler curriculum")
+            f"without {using} (premature termination); consider a gentler curriculum")

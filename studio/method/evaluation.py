@@ -15,6 +15,8 @@ from .protocol import Limits
 from .reward import ANSWER_MATCHES, AnswerMatch
 from .tools import check_tool_names
 
+MAX_TRIED_EXEMPLARS = 8
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -34,9 +36,15 @@ class EvalConfig:
     seed: int = 0
     answer_match: AnswerMatch = "exact"
     tools: tuple[str, ...] = SEARCH_ONLY
+    exemplars: int = 0
+    """Exemplars shown before each question: 0 is the protocol; a "try it" of an exemplar set
+    before launch shows k of them, as a run's first stage would."""
 
     def __post_init__(self) -> None:
         check_eval_prefix(self.assistant_prefix)
+        if not 0 <= self.exemplars <= MAX_TRIED_EXEMPLARS:
+            raise ValueError(f"exemplars must be 0 to {MAX_TRIED_EXEMPLARS}, got "
+                             f"{self.exemplars!r}")
         if self.answer_match not in ANSWER_MATCHES:
             raise ValueError(f"answer_match must be one of {', '.join(ANSWER_MATCHES)}, got "
                              f"{self.answer_match!r}")

@@ -40,6 +40,11 @@ class Signal:
     advice: str
     floor: float = 0.0  # fall: the earlier level must reach it; spike: so must the spike
 
+    def means(self, using: str = "calling its tools") -> str:
+        """What it means, naming the run's tools in use where it speaks of them (`using`:
+        `tools.using_words`)."""
+        return self.meaning.replace("{using}", using)
+
 
 SIGNALS: dict[str, Signal] = {
     "format_falling": Signal(
@@ -51,7 +56,7 @@ SIGNALS: dict[str, Signal] = {
     "search_stopped": Signal(
         "Tool use stopped", "search_calls", "fall", 5, 0.9, floor=0.25,
         meaning="calls of its tools per rollout fell to almost none after the model had been "
-        "using them: it has stopped calling its tools (premature termination)",
+        "using them: it has stopped {using} (premature termination)",
         advice="make the curriculum gentler (longer stages, one exemplar removed at a time) "
         "or lower the learning rate"),
     "entropy_collapse": Signal(
@@ -154,8 +159,9 @@ class Alarm:
                 "reference": round(self.reference, 4), "window": self.window}
 
 
-def alarm_message(alarm: Alarm | Mapping) -> str:
-    """The plain words of an alarm (an :class:`Alarm` or its dict), for the run's events."""
+def alarm_message(alarm: Alarm | Mapping, using: str = "calling its tools") -> str:
+    """The plain words of an alarm (an :class:`Alarm` or its dict), for the run's events
+    (`using`: the run's tools in use, `tools.using_words`)."""
     a = alarm.to_dict() if isinstance(alarm, Alarm) else alarm
     s = SIGNALS[a["signal"]]
     value, ref, w = a["value"], a["reference"], a["window"]
@@ -170,7 +176,7 @@ def alarm_message(alarm: Alarm | Mapping) -> str:
     }[s.kind]
     then = (" The run is paused at a checkpoint; Resume continues it from there."
             if a["action"] == "pause" else "")
-    return f"{a['signal']}: {what}. That is: {s.meaning}. Try: {s.advice}.{then}"
+    return f"{a['signal']}: {what}. That is: {s.means(using)}. Try: {s.advice}.{then}"
 
 
 @dataclass

@@ -4,10 +4,13 @@ A tool is a class with its tags (`spec`), what it does in a few words (`descript
 prompt's instruction names it beside the tool's tags, `studio.method.prompt.instruction_for`),
 `execute` (a batch of inputs to one result each: the native engine runs a round's calls of
 a tool in one batch, the veRL agent loop one at a time) and `observation` (a result as the
-text the environment inserts, in the tool's result tag). Register it with `@register_tool`;
-both engines drive it through the protocol (`studio.method.protocol`) as they drive search.
-Executing is the backend's business (a BM25 index, the studio's /retrieve, a sandbox): a
-tool receives it when it is built, so this module does no I/O itself. The calculator has no
+text the environment inserts, in the tool's result tag), the words the launch checks, the
+warnings and the model card use (`results`, `using`, `card`), and `for_run` (how it is built
+from what a run offers). Register it with `@register_tool`: the run config accepts its name,
+both engines drive it through the protocol (`studio.method.protocol`) as they drive search,
+and the viewer colours its calls. Executing is the backend's business (a BM25 index, the
+studio's /retrieve, a sandbox): a tool receives it when it is built (`ToolBackends`), so
+this module does no I/O itself. The calculator has no
 backend: its evaluator is pure (`studio.method.arithmetic`).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from .arithmetic import Calculation, calculate
@@ -28,6 +32,23 @@ from .tags import (
 )
 
 
+@dataclass(frozen=True)
+class ToolCard:
+    """How a trained model's card (`studio.services.model_card`) tells an application to
+    serve the tool: what the model writes in the call tag and what the application does
+    before it appends the result tag."""
+
+    writes: str  # "a query", "a Python program"
+    runs: str  # the application's part, then "appends <result> with ..." ({top_k}, {wall},
+    # {cpu}: the run's passages per search, the sandbox's seconds)
+    returns: str
+    serves: str  # the stop-string comment's verb phrase: "run the query"
+    purpose: str  # the intro's "to answer questions by ..."
+    use: str  # the limits' "intended for research and prototypes of ..."
+    calls: str  # the limits' "its ... and answers may be poor"
+    example: str  # the question of the usage example (for the run's first tool)
+
+
 class Tool(ABC):
     spec: ClassVar[ToolSpec]
     description: ClassVar[str]
@@ -37,6 +58,15 @@ class Tool(ABC):
     results: ClassVar[str]
     """What its result blocks hold, in words ("search results"): the launch estimate and the
     model card name them."""
+    using: ClassVar[str]
+    """Using it, in words ("searching"): the warnings of premature termination name it."""
+    card: ClassVar[ToolCard]
+
+    @classmethod
+    def for_run(cls, backends: ToolBackends) -> Tool:
+        """The tool as a run drives it, from what the run offers (`ToolBackends`): a tool
+        that needs nothing overrides nothing."""
+        return cls()
 
     @abstractmethod
     def execute(self, inputs: list[str]) -> list[object]:
@@ -77,9 +107,23 @@ class SearchTool(Tool):
     spec = SEARCH_TOOL
     description = "searches the documents for a query and returns the best passages"
     results = "search results"
+    using = "searching"
+    card = ToolCard(
+        "a query", "your application runs the\nquery (top-{top_k} passages of a BM25 index in "
+        "training) and appends\n", "with the passages", "run the query",
+        "searching a document collection",
+        "question answering over the documents it\n  was trained to search, with the tag "
+        "protocol above and a search tool that returns passages", "search queries",
+        "Which river flows through the capital of the country where the author was born?")
 
     def __init__(self, backend: SearchBackend, top_k: int):
         self.backend, self.top_k = backend, top_k
+
+    @classmethod
+    def for_run(cls, backends: ToolBackends) -> Tool:
+        if backends.search is None:
+            raise ValueError("the search tool needs a corpus to search (data.corpus)")
+        return cls(backends.search, backends.top_k)
 
     def execute(self, inputs: list[str]) -> list[object]:
         return [list(passages)[: self.top_k] for passages in self.backend(list(inputs))]
@@ -103,6 +147,18 @@ CodeExecutor = Callable[[list[str]], list[CodeRun]]
 NO_OUTPUT = "(no output)"
 
 
+@dataclass(frozen=True)
+class ToolBackends:
+    """What a run offers its tools to execute with (`Tool.for_run`): the search backend
+    (None for a run without a corpus) and its passages per search, and a way to open the
+    code executor, called only by a run with a tool that runs code (a sandbox refuses to
+    start where it cannot isolate the code)."""
+
+    search: SearchBackend | None
+    top_k: int
+    code: Callable[[], CodeExecutor]
+
+
 @register_tool
 class PythonTool(Tool):
     """Python the model writes in `<code>`, run in a sandbox; its printed output (and the
@@ -111,11 +167,24 @@ class PythonTool(Tool):
     spec = PYTHON_TOOL
     can_fail = True
     results = "program output"
+    using = "running Python"
+    card = ToolCard(
+        "a Python program", "your application runs it\nin a sandbox (in training: a "
+        "throw-away bubblewrap sandbox with no network, {wall:g} s and {cpu} CPU seconds "
+        "at most) and appends\n", "with what it printed (and the last line of its error, if "
+        "it failed)", "run the program in a sandbox", "running Python code",
+        "answering questions by writing Python code, with the tag protocol above and a\n  "
+        "sandbox that runs it and returns what it printed", "code",
+        "How many seconds are there in 17 days?")
     description = ("runs a Python program in a sandbox and returns what it prints (or its "
                    "error); print what you need")
 
     def __init__(self, executor: CodeExecutor):
         self.executor = executor
+
+    @classmethod
+    def for_run(cls, backends: ToolBackends) -> Tool:
+        return cls(backends.code())
 
     def execute(self, inputs: list[str]) -> list[object]:
         return list(self.executor(list(inputs)))
@@ -140,6 +209,15 @@ class CalculatorTool(Tool):
     spec = CALCULATOR_TOOL
     can_fail = True
     results = "calculator results"
+    using = "calling the calculator"
+    card = ToolCard(
+        "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
+        "+ - * / // % ** and parentheses, computed exactly, nothing else run) and appends\n",
+        "with its value (or a short error)", "evaluate the expression",
+        "handing arithmetic to a calculator",
+        "answering arithmetic questions by writing the expression for a calculator, with the "
+        "tag\n  protocol above and a calculator that returns its value",
+        "expressions", "What is 4837 times 29?")
     description = ("evaluates an arithmetic expression (numbers, + - * / // % ** and "
                    "parentheses) and returns its value")
 
@@ -161,6 +239,13 @@ def _error_line(run: CodeRun) -> str:
         if tail:
             return tail[-1].strip()
     return f"Error: {run.error}"
+
+
+def tools_for_run(names: Sequence[str], backends: ToolBackends) -> list[Tool]:
+    """One registered tool per name, in the config's order (the first tool is the one the
+    corrective message names)."""
+    named_specs(names)
+    return [TOOLS[name].for_run(backends) for name in names]
 
 
 def specs(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
@@ -190,6 +275,11 @@ def check_tool_names(tools: object) -> tuple[str, ...]:
 def results_words(names: Sequence[str]) -> str:
     """What the result blocks of the named tools hold: "search results and program output"."""
     return " and ".join(TOOLS[name].results for name in names)
+
+
+def using_words(names: Sequence[str]) -> str:
+    """Using the named tools, in words: "searching or running Python"."""
+    return " or ".join(TOOLS[name].using for name in names)
 
 
 def all_specs() -> tuple[ToolSpec, ...]:

@@ -26,6 +26,7 @@ from .passages import (
     search_r1_contents,
     search_r1_result,
     split_into_passages,
+    stream_passages,
 )
 from .tokenizer import STOPWORD_LANGUAGES, Bm25Params, tokenize
 
@@ -50,5 +51,6 @@ __all__ = [
     "MAX_RETRIEVE_QUERIES",
     "search_r1_result",
     "split_into_passages",
+    "stream_passages",
     "tokenize",
 ]

@@ -60,6 +60,10 @@ BACKENDS = ("bm25s", "rank-bm25")
 FORMAT = "studio-bm25/1"
 META = "meta.json"
 PROGRESS_EVERY = 10_000
+CHUNK_CHARS = 1 << 22
+"""A chunk of passages ends at ``PROGRESS_EVERY`` passages or this many characters of
+text, whichever comes first: long passages (words of up to ``MAX_WORD_CHARS``) keep a
+chunk's tokenisation within a few tens of megabytes."""
 DEFAULT_PARAMS = Bm25Params()  # frozen, so safe as a default
 BM25S_METHOD = "robertson"  # the variant rank-bm25's BM25Okapi(epsilon=0) computes
 
@@ -115,6 +119,12 @@ class SearchIndex(ABC):
         get = self._vocab.get
         ids = [i for i in map(get, tokenize([query], self.params)[0]) if i is not None]
         return np.asarray(ids, dtype=np.int64)
+
+    def titled_passages(self, queries: Sequence[str], k: int = 3) -> list[list[tuple[str, str]]]:
+        """Per query its top-``k`` passages as ``(title, text)``: what the search tool returns
+        (`studio.method.tools.SearchBackend`)."""
+        return [[(h.passage.title, h.passage.text) for h in hits]
+                for hits in self.search(queries, k)]
 
     def search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
         """Top-``k`` hits for each query (see the module docstring for what a hit is).
@@ -339,7 +349,9 @@ def build_index(
 ) -> SearchIndex:
     """Index ``passages`` (title and text are indexed; the id is not).
 
-    Streams the passages in chunks of :data:`PROGRESS_EVERY`;
+    Streams the passages in chunks of :data:`PROGRESS_EVERY` (fewer when they are
+    long, see :data:`CHUNK_CHARS`); their text goes to a temporary file, so the
+    build holds the token pairs and the matrix, not the passages.
     ``on_progress(passages_indexed)`` is called after each full chunk (while
     more follow) and once at the very end with the total, when the index is
     ready: the counts strictly increase and end at ``len(index)``.  An
@@ -357,13 +369,12 @@ def build_index(
     raw_tokens: list[np.ndarray] = []
     keep_tokens = backend == "rank-bm25"
     chunk: list[Passage] = []
+    chunk_chars = 0
     pending: int | None = None
 
     def flush() -> None:
         texts = []
         for p in chunk:
-            if not isinstance(p, Passage):
-                raise TypeError(f"passages must be Passage objects, got {type(p).__name__}")
             store.add(p)
             texts.append(f"{p.title}\n{p.text}")
         tokens, lengths = encoder.encode(texts)
@@ -375,12 +386,16 @@ def build_index(
         chunk.clear()
 
     for p in passages:
+        if not isinstance(p, Passage):
+            raise TypeError(f"passages must be Passage objects, got {type(p).__name__}")
         if pending is not None and on_progress is not None:
             on_progress(pending)
             pending = None
         chunk.append(p)
-        if len(chunk) >= PROGRESS_EVERY:
+        chunk_chars += len(p.text)
+        if len(chunk) >= PROGRESS_EVERY or chunk_chars >= CHUNK_CHARS:
             flush()
+            chunk_chars = 0
             pending = len(store)
     if chunk:
         flush()

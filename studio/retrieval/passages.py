@@ -1,15 +1,18 @@
 """Passages, hits, the wiki-18 splitter, the tool's text and Search-R1's result shape.
 
 Also :class:`PassageStore`: all passages as one UTF-8 blob plus a numpy array
-of offsets, held in memory while building and memory-mapped after loading,
-so a process can serve a 1M-passage index without a million Python objects.
+of offsets, written to an anonymous temporary file while building and
+memory-mapped (that file, then the saved one), so a process builds and serves
+a 1M-passage index without a million Python objects or the text in its heap.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,12 @@ class Hit:
     score: float
 
 
+MAX_WORD_CHARS = 10_000
+"""A longer run of characters without white space (a data URI, a minified file) is cut
+into words of this length, so that a passage holds at most ``words`` times as many
+characters whatever the document; no word of prose comes near it."""
+
+
 def split_into_passages(doc_id: str, title: str, text: str, words: int = 100) -> list[Passage]:
     """Split a document into passages of ``words`` words that all keep the title (wiki-18).
 
@@ -44,20 +53,70 @@ def split_into_passages(doc_id: str, title: str, text: str, words: int = 100) ->
     newlines inside a document never reach the tool's one-line-per-passage
     text.  The last passage may be shorter.  Ids: ``doc_id`` when the
     document fits in one passage, otherwise ``f"{doc_id}#{i}"`` with
-    ``i = 0, 1, ...``.  Empty (or blank) text gives ``[]``.
+    ``i = 0, 1, ...``.  Empty (or blank) text gives ``[]``.  A word longer
+    than ``MAX_WORD_CHARS`` is cut into words of that length.
+    """
+    return list(stream_passages(doc_id, title, (str(text),), words))
+
+
+def stream_passages(doc_id: str, title: str, pieces: Iterable[str], words: int = 100
+                    ) -> Iterator[Passage]:
+    """``split_into_passages`` of the text that ``pieces`` make up, as they come.
+
+    A word may straddle two pieces. Memory: one piece and one passage, so a
+    document read in pieces (``studio.ingest.Document.pieces``) is split in
+    memory that does not grow with its length.
     """
     if isinstance(words, bool) or not isinstance(words, int) or words < 1:
         raise ValueError(f"words must be a positive integer, got {words!r}")
-    tokens = str(text).split()
-    if not tokens:
-        return []
     title = str(title).strip()
-    if len(tokens) <= words:
-        return [Passage(str(doc_id), title, " ".join(tokens))]
-    return [
-        Passage(f"{doc_id}#{i}", title, " ".join(tokens[start : start + words]))
-        for i, start in enumerate(range(0, len(tokens), words))
-    ]
+    pending: list[str] = []
+    number = 0
+    for found in _word_lists(pieces):
+        pending += found
+        start = 0
+        while len(pending) - start > words:  # a passage with more after it
+            yield Passage(f"{doc_id}#{number}", title, " ".join(pending[start:start + words]))
+            number, start = number + 1, start + words
+        del pending[:start]
+    if pending:
+        passage_id = str(doc_id) if number == 0 else f"{doc_id}#{number}"
+        yield Passage(passage_id, title, " ".join(pending))
+
+
+def _word_lists(pieces: Iterable[str]) -> Iterator[list[str]]:
+    """The white-space separated words of the text ``pieces`` make up, a list per piece.
+
+    A word cut between pieces is carried to the next one; a word longer than
+    ``MAX_WORD_CHARS`` is cut into words of that length from its start.
+    """
+    carry = ""
+    for piece in pieces:
+        if not piece:
+            continue
+        found = piece.split()
+        if carry:
+            if found and not piece[0].isspace():
+                found[0] = carry + found[0]
+            else:
+                found.insert(0, carry)
+            carry = ""
+        if found and not piece[-1].isspace():
+            carry = found.pop()
+        if len(carry) >= MAX_WORD_CHARS:  # a long word's whole parts go now
+            whole = len(carry) - len(carry) % MAX_WORD_CHARS
+            found.append(carry[:whole])
+            carry = carry[whole:]
+        yield _cut_long_words(found)
+    if carry:
+        yield [carry]
+
+
+def _cut_long_words(found: list[str]) -> list[str]:
+    if max(map(len, found), default=0) <= MAX_WORD_CHARS:
+        return found
+    size = MAX_WORD_CHARS
+    return [w[i:i + size] for w in found for i in range(0, len(w), size)]
 
 
 _INFO_OPEN = f"\n\n<{SEARCH_TOOL.result_tag}>"
@@ -103,6 +162,9 @@ def search_r1_result(hits: list[Hit], return_scores: bool) -> list[dict]:
     return [{"document": d, "score": float(h.score)} for d, h in zip(docs, hits, strict=True)]
 
 
+_COPY_CHUNK = 8 << 20  # bytes of a mapped blob that saving makes resident at a time
+
+
 class PassageStore:
     """Passages as one UTF-8 blob and an int64 offsets array (3 fields per passage).
 
@@ -136,8 +198,14 @@ class PassageStore:
         )
 
     def save(self, folder: Path) -> None:
+        """Write the blob and the offsets; a mapped blob's pages are let go as they are
+        copied, so saving does not make the text resident in this process."""
+        end = int(self._offsets[-1])
         with open(folder / self.BLOB, "wb") as f:
-            f.write(memoryview(self._blob)[: int(self._offsets[-1])])
+            for at in range(0, end, _COPY_CHUNK):
+                f.write(memoryview(self._blob)[at : min(end, at + _COPY_CHUNK)])
+                if self._mm is not None:
+                    self._mm.madvise(mmap.MADV_DONTNEED, at, min(end - at, _COPY_CHUNK))
         np.save(folder / self.OFFSETS, np.asarray(self._offsets))
 
     @classmethod
@@ -155,23 +223,26 @@ class PassageStore:
 
 
 class PassageStoreBuilder:
-    """Appends passages to a growing bytearray (glibc grows large ones in place)."""
+    """Appends passages to an anonymous temporary file; ``finish`` maps it (once)."""
 
     def __init__(self) -> None:
-        self._blob = bytearray()
+        self._file = tempfile.TemporaryFile()
+        self._size = 0
         self._offsets = array("q", [0])
 
     def add(self, p: Passage) -> None:
-        blob, off = self._blob, self._offsets
         for field in (p.id, p.title, p.text):
-            blob += field.encode("utf-8")
-            off.append(len(blob))
+            self._size += self._file.write(field.encode("utf-8"))
+            self._offsets.append(self._size)
 
     def __len__(self) -> int:
         return (len(self._offsets) - 1) // 3
 
     def finish(self) -> PassageStore:
         offsets = np.frombuffer(self._offsets, dtype=np.int64).copy()
-        store = PassageStore(self._blob, offsets)
-        self._blob, self._offsets = bytearray(), array("q", [0])
-        return store
+        with self._file:
+            if not self._size:
+                return PassageStore(b"", offsets)
+            self._file.flush()
+            mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        return PassageStore(mm, offsets, _mm=mm)

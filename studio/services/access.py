@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
+
 from studio.services.errors import UserError
 from studio.tables import Role
 
@@ -30,6 +32,15 @@ class Actor:
     @property
     def is_admin(self) -> bool:
         return self.role == Role.admin
+
+
+class ActorView(TypedDict):
+    """Who a token acts as (`GET /me`)."""
+
+    id: int
+    username: str
+    role: str  # admin | member | viewer
+    is_admin: bool
 
 
 def require_member(actor: Actor, action: str) -> None:

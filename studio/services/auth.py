@@ -17,10 +17,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func
 from sqlmodel import Session, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.services.access import Actor, require_admin
 from studio.services.errors import Conflict, InvalidInput, NotFound, UserError
+from studio.services.records import MAX_SQL_INT
 from studio.settings import Settings
 from studio.tables import ApiToken, LoginFailure, Role, TokenKind, User, utcnow
 
@@ -144,11 +146,32 @@ class NewUser:
     password: str
 
 
-def user_view(user: User) -> dict:
+class NewUserView(TypedDict):
+    """`NewUser` as the API answers it: the password is shown this once."""
+
+    username: str
+    role: str  # admin | member | viewer
+    password: str
+
+
+class UserView(TypedDict):
+    """A user as an admin sees it (times in ISO 8601, UTC)."""
+
+    id: int
+    username: str
+    role: str  # admin | member | viewer
+    disabled: bool
+    created_at: str
+    disabled_at: str | None
+    export_quota_bytes: int | None  # None: the studio's STUDIO_EXPORT_QUOTA_BYTES
+
+
+def user_view(user: User) -> UserView:
     return {"id": user.id, "username": user.username, "role": Role(user.role).value,
             "disabled": user.disabled_at is not None,
             "created_at": user.created_at.isoformat(),
-            "disabled_at": user.disabled_at.isoformat() if user.disabled_at else None}
+            "disabled_at": user.disabled_at.isoformat() if user.disabled_at else None,
+            "export_quota_bytes": user.export_quota_bytes}
 
 
 def add_user(settings: Settings, actor: Actor, username: str, role: str,
@@ -161,7 +184,7 @@ def add_user(settings: Settings, actor: Actor, username: str, role: str,
         return NewUser(user.username, Role(user.role).value, password)
 
 
-def list_users(settings: Settings, actor: Actor) -> list[dict]:
+def list_users(settings: Settings, actor: Actor) -> list[UserView]:
     require_admin(actor, "list users")
     with session_scope(settings.sqlalchemy_url) as session:
         return [user_view(u) for u in session.exec(select(User).order_by(User.id))]
@@ -179,7 +202,8 @@ def _keep_an_admin(session: Session, user: User, action: str) -> None:
                        f"{action}; make another user an admin first")
 
 
-def set_disabled(settings: Settings, actor: Actor, username: str, disabled: bool) -> dict:
+def set_disabled(settings: Settings, actor: Actor, username: str, disabled: bool
+                 ) -> UserView:
     """Disable a user (its tokens and sessions stop at once) or enable it again."""
     require_admin(actor, "disable or enable users")
     with session_scope(settings.sqlalchemy_url) as session:
@@ -194,7 +218,7 @@ def set_disabled(settings: Settings, actor: Actor, username: str, disabled: bool
         return user_view(user)
 
 
-def set_role(settings: Settings, actor: Actor, username: str, role: str) -> dict:
+def set_role(settings: Settings, actor: Actor, username: str, role: str) -> UserView:
     require_admin(actor, "change roles")
     new_role = _check_role(role)
     with session_scope(settings.sqlalchemy_url) as session:
@@ -202,6 +226,21 @@ def set_role(settings: Settings, actor: Actor, username: str, role: str) -> dict
         if new_role != Role.admin:
             _keep_an_admin(session, user, f"made a {new_role.value}")
         user.role = new_role
+        session.add(user)
+        return user_view(user)
+
+
+def set_export_quota(settings: Settings, actor: Actor, username: str,
+                     quota_bytes: int | None) -> UserView:
+    """An admin sets how many bytes a user's exports may hold on disk; None: the studio's
+    STUDIO_EXPORT_QUOTA_BYTES again. Exports already stored stay, even past a lower quota."""
+    require_admin(actor, "set export quotas")
+    if quota_bytes is not None and not 0 <= quota_bytes <= MAX_SQL_INT:
+        raise InvalidInput(f"export_quota_bytes: give a number of bytes from 0 to {MAX_SQL_INT}"
+                           ", or none for the studio's default (STUDIO_EXPORT_QUOTA_BYTES)")
+    with session_scope(settings.sqlalchemy_url) as session:
+        user = find_user(session, username)
+        user.export_quota_bytes = quota_bytes
         session.add(user)
         return user_view(user)
 
@@ -297,14 +336,31 @@ def actor_for_token(settings: Settings, token: str, kind: TokenKind = TokenKind.
         return actor_of(user) if user else None
 
 
-def token_view(row: ApiToken) -> dict:
+class TokenView(TypedDict):
+    """An API token without the token: its first characters tell tokens apart."""
+
+    id: int
+    name: str
+    prefix: str
+    created_at: str
+    last_used_at: str | None
+    revoked: bool
+
+
+class IssuedToken(TokenView):
+    """A token just made: the only time the token itself is shown."""
+
+    token: str
+
+
+def token_view(row: ApiToken) -> TokenView:
     return {"id": row.id, "name": row.name, "prefix": row.prefix,
             "created_at": row.created_at.isoformat(),
             "last_used_at": row.last_used_at.isoformat() if row.last_used_at else None,
             "revoked": row.revoked_at is not None}
 
 
-def issue_token(settings: Settings, actor: Actor, name: str) -> dict:
+def issue_token(settings: Settings, actor: Actor, name: str) -> IssuedToken:
     """A new API token of the acting user (with its role): shown once."""
     name = (name or "").strip()
     if not name or len(name) > 128 or not name.isprintable():
@@ -316,14 +372,14 @@ def issue_token(settings: Settings, actor: Actor, name: str) -> dict:
         return {**token_view(row), "token": token}
 
 
-def list_tokens(settings: Settings, actor: Actor) -> list[dict]:
+def list_tokens(settings: Settings, actor: Actor) -> list[TokenView]:
     """The acting user's API tokens (never the tokens themselves)."""
     with session_scope(settings.sqlalchemy_url) as session:
         return [token_view(t) for t in session.exec(select(ApiToken).where(
             ApiToken.user_id == actor.id, ApiToken.kind == TokenKind.api).order_by(ApiToken.id))]
 
 
-def revoke_token(settings: Settings, actor: Actor, token_id: int) -> dict:
+def revoke_token(settings: Settings, actor: Actor, token_id: int) -> TokenView:
     """Revoke one of the acting user's tokens (an admin: anyone's)."""
     with session_scope(settings.sqlalchemy_url) as session:
         row = session.get(ApiToken, token_id)
@@ -376,31 +432,56 @@ MAX_FAILURES_PER_USER_AND_ADDRESS = 5
 MAX_FAILURES_PER_ADDRESS = 20
 """Failed logins from one address, whatever the usernames (password spraying)."""
 MAX_FAILURES_PER_USER = 50
-"""Failed logins for one username from anywhere (a brute force from many addresses); high,
-so that others cannot easily lock a user out."""
+"""Failed logins for one username from anywhere (a brute force from many addresses). Past
+it the username is slowed, not locked: each try waits `LOCKED_USER_DELAY_S`, and an address
+that has failed for it within the window is refused, so a stranger cannot lock the user out
+while a brute force gets one slow try per address."""
+LOCKED_USER_DELAY_S = 3.0
+
+
+def _recent_failures(session: Session, limit: int, *conditions) -> list[datetime]:
+    """When the last `limit` failed logins matching `conditions` within the window were."""
+    since = utcnow() - LOGIN_WINDOW
+    return session.exec(select(LoginFailure.at).where(
+        LoginFailure.at > since, *conditions).order_by(LoginFailure.at.desc()).limit(limit)
+    ).all()
+
+
+def _wait_for(times: list[datetime], limit: int) -> int:
+    """Seconds until the oldest of the last `limit` failures leaves the window (0: under)."""
+    if len(times) < limit:
+        return 0
+    return int((times[-1] + LOGIN_WINDOW - utcnow()).total_seconds()) + 1
 
 
 def login_wait(session: Session, username: str, address: str) -> int:
     """Seconds until `username` may try again from `address` (0: now)."""
-    since = utcnow() - LOGIN_WINDOW
-    waits = [0]
-    for limit, *conditions in (
-            (MAX_FAILURES_PER_USER_AND_ADDRESS, LoginFailure.username == username,
-             LoginFailure.address == address),
-            (MAX_FAILURES_PER_ADDRESS, LoginFailure.address == address),
-            (MAX_FAILURES_PER_USER, LoginFailure.username == username)):
-        times = session.exec(select(LoginFailure.at).where(
-            LoginFailure.at > since, *conditions).order_by(LoginFailure.at.desc())
-            .limit(limit)).all()
-        if len(times) >= limit:  # the oldest of the last `limit` leaves the window then
-            waits.append(int((times[-1] + LOGIN_WINDOW - utcnow()).total_seconds()) + 1)
+    by_pair = _recent_failures(session, MAX_FAILURES_PER_USER_AND_ADDRESS,
+                               LoginFailure.username == username, LoginFailure.address == address)
+    waits = [_wait_for(by_pair, MAX_FAILURES_PER_USER_AND_ADDRESS),
+             _wait_for(_recent_failures(session, MAX_FAILURES_PER_ADDRESS,
+                                        LoginFailure.address == address),
+                       MAX_FAILURES_PER_ADDRESS)]
+    if by_pair:  # this address failed for the user: its limit over all addresses applies
+        waits.append(_wait_for(_recent_failures(session, MAX_FAILURES_PER_USER,
+                                                LoginFailure.username == username),
+                               MAX_FAILURES_PER_USER))
     return max(waits)
+
+
+def login_delay(settings: Settings, username: str) -> float:
+    """Seconds a try for `username` waits before its password is checked: 0, or
+    `LOCKED_USER_DELAY_S` while the username is over its limit of failures."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        times = _recent_failures(session, MAX_FAILURES_PER_USER,
+                                 LoginFailure.username == (username or "").strip()[:64])
+        return LOCKED_USER_DELAY_S if _wait_for(times, MAX_FAILURES_PER_USER) else 0.0
 
 
 def log_in(settings: Settings, username: str, password: str, address: str) -> str:
     """A new browser session for a right password, as a cookie value; 401 for a wrong one
-    (the same message for an unknown user), 429 while the address or the user is over the
-    limit of failed logins."""
+    (the same message for an unknown user), 429 while the address, or the user from an
+    address that failed for it, is over its limit of failed logins."""
     username, address = (username or "").strip()[:64], (address or "unknown")[:64]
     with session_scope(settings.sqlalchemy_url) as session:
         session.exec(delete(LoginFailure).where(LoginFailure.at <= utcnow() - LOGIN_WINDOW))

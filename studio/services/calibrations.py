@@ -16,8 +16,10 @@ from datetime import timedelta
 
 from sqlalchemy import func
 from sqlmodel import Session, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
+from studio.engines import engine_named
 from studio.method.tools import results_words
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
@@ -48,7 +50,27 @@ def _iso(moment) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def _view(row: DeviceCalibration) -> dict:
+class CalibrationView(TypedDict):
+    """A speed measurement as the API shows it (times in ISO 8601, UTC)."""
+
+    id: int
+    model: str
+    queue: str
+    threads: int
+    dtype: str  # float32 | bfloat16 (engine.dtype resolved)
+    state: str  # queued | running | succeeded | failed
+    device: dict | None  # the measuring worker's device (studio.devices.queue_device)
+    device_key: str | None
+    worker: str | None
+    busy_runs: int  # runs training on that worker when it started measuring
+    figures: dict | None  # shape and rates (studio.services.estimates), once measured
+    error: str | None
+    created_at: str | None
+    started_at: str | None
+    finished_at: str | None
+
+
+def _view(row: DeviceCalibration) -> CalibrationView:
     return {"id": row.id, "model": row.model, "queue": row.queue, "threads": row.threads,
             "dtype": row.dtype, "state": RunState(row.state).value, "device": row.device,
             "device_key": row.device_key, "worker": row.worker_hostname,
@@ -68,7 +90,8 @@ def _queue_devices(settings: Settings, queue: str) -> list[dict]:
 
 
 def request_calibration(settings: Settings, actor: Actor, *, model: str, queue: str = "cpu",
-                        threads: int = 1, dtype: str = "auto", start: bool = True) -> dict:
+                        threads: int = 1, dtype: str = "auto", start: bool = True
+                        ) -> CalibrationView:
     """Queue a new calibration of `model` on `queue` (measured again even when one exists)."""
     require_member(actor, "queue measurements")
     return _queue_calibration(settings, model=model, queue=queue, threads=threads, dtype=dtype,
@@ -76,7 +99,7 @@ def request_calibration(settings: Settings, actor: Actor, *, model: str, queue: 
 
 
 def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: int, dtype: str,
-                       start: bool = True) -> dict:
+                       start: bool = True) -> CalibrationView:
     if queue not in TRAINING_QUEUES:
         raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(TRAINING_QUEUES)}")
     if threads < 1:
@@ -98,12 +121,12 @@ def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: i
     return get_calibration(settings, calibration_id)
 
 
-def get_calibration(settings: Settings, calibration_id: int) -> dict:
+def get_calibration(settings: Settings, calibration_id: int) -> CalibrationView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(get_or_404(session, DeviceCalibration, calibration_id, "calibration"))
 
 
-def list_calibrations(settings: Settings) -> list[dict]:
+def list_calibrations(settings: Settings) -> list[CalibrationView]:
     with session_scope(settings.sqlalchemy_url) as session:
         return [_view(r) for r in session.exec(
             select(DeviceCalibration).order_by(DeviceCalibration.id.desc()))]
@@ -112,7 +135,7 @@ def list_calibrations(settings: Settings) -> list[dict]:
 # --- the worker's side -------------------------------------------------------------------------
 
 def claim_calibration(settings: Settings, calibration_id: int, hostname: str,
-                      device: dict) -> dict | None:
+                      device: dict) -> CalibrationView | None:
     """Take a queued calibration for this worker's `device`; None when it is not queued."""
     with session_scope(settings.sqlalchemy_url) as session:
         row = session.get(DeviceCalibration, calibration_id)
@@ -225,9 +248,9 @@ def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
     `message` in words, `warnings` over three hours), measuring (a calibration is queued or
     running: `message` says why it may wait) or unavailable (`message` says what to do).
     `start`: queue a calibration when there is none for the queue's device."""
-    if config.backend != "native":
-        return _not_ready("unavailable", "no time estimate for backend verl (the cost model "
-                          "is the native engine's)")
+    if not engine_named(config.backend).timed:
+        return _not_ready("unavailable", f"no time estimate for backend {config.backend} (the "
+                          "cost model is the native engine's)")
     threads, queue = config.engine.threads, config.queue
     devices = _queue_devices(settings, queue)
     with session_scope(settings.sqlalchemy_url) as session:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from sqlmodel import select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.ingest import IngestError, read_documents
@@ -28,7 +29,7 @@ from studio.retrieval import (
     cached_index,
     save_index,
     search_r1_result,
-    split_into_passages,
+    stream_passages,
 )
 from studio.services import uploads
 from studio.services.access import Actor, require_member
@@ -63,7 +64,8 @@ def _params(backend: str, params: dict | None, split_on_blank_lines: bool) -> di
 
 def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: str | None,
                   name: str, *, backend: str = "bm25s", params: dict | None = None,
-                  split_on_blank_lines: bool = False, start_indexing: bool = True) -> dict:
+                  split_on_blank_lines: bool = False, start_indexing: bool = True
+                  ) -> CorpusView:
     """Store an uploaded corpus and queue its index build; refuse bad files with their line."""
     require_member(actor, "upload corpora")
     index_params = _params(backend, params, split_on_blank_lines)
@@ -91,7 +93,54 @@ def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
     return get_corpus(settings, corpus_id)
 
 
-def _view(corpus: Corpus, owners: dict[int, str]) -> dict:
+class IndexProgress(TypedDict):
+    rows_read: int
+    passages_indexed: int
+    fraction: float  # 0..1; 1 once the index is ready
+
+
+class CorpusView(TypedDict):
+    """A corpus as the API and the pages show it (times in ISO 8601, UTC)."""
+
+    id: int
+    name: str
+    owner: str | None
+    status: str  # pending | indexing | ready | failed
+    error: str | None
+    source_filename: str
+    backend: str
+    params: dict | None  # {bm25: {k1, b, stemmer, ...}, split_on_blank_lines}
+    num_documents: int
+    num_passages: int
+    progress: IndexProgress
+    created_at: str
+    updated_at: str
+    waiting: str | None  # pending: the queue its index build waits in, and behind what
+
+
+class SearchHit(TypedDict):
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+class SearchAnswer(TypedDict):
+    """One query's hits and the information block the model would read."""
+
+    query: str
+    hits: list[SearchHit]
+    tool_text: str
+
+
+class RetrieveAnswer(TypedDict):
+    """Search-R1's `/retrieve` answer: per query its documents `{id, contents}`, each
+    wrapped as `{document, score}` when scores were asked for."""
+
+    result: list[list[dict]]
+
+
+def _view(corpus: Corpus, owners: dict[int, str]) -> CorpusView:
     total = max(corpus.num_documents, 1)
     return {
         "id": corpus.id, "name": corpus.name, "owner": owners.get(corpus.owner_id),
@@ -107,7 +156,7 @@ def _view(corpus: Corpus, owners: dict[int, str]) -> dict:
     }
 
 
-def _with_waits(settings: Settings, views: list[dict]) -> list[dict]:
+def _with_waits(settings: Settings, views: list[CorpusView]) -> list[CorpusView]:
     return add_waits(settings, views, "corpus", "waiting", lambda _view: SHORT_QUEUE)
 
 
@@ -115,19 +164,19 @@ def _load(session, corpus_id: int) -> Corpus:
     return get_or_404(session, Corpus, corpus_id, "corpus")
 
 
-def get_corpus(settings: Settings, corpus_id: int) -> dict:
+def get_corpus(settings: Settings, corpus_id: int) -> CorpusView:
     with session_scope(settings.sqlalchemy_url) as session:
         view = _view(_load(session, corpus_id), usernames(session))
     return _with_waits(settings, [view])[0]
 
 
-def find_corpus(settings: Settings, name: str) -> dict:
+def find_corpus(settings: Settings, name: str) -> CorpusView:
     with session_scope(settings.sqlalchemy_url) as session:
         view = _view(by_name_or_404(session, Corpus, name, "corpus"), usernames(session))
     return _with_waits(settings, [view])[0]
 
 
-def list_corpora(settings: Settings) -> list[dict]:
+def list_corpora(settings: Settings) -> list[CorpusView]:
     with session_scope(settings.sqlalchemy_url) as session:
         owners = usernames(session)
         views = [_view(c, owners) for c in session.exec(
@@ -185,7 +234,7 @@ def _update(settings: Settings, corpus_id: int, **values) -> None:
         session.add(corpus)
 
 
-def build_corpus_index(settings: Settings, corpus_id: int) -> dict:
+def build_corpus_index(settings: Settings, corpus_id: int) -> CorpusView:
     """Read the corpus, split it into passages, build and save its BM25 index.
 
     Progress (rows read, passages indexed) is written about once a second; any
@@ -210,7 +259,7 @@ def build_corpus_index(settings: Settings, corpus_id: int) -> dict:
         for doc in read_documents(source, filename, uploads.upload_limits(settings),
                                   split_text_on_blank_lines=opts["split_on_blank_lines"]):
             counts["rows_read"] += 1
-            yield from split_into_passages(doc.id, doc.title, doc.text, settings.passage_words)
+            yield from stream_passages(doc.id, doc.title, doc.pieces(), settings.passage_words)
             report()
 
     def indexed(n: int) -> None:
@@ -253,7 +302,7 @@ def _check_k(k: int, field: str) -> None:
         raise InvalidInput(f"{field}: must be between 1 and {MAX_TOP_K}, got {k}")
 
 
-def search(settings: Settings, corpus_id: int, query: str, k: int = 3) -> dict:
+def search(settings: Settings, corpus_id: int, query: str, k: int = 3) -> SearchAnswer:
     """One query; the hits and the exact text the model would read in its information block."""
     _check_k(k, "k")
     if not query.strip():
@@ -268,7 +317,7 @@ def search(settings: Settings, corpus_id: int, query: str, k: int = 3) -> dict:
 
 
 def retrieve(settings: Settings, corpus_id: int, queries: list[str], topk: int = 3,
-             return_scores: bool = False) -> dict:
+             return_scores: bool = False) -> RetrieveAnswer:
     """Search-R1's `/retrieve` contract, which the veRL backend's agent loop calls."""
     _check_k(topk, "topk")
     if len(queries) > MAX_RETRIEVE_QUERIES:

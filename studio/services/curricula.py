@@ -8,6 +8,8 @@ schedule is), all from the same curriculum, so the words never contradict the ch
 
 from __future__ import annotations
 
+from typing_extensions import NotRequired, TypedDict  # pydantic reads them on Python 3.11
+
 from studio.method.curriculum import ADAPTIVE_METRICS, PRESETS, Curriculum, CurriculumError
 from studio.services.errors import InvalidInput
 
@@ -17,7 +19,34 @@ BEST_PRESET = "3-2-0"
 __all__ = ["ADAPTIVE_METRICS", "BEST_PRESET", "PRESETS", "describe", "preset_design"]
 
 
-def preset_design(name: str, steps_per_stage: int) -> dict:
+class CurriculumPresets(TypedDict):
+    presets: dict[str, list[int]]  # name -> exemplars per stage
+    best: str  # the preset that worked best in the paper
+    adaptive_metrics: list[str]  # what an adaptive rule may watch
+
+
+class CurriculumDesign(TypedDict):
+    """A run config's `curriculum` part."""
+
+    stages: list[dict]  # {exemplars, steps}
+    adaptive: dict | None  # {metric, threshold, window, min_steps, max_steps, direction}
+    soft: NotRequired[dict]  # {start}
+
+
+class DesignReport(TypedDict):
+    """A design's plan, the errors that block a launch and the warnings that do not."""
+
+    ok: bool
+    errors: list[str]
+    warnings: list[str]
+    starts: list[int]  # the step each stage starts at
+    total_steps: int
+    spec: str  # exemplars per stage, e.g. 3-2-0
+    about: str | None  # what this schedule is, when it is a preset's
+    shortest_stage: int | None  # adaptive: the fewest steps a stage takes
+
+
+def preset_design(name: str, steps_per_stage: int) -> CurriculumDesign:
     """The stages of a named preset, each `steps_per_stage` steps long."""
     try:
         return Curriculum.preset(name, steps_per_stage=steps_per_stage).to_dict()
@@ -25,7 +54,7 @@ def preset_design(name: str, steps_per_stage: int) -> dict:
         raise InvalidInput(str(exc)) from None
 
 
-def describe(design: dict, available_exemplars: int | None = None) -> dict:
+def describe(design: dict, available_exemplars: int | None = None) -> DesignReport:
     """Check a design; with the plan (starts, total) when it can be built at all."""
     try:
         curriculum = Curriculum.from_dict(design)

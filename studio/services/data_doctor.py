@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
+
 from studio.ingest import QARow
 from studio.method.reachability import (
     Reach,
@@ -33,13 +35,60 @@ PROGRESS_EVERY = 100
 Progress = Callable[[int, int], None]
 
 
+class Unreachable(TypedDict):
+    """A question whose gold answer is not in the top k of a search for itself."""
+
+    id: str
+    question: str
+    golden_answers: list[str]
+    hops_found: str | None  # "1 of 2": its supporting passages found; None without them
+    retrieved: list[str]  # the titles of the passages found
+
+
+class ReachabilityReport(TypedDict):
+    """Can the corpus answer the QA set (docs/data-doctor.md)? Shares are 0..1, None of
+    nothing."""
+
+    corpus: str
+    qa_set: str
+    k: int
+    set_size: int
+    sampled: bool  # an even sample of a larger set was checked
+    questions: int  # checked
+    reachable: int
+    share: float | None
+    questions_with_hops: int  # that kept their supporting passages
+    hops: list[dict]  # per hop: {hop, questions, found, share}
+    all_hops_found: int
+    all_hops_share: float | None
+    ranks: list[dict]  # per rank 1..k: {rank, questions} whose first answer is there
+    worst: list[Unreachable]
+
+
+class ReplayedExemplar(TypedDict):
+    number: int  # from 1
+    question: str
+    searches: list[dict]  # {query, retrieved: the titles the corpus returns}
+    findings: list[str]  # what it shows that the corpus does not return
+
+
+class ReplayReport(TypedDict):
+    """Each exemplar's searches run on the corpus (docs/data-doctor.md)."""
+
+    corpus: str
+    exemplar_set: str
+    k: int
+    exemplars: list[ReplayedExemplar]
+    flagged: int  # exemplars with findings
+
+
 def _check_k(k: int) -> None:
     if not 1 <= k <= corpora.MAX_TOP_K:
         raise InvalidInput(f"k: must be between 1 and {corpora.MAX_TOP_K}, got {k}")
 
 
 def _passages(index: SearchIndex, query: str, k: int) -> list[tuple[str, str]]:
-    return [(h.passage.title, h.passage.text) for h in index.search([query], k)[0]]
+    return index.titled_passages([query], k)[0]
 
 
 def _reaches(index: SearchIndex, rows: list[QARow], k: int,
@@ -53,7 +102,7 @@ def _reaches(index: SearchIndex, rows: list[QARow], k: int,
     return out
 
 
-def _worst(rows: list[QARow], reaches, shown: int) -> list[dict]:
+def _worst(rows: list[QARow], reaches, shown: int) -> list[Unreachable]:
     """The unreachable questions, those that found fewest of their supporting passages first."""
     missed = [(row, r, got) for row, (r, got) in zip(rows, reaches, strict=True)
               if not r.reachable]
@@ -65,7 +114,7 @@ def _worst(rows: list[QARow], reaches, shown: int) -> list[dict]:
 
 def reachability(settings: Settings, corpus_id: int, qa_set_id: int, *, k: int = 3,
                  limit: int = MAX_QUESTIONS, worst: int = WORST_SHOWN,
-                 on_progress: Progress | None = None) -> dict:
+                 on_progress: Progress | None = None) -> ReachabilityReport:
     """The share of questions whose gold answer is in the top-k passages of the question
     itself, per hop where the set kept its supporting passages, and the worst questions.
     `on_progress(done, total)` every hundred questions."""
@@ -90,7 +139,7 @@ def _rank_counts(reaches: list[Reach], k: int) -> list[dict]:
 
 
 def exemplar_replay(settings: Settings, corpus_id: int, exemplar_set_id: int, *,
-                    k: int = 3) -> dict:
+                    k: int = 3) -> ReplayReport:
     """Each exemplar's searches run on the corpus: the passages it returns and, beside
     the exemplar, the blocks it could not produce and an answer none of them holds."""
     _check_k(k)

@@ -7,7 +7,7 @@ A pure cost model (no I/O, no torch), shared by the calibration that measures a 
 The work of running tokens through the model is counted in floating-point operations from
 the model's shape: the decoder's linear layers per token, the output head per token whose
 logits are needed, and attention per token per token of context. A step of the engine is
-(rollout.py, grpo.py):
+(rollout.py, logprobs.py and grpo.py):
 
 * rollout: the prompts' common prefix prefilled once per step, each distinct prompt's rest
   once per group, then up to `max_turns` + 1 model turns decoded for all B x G sequences at
@@ -44,7 +44,7 @@ LONG_RUN_SECONDS = 3 * 3600
 #: An assumption from the operation count, not a measurement.
 LORA_UPDATE_FACTOR = 2 / 3
 
-#: Below these many shared tokens the engine does not share a prefix (rollout.py, grpo.py).
+#: Below these many shared tokens the engine does not share a prefix (rollout.py, logprobs.py).
 MIN_SHARED_ROLLOUT = 16
 MIN_SHARED_UPDATE = 32
 
@@ -115,7 +115,7 @@ def decode_work(shape: ModelShape, step: StepShape) -> float:
 
 
 def scoring_work(shape: ModelShape, step: StepShape, mini_batches: int = 1) -> float:
-    """One scoring pass over the step's sequences as grpo.py runs it: the step's common
+    """One scoring pass over the step's sequences as logprobs.py runs it: the step's common
     prefix once per mini-batch, each group's prompt (past that prefix) once per micro-batch,
     every response token, and the head at the sampled tokens only."""
     shared = step.shared if step.batch > 1 and step.shared >= MIN_SHARED_UPDATE else 0

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.method import failures
-from studio.method.evaluation import PROTOCOL_KEYS
+from studio.method.evaluation import MAX_TRIED_EXEMPLARS, PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, SEARCH_ONLY, check_eval_prefix
 from studio.method.reward import ANSWER_MATCHES
 from studio.method.tools import check_tool_names
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
+from studio.services import exemplar_sets, runs
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
+from studio.services.evaluation_files import evaluation_records_path
 from studio.services.lanes import add_waits
 from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
 from studio.services.run_plans import DataRef, PlannedDataGone, RunPlan, load_plan, pinned_row
@@ -71,16 +72,6 @@ def with_run_tools(protocol: dict | None, run_config: dict) -> dict | None:
     return {**(protocol or {}), "tools": tools}
 
 
-def evaluation_records_path(settings: Settings, evaluation_id: int) -> Path:
-    """One JSON line per question of an evaluation (prediction, scores, tool use)."""
-    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.jsonl"
-
-
-def evaluation_log_path(settings: Settings, evaluation_id: int) -> Path:
-    """The evaluation process's output."""
-    return settings.resolved_data_dir / "evaluations" / f"{evaluation_id}.log"
-
-
 class EvaluationView(TypedDict):
     """An evaluation as the API and the pages show it (times in ISO 8601, UTC)."""
 
@@ -100,10 +91,22 @@ class EvaluationView(TypedDict):
     waiting: str | None  # queued: the queue it waits in and what it waits behind
 
 
+class OwnPair(TypedDict):
+    """The requester's own base and trained evaluations on a QA set, beside the run owner's."""
+
+    requested_by: str  # the requester's username
+    base: EvaluationView | None
+    trained: EvaluationView | None
+
+
 class BaseVsTrained(TypedDict):
+    """Per QA set, the run owner's base and trained evaluations (`base_vs_trained` says which);
+    each one's `owner` says who queued it."""
+
     qa_set: str
     base: EvaluationView | None
     trained: EvaluationView | None
+    yours: OwnPair | None  # the requester's own pair, when it is not the one shown above
 
 
 def _view(evaluation: Evaluation, owners: dict[int, str]) -> EvaluationView:
@@ -139,23 +142,48 @@ def create_evaluation(settings: Settings, actor: Actor, *, qa_set: str | DataRef
                       corpus: str | DataRef | None = None, model: str | None = None,
                       run_id: int | None = None, limit: int | None = None,
                       protocol: dict | None = None, queue: str = "cpu",
-                      start: bool = True) -> EvaluationView:
+                      exemplar_set: str | None = None, start: bool = True) -> EvaluationView:
     """Evaluate `model` (or run `run_id`'s latest checkpoint: any run of the team) on a QA
     set, searching `corpus` (default: the corpus of the run's plan). Data is named (resolved
     now) or a `DataRef` of a run's plan. `protocol` overrides method.md's evaluation protocol
-    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key. A model whose
-    tokenizer does not load is refused (422, naming `model`) before anything is stored, as a
-    run's model is."""
+    (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key; its `exemplars`
+    (k, 0 in the protocol) shows the first k exemplars of `exemplar_set` before each question,
+    pinned now (a "try it" of a set before launch). A model whose tokenizer does not load is
+    refused (422, naming `model`) before anything is stored, as a run's model is."""
     require_member(actor, "evaluate models")
+    shown = _shown_exemplars(settings, exemplar_set, (protocol or {}).get("exemplars", 0))
     return _queue_evaluation(settings, actor.id, qa_set=qa_set, corpus=corpus, model=model,
                              run_id=run_id, limit=limit, protocol=protocol, queue=queue,
-                             start=start)
+                             start=start, exemplars=shown)
+
+
+def _shown_exemplars(settings: Settings, exemplar_set: str | None, k: object) -> dict:
+    """The exemplars an evaluation shows (its params' `exemplars` and `exemplar_set`), checked:
+    a set to take k from, k of them there, none with an error."""
+    if not k:
+        if exemplar_set:
+            raise InvalidInput("exemplar_set: set protocol.exemplars (how many to show) too")
+        return {}
+    if not exemplar_set:
+        raise InvalidInput(f"exemplar_set: protocol.exemplars is {k}; name the set they come "
+                           "from")
+    found = exemplar_sets.find_exemplar_set(settings, exemplar_set)
+    most = min(found["size"], MAX_TRIED_EXEMPLARS)
+    if not isinstance(k, int) or not 0 < k <= most:
+        raise InvalidInput(f"protocol.exemplars: give 1 to {most} (the set '{found['name']}' "
+                           f"holds {found['size']}), got {k!r}")
+    if found["errors"]:
+        raise InvalidInput(f"exemplar_set: '{found['name']}' has {found['errors']} errors; fix "
+                           "them on the Exemplars page first")
+    return {"exemplar_set": found["name"], "exemplars": [
+        {key: e[key] for key in ("question", "solution", "answer")}
+        for e in found["exemplars"][:k]]}
 
 
 def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str | DataRef,
                       corpus: str | DataRef | None, model: str | None, run_id: int | None,
                       limit: int | None, protocol: dict | None, queue: str,
-                      start: bool) -> EvaluationView:
+                      start: bool, exemplars: dict | None = None) -> EvaluationView:
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
     if queue not in TRAINING_QUEUES:
@@ -200,7 +228,7 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
                                 params={"corpus": found and found.name,
                                         "corpus_id": found and found.id,
                                         "limit": limit, "protocol": protocol or {}, "done": 0,
-                                        "total": total, "queue": queue})
+                                        "total": total, "queue": queue, **(exemplars or {})})
         session.add(evaluation)
         session.flush()
         evaluation_id = evaluation.id
@@ -326,8 +354,6 @@ def evaluate_finished_run(settings: Settings, run_id: int) -> list[EvaluationVie
     """A succeeded run with `engine.evaluate_at_end`: queue base against trained on each of the
     evaluation sets its plan pins, under `run_protocol`, and say so in the run's events.
     Nothing otherwise. The evaluations are the run owner's (the worker asks, not a user)."""
-    from studio.services import runs
-
     run = runs.get_run(settings, run_id)
     with session_scope(settings.sqlalchemy_url) as session:
         owner_id = get_or_404(session, Run, run_id, "run").owner_id
@@ -366,10 +392,18 @@ def evaluations_to_come(settings: Settings, run_id: int) -> bool:
                                  .limit(1)).first() is None)
 
 
-def base_vs_trained(settings: Settings, run_id: int,
-                    base_model: str | None = None) -> list[BaseVsTrained]:
-    """Per QA set, the newest evaluation of the run's checkpoint beside the newest of its base
-    model (the run's `model` unless named): `{qa_set, base, trained}`, either may be None."""
+def base_vs_trained(settings: Settings, run_id: int, base_model: str | None = None,
+                    requester: Actor | None = None) -> list[BaseVsTrained]:
+    """Per QA set, an evaluation of the run's checkpoint beside one of its base model (the
+    run's `model` unless named): `{qa_set, base, trained, yours}`, any may be None.
+
+    Each side is the first of its evaluations by: not cancelled (a cancelled one never hides
+    figures that exist), the run owner's or the studio's (owner None) before another
+    member's (a member's newer pair never hides the owner's, so every member reads the same
+    figures for a run), newest (a new pair shows as it runs: its owner follows it and may
+    cancel it, and the pair a run queues at its end shows at once). `yours`: a `requester`
+    other than the run's owner sees, labelled, its own newest pair (not cancelled, else
+    cancelled) where it differs from the one shown."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_or_404(session, Run, run_id, "run")
         base_model = base_model or run.config["model"]
@@ -380,11 +414,28 @@ def base_vs_trained(settings: Settings, run_id: int,
         base = [_view(e, owners) for e in session.exec(newest_first.where(
             Evaluation.run_id.is_(None), Evaluation.model_ref == base_model))]
         names = {q.id: q.name for q in session.exec(select(QASet))}
+        run_owner = owners.get(run.owner_id)
     _with_waits(settings, trained + base)
-    return [{"qa_set": names.get(qa_set_id, f"#{qa_set_id}"),
-             "base": next((e for e in base if e["qa_set_id"] == qa_set_id), None),
-             "trained": next((e for e in trained if e["qa_set_id"] == qa_set_id), None)}
-            for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base)]
+    mine = requester.username if requester and requester.username != run_owner else None
+
+    def first(views: list[EvaluationView], qa_set_id: int,
+              owned_by: str | None = None) -> EvaluationView | None:
+        of_set = [e for e in views if e["qa_set_id"] == qa_set_id
+                  and owned_by in (None, e["owner"])]  # newest first; min keeps the first
+        return min(of_set, default=None,
+                   key=lambda e: (e["state"] == RunState.cancelled.value,
+                                  e["owner"] not in (None, run_owner)))
+
+    rows: list[BaseVsTrained] = []
+    for qa_set_id in dict.fromkeys(e["qa_set_id"] for e in trained + base):
+        shown = (first(base, qa_set_id), first(trained, qa_set_id))
+        own = (first(base, qa_set_id, mine), first(trained, qa_set_id, mine)) if mine \
+            else (None, None)
+        rows.append({"qa_set": names.get(qa_set_id, f"#{qa_set_id}"), "base": shown[0],
+                     "trained": shown[1],
+                     "yours": {"requested_by": mine, "base": own[0], "trained": own[1]}
+                     if any(own) and own != shown else None})
+    return rows
 
 
 def latest_evaluated_run(settings: Settings) -> int | None:
@@ -430,6 +481,17 @@ def label_shares(metrics: dict | None) -> list[LabelShare]:
 def label_split(settings: Settings, evaluation_id: int) -> list[LabelShare]:
     """`label_shares` of one evaluation (404 when there is none)."""
     return label_shares(get_evaluation(settings, evaluation_id)["metrics"])
+
+
+def evaluation_records(settings: Settings, evaluation_id: int, limit: int = 50) -> list[dict]:
+    """The first `limit` per-question records of a finished evaluation (prediction, scores,
+    tool calls), as stored; none before it has finished."""
+    get_evaluation(settings, evaluation_id)
+    path = evaluation_records_path(settings, evaluation_id)
+    if not path.exists():
+        return []
+    with path.open() as lines:
+        return [json.loads(line) for line, _ in zip(lines, range(limit), strict=False)]
 
 
 def labelled_questions(settings: Settings, evaluation_id: int, label: str,
@@ -484,12 +546,19 @@ def zero_score_reason(metrics: dict | None) -> str | None:
             "of them, but no answer matched a gold answer")
 
 
+class Cancelled(TypedDict):
+    cancelled: int  # evaluations stopped
+
+
 def cancel_base_vs_trained(settings: Settings, actor: Actor, run_id: int,
                            base_model: str | None = None) -> int:
-    """Cancel the queued or running evaluations `base_vs_trained` shows; how many. Each must
-    be the actor's (or the actor an admin): none is cancelled otherwise."""
-    active = [e["id"] for pair in base_vs_trained(settings, run_id, base_model)
-              for e in (pair["base"], pair["trained"]) if e and e["state"] in ACTIVE_STATES]
+    """Cancel the queued or running evaluations `base_vs_trained` shows the actor (its own
+    pair beside the owner's included); how many. Each must be the actor's (or the actor an
+    admin): none is cancelled otherwise."""
+    active = list(dict.fromkeys(
+        e["id"] for pair in base_vs_trained(settings, run_id, base_model, actor)
+        for side in ("base", "trained") for e in (pair[side], (pair["yours"] or {}).get(side))
+        if e and e["state"] in ACTIVE_STATES))
     with session_scope(settings.sqlalchemy_url) as session:
         for evaluation_id in active:
             get_owned(session, Evaluation, evaluation_id, "evaluation", actor, "cancel")

@@ -9,9 +9,11 @@ which tools it is for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import BinaryIO
 
 from sqlmodel import select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.ingest import IngestError, read_exemplar_file
@@ -21,6 +23,7 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
+from studio.method.tags import ToolSpec
 from studio.method.tools import all_specs
 from studio.services import uploads
 from studio.services.access import Actor, require_member
@@ -54,7 +57,34 @@ def _revalidate(session, exemplar_set: ExemplarSet) -> None:
     session.add(exemplar_set)
 
 
-def _view(session, exemplar_set: ExemplarSet) -> dict:
+class ExemplarView(TypedDict):
+    number: int  # from 1
+    question: str
+    solution: str
+    answer: str | None
+    findings: list[dict]  # {severity: error | warning, message}
+
+
+class ExemplarSetSummary(TypedDict):
+    """An exemplar set without its exemplars, as lists show it (times in ISO 8601, UTC)."""
+
+    id: int
+    name: str
+    owner: str | None
+    source_filename: str | None
+    size: int
+    errors: int  # findings that block training
+    warnings: int
+    updated_at: str
+
+
+class ExemplarSetView(ExemplarSetSummary):
+    """The set with each exemplar and its findings."""
+
+    exemplars: list[ExemplarView]
+
+
+def _view(session, exemplar_set: ExemplarSet) -> ExemplarSetView:
     rows = _rows(session, exemplar_set.id)
     items = [{"number": n, "question": r.question, "solution": r.solution, "answer": r.answer,
               "findings": r.findings or []} for n, r in enumerate(rows, 1)]
@@ -82,13 +112,17 @@ def _coerce(item: dict, where: str) -> Exemplar:
 
 def check_exemplar(item: dict) -> list[dict]:
     """The findings of one exemplar being edited (nothing stored): what the set would report."""
-    exemplar = _coerce(item, "exemplar")
+    return exemplar_findings(_coerce(item, "exemplar"), 1, all_specs())
+
+
+def exemplar_findings(exemplar: Exemplar, number: int, tools: Sequence[ToolSpec]) -> list[dict]:
+    """The findings of exemplar `number` of a set checked against `tools`, as views show them."""
     return [{"severity": f.severity, "message": f.message}
-            for f in validate_exemplar(exemplar, 1, tools=all_specs())]
+            for f in validate_exemplar(exemplar, number, tools=tuple(tools))]
 
 
 def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exemplar],
-            source_filename: str | None) -> dict:
+            source_filename: str | None) -> ExemplarSetView:
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = ExemplarSet(name=check_new_name(session, ExemplarSet, name),
                                    source_filename=source_filename, owner_id=actor.id)
@@ -103,7 +137,7 @@ def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exempla
 
 
 def create_exemplar_set(settings: Settings, actor: Actor, name: str,
-                        exemplars: list[dict] | None = None) -> dict:
+                        exemplars: list[dict] | None = None) -> ExemplarSetView:
     """A set from JSON items `{question, solution, answer?}` (an empty set is allowed)."""
     require_member(actor, "create exemplar sets")
     items = [_coerce(item, f"exemplars[{i}]") for i, item in enumerate(exemplars or [])]
@@ -111,7 +145,7 @@ def create_exemplar_set(settings: Settings, actor: Actor, name: str,
 
 
 def upload_exemplar_set(settings: Settings, actor: Actor, stream: BinaryIO,
-                        filename: str | None, name: str) -> dict:
+                        filename: str | None, name: str) -> ExemplarSetView:
     """A set from a JSONL file or the text block format (`===== Example N =====`)."""
     require_member(actor, "upload exemplar sets")
     with session_scope(settings.sqlalchemy_url) as session:
@@ -135,17 +169,17 @@ def _load(session, set_id: int) -> ExemplarSet:
     return get_or_404(session, ExemplarSet, set_id, "exemplar set")
 
 
-def get_exemplar_set(settings: Settings, set_id: int) -> dict:
+def get_exemplar_set(settings: Settings, set_id: int) -> ExemplarSetView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(session, _load(session, set_id))
 
 
-def find_exemplar_set(settings: Settings, name: str) -> dict:
+def find_exemplar_set(settings: Settings, name: str) -> ExemplarSetView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(session, by_name_or_404(session, ExemplarSet, name, "exemplar set"))
 
 
-def list_exemplar_sets(settings: Settings) -> list[dict]:
+def list_exemplar_sets(settings: Settings) -> list[ExemplarSetSummary]:
     with session_scope(settings.sqlalchemy_url) as session:
         views = [_view(session, s) for s in session.exec(select(ExemplarSet)
                                                           .order_by(ExemplarSet.id))]
@@ -156,7 +190,8 @@ def _owned(session, set_id: int, actor: Actor) -> ExemplarSet:
     return get_owned(session, ExemplarSet, set_id, "exemplar set", actor, "change")
 
 
-def add_exemplar(settings: Settings, actor: Actor, set_id: int, item: dict) -> dict:
+def add_exemplar(settings: Settings, actor: Actor, set_id: int, item: dict
+                 ) -> ExemplarSetView:
     exemplar = _coerce(item, "exemplar")
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = _owned(session, set_id, actor)
@@ -178,7 +213,7 @@ def _row(session, set_id: int, number: int) -> ExemplarRow:
 
 
 def update_exemplar(settings: Settings, actor: Actor, set_id: int, number: int,
-                    item: dict) -> dict:
+                    item: dict) -> ExemplarSetView:
     """Replace exemplar `number` (from 1); fields left out keep their value."""
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = _owned(session, set_id, actor)
@@ -193,7 +228,8 @@ def update_exemplar(settings: Settings, actor: Actor, set_id: int, number: int,
         return _view(session, exemplar_set)
 
 
-def delete_exemplar(settings: Settings, actor: Actor, set_id: int, number: int) -> dict:
+def delete_exemplar(settings: Settings, actor: Actor, set_id: int, number: int
+                    ) -> ExemplarSetView:
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = _owned(session, set_id, actor)
         session.delete(_row(session, set_id, number))

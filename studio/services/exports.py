@@ -9,17 +9,26 @@ through the job's message: Celery keeps messages and results in the broker
 and the result backend (Redis, SQL), which are often on other machines,
 persisted and backed up. The job deletes the file when it ends, whatever the
 outcome, so a failed push needs the token again to be retried.
+
+Exports take disk: each user's exports (folders, zips, and those being written) may hold
+at most its export quota (`User.export_quota_bytes`, set by an admin, else
+STUDIO_EXPORT_QUOTA_BYTES). A new export, or a retry, that would pass it is refused before
+anything is stored; a failed export keeps no file, and deleting an export frees its bytes.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+from fnmatch import fnmatch
 from pathlib import Path
 
-from sqlmodel import select
+from sqlmodel import Session, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
+from studio.ingest.errors import size_text
 from studio.queue import SHORT_QUEUE, enqueue
 from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
@@ -27,13 +36,19 @@ from studio.services.lanes import add_waits
 from studio.services.records import get_or_404, get_owned, usernames
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
-from studio.tables import Export, Run, RunState, utcnow
+from studio.tables import ACTIVE_STATES, Export, Run, RunState, User, utcnow
 
 EXPORT_TASK = "worker.export"
 TARGETS = ("folder", "zip", "hub")
 RETRYABLE = (RunState.failed, RunState.interrupted)
 # A Hub repo id: "name" (the token's own namespace) or "namespace/name".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+# The files of a Hugging Face model folder that an export carries: weights, config,
+# generation config, tokenizer; never the optimizer, scheduler or trainer state.
+MODEL_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json",
+               "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab.json",
+               "vocab.txt", "merges.txt", "added_tokens.json", "chat_template.*", "*.model",
+               "*.tiktoken")
 
 
 # --- where things are -----------------------------------------------------------------------
@@ -50,6 +65,31 @@ def export_folder(settings: Settings, export_id: int) -> Path:
 
 def export_zip(settings: Settings, export_id: int) -> Path:
     return exports_root(settings) / f"{export_id}.zip"
+
+
+def partial_path(path: Path) -> Path:
+    """Where `path` is written until it is complete (then renamed into place)."""
+    return path.with_name(f".{path.name}.partial")
+
+
+def export_files(settings: Settings, export_id: int) -> list[Path]:
+    """Every path an export may hold on disk: its folder and zip, finished or being written."""
+    finished = [export_folder(settings, export_id), export_zip(settings, export_id)]
+    return [*finished, *(partial_path(path) for path in finished)]
+
+
+def remove_export_files(settings: Settings, export_id: int) -> None:
+    for path in export_files(settings, export_id):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files of a model folder that an export carries (MODEL_FILES)."""
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and any(fnmatch(p.name, pattern) for pattern in MODEL_FILES))
 
 
 def checkpoint_steps(settings: Settings, run_id: int) -> dict[int, Path]:
@@ -70,6 +110,70 @@ def checkpoint_folder(settings: Settings, run_id: int, step: int | None) -> tupl
         raise InvalidInput(f"step: run {run_id} has no checkpoint after {step} steps; "
                            f"the checkpoints kept are after steps {kept}")
     return step, steps[step]
+
+
+# --- disk use and the quota -----------------------------------------------------------------
+
+
+def _file_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # absent, or removed while counted
+        return 0
+
+
+def disk_bytes(path: Path) -> int:
+    """The bytes of the files at or under `path` now (0 when it is absent)."""
+    if not path.is_dir():
+        return _file_bytes(path)
+    return sum(_file_bytes(Path(root, name)) for root, _, names in os.walk(path)
+               for name in names)
+
+
+def estimated_bytes(settings: Settings, run_id: int, step: int | None) -> int:
+    """What an export of the checkpoint after `step` steps will hold: the model files it
+    carries (the model card and run.yaml add little; a LoRA checkpoint holds the adapter,
+    smaller than the merged weights its export holds)."""
+    source = checkpoint_steps(settings, run_id).get(step)
+    return sum(_file_bytes(p) for p in model_files(source)) if source else 0
+
+
+def _held_bytes(settings: Settings, export: Export) -> int:
+    """The disk an export holds; a queued or running one holds at least its estimate."""
+    on_disk = sum(disk_bytes(path) for path in export_files(settings, export.id))
+    if export.state in ACTIVE_STATES:
+        return max(on_disk, estimated_bytes(settings, export.run_id, export.step))
+    return on_disk
+
+
+def export_quota(settings: Settings, user: User) -> int:
+    """The bytes `user`'s exports may hold: its own quota if an admin set one."""
+    return settings.export_quota_bytes if user.export_quota_bytes is None \
+        else user.export_quota_bytes
+
+
+def _check_quota(settings: Settings, session: Session, owner_id: int | None, needed: int,
+                 what: str, *, besides: int | None = None) -> None:
+    """Refuse (409) `what`, needing about `needed` bytes more, when the owner's exports
+    (but export `besides`) already hold so much that it would pass the owner's quota.
+    The owner's row is locked until the transaction ends, so that two exports asked for at
+    once are counted one after the other. An export made before the studio had users has
+    no owner to count it against."""
+    owner = session.exec(select(User).where(User.id == owner_id).with_for_update()).first()
+    if owner is None:
+        return
+    held = select(Export).where(Export.owner_id == owner_id)
+    if besides is not None:
+        held = held.where(Export.id != besides)
+    used = sum(_held_bytes(settings, e) for e in session.exec(held))
+    quota = export_quota(settings, owner)
+    if used + needed > quota:
+        raise Conflict(
+            f"export quota: {owner.username}'s exports hold {size_text(used)} and {what} "
+            f"needs about {size_text(needed)} more, past the quota of {size_text(quota)}. "
+            "Delete exports no longer needed (`studio exports delete ID`, DELETE "
+            "/api/v1/exports/{id}, or on the Export page), or ask an admin for a larger "
+            f"quota (`studio user set-export-quota {owner.username} BYTES`)")
 
 
 # --- the token's hand-off -------------------------------------------------------------------
@@ -121,13 +225,36 @@ def _discard_tokens_of_finished_exports(settings: Settings) -> None:
 # --- what users call ------------------------------------------------------------------------
 
 
-def _view(export: Export, owners: dict[int, str]) -> dict:
+class ExportView(TypedDict):
+    """An export as the API and the pages show it (times in ISO 8601, UTC)."""
+
+    id: int
+    owner: str | None
+    run_id: int
+    target: str  # folder | zip | hub
+    step: int | None  # the checkpoint exported (steps done)
+    repo_id: str | None  # hub
+    private: bool
+    state: str  # queued | running | succeeded | failed | interrupted
+    progress: float  # 0..1
+    message: str | None  # what it is doing now; queued: where it waits, and behind what
+    location: str | None
+    error: str | None
+    retryable: bool
+    stored_bytes: int  # what its files hold on disk now
+    created_at: str
+    finished_at: str | None
+
+
+def _view(settings: Settings, export: Export, owners: dict[int, str]) -> ExportView:
+    """The export's row, and `stored_bytes`: what its files hold on disk now."""
     return {"id": export.id, "owner": owners.get(export.owner_id), "run_id": export.run_id,
             "target": export.target,
             "step": export.step, "repo_id": export.repo_id, "private": export.private,
             "state": export.state, "progress": export.progress, "message": export.message,
             "location": export.location, "error": export.error,
             "retryable": export.state in RETRYABLE,
+            "stored_bytes": sum(disk_bytes(p) for p in export_files(settings, export.id)),
             "created_at": export.created_at.isoformat(),
             "finished_at": export.finished_at.isoformat() if export.finished_at else None}
 
@@ -150,7 +277,7 @@ def _check_hub_request(target: str, repo_id: str | None, token: object) -> str |
 
 def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str = "folder",
                   step: int | None = None, repo_id: str | None = None, private: bool = True,
-                  token: str | None = None, start: bool = True) -> dict:
+                  token: str | None = None, start: bool = True) -> ExportView:
     """Queue an export of run `run_id`'s checkpoint after `step` steps (default: the latest);
     only the run's owner (or an admin) exports it."""
     with session_scope(settings.sqlalchemy_url) as session:
@@ -160,6 +287,8 @@ def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str 
     repo_id = _check_hub_request(target, repo_id, token)
     step, _ = checkpoint_folder(settings, run_id, step)
     with session_scope(settings.sqlalchemy_url) as session:
+        _check_quota(settings, session, actor.id, estimated_bytes(settings, run_id, step),
+                     f"this export of run {run_id}'s checkpoint after {step} steps")
         export = Export(run_id=run_id, target=target, step=step, repo_id=repo_id,
                         owner_id=actor.id,
                         private=private)
@@ -171,7 +300,7 @@ def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str 
 
 
 def retry_export(settings: Settings, actor: Actor, export_id: int, *,
-                 token: str | None = None, start: bool = True) -> dict:
+                 token: str | None = None, start: bool = True) -> ExportView:
     """Queue a failed export again; a Hub push needs its token again (it was not kept)."""
     with session_scope(settings.sqlalchemy_url) as session:
         export = get_owned(session, Export, export_id, "export", actor, "retry")
@@ -179,6 +308,9 @@ def retry_export(settings: Settings, actor: Actor, export_id: int, *,
             raise Conflict(f"export {export_id} is {export.state}; only a failed export "
                            "can be retried")
         _check_hub_request(export.target, export.repo_id, token)
+        _check_quota(settings, session, export.owner_id,
+                     estimated_bytes(settings, export.run_id, export.step),
+                     f"export {export_id} built again", besides=export_id)
         export.state, export.error, export.finished_at = RunState.queued, None, None
         export.message = None  # while queued, the view says where it waits
         session.add(export)
@@ -194,25 +326,39 @@ def _start(settings: Settings, export_id: int, token: str | None, start: bool) -
         enqueue(settings, EXPORT_TASK, export_id, queue=SHORT_QUEUE)
 
 
-def _with_waits(settings: Settings, views: list[dict]) -> list[dict]:
+def _with_waits(settings: Settings, views: list[ExportView]) -> list[ExportView]:
     """A queued export's message says where it waits and behind what."""
     return add_waits(settings, views, "export", "message", lambda _view: SHORT_QUEUE)
 
 
-def get_export(settings: Settings, export_id: int) -> dict:
+def get_export(settings: Settings, export_id: int) -> ExportView:
     with session_scope(settings.sqlalchemy_url) as session:
-        view = _view(get_or_404(session, Export, export_id, "export"), usernames(session))
+        view = _view(settings, get_or_404(session, Export, export_id, "export"),
+                     usernames(session))
     return _with_waits(settings, [view])[0]
 
 
-def list_exports(settings: Settings, run_id: int | None = None) -> list[dict]:
+def list_exports(settings: Settings, run_id: int | None = None) -> list[ExportView]:
     with session_scope(settings.sqlalchemy_url) as session:
         query = select(Export).order_by(Export.id.desc())
         if run_id is not None:
             query = query.where(Export.run_id == run_id)
         owners = usernames(session)
-        views = [_view(e, owners) for e in session.exec(query)]
+        views = [_view(settings, e, owners) for e in session.exec(query)]
     return _with_waits(settings, views)
+
+
+def delete_export(settings: Settings, actor: Actor, export_id: int) -> None:
+    """Delete an export that is not queued or running: its row and its files, which frees
+    its owner's quota (the owner or an admin; a repo pushed to the Hub stays there)."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        export = get_owned(session, Export, export_id, "export", actor, "delete")
+        if export.state in ACTIVE_STATES:
+            raise Conflict(f"export {export_id} is {RunState(export.state).value}; wait "
+                           "until it ends, then delete it")
+        session.delete(export)
+    remove_export_files(settings, export_id)
+    discard_token(settings, export_id)
 
 
 def download(settings: Settings, export_id: int) -> tuple[Path, str]:

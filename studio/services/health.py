@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlmodel import select
+from typing_extensions import NotRequired, TypedDict  # pydantic reads them on Python 3.11
 
 from studio.db import check_connection, session_scope
 from studio.queue import QUEUE_JOBS, REQUIRED_QUEUES, check_broker
@@ -12,7 +13,42 @@ from studio.settings import Settings, redact_url
 from studio.tables import WorkerHeartbeat, utcnow
 
 
-def _probe(fn, url: str) -> dict:
+class Probe(TypedDict):
+    ok: bool
+    url: str  # credentials hidden
+    error: NotRequired[str]  # why it cannot be reached
+
+
+class WorkerView(TypedDict):
+    hostname: str
+    queues: list[str]
+    pid: int
+    last_seen: str
+
+
+class LiveWorker(WorkerView):
+    devices: dict  # per queue, the device its training processes use
+
+
+class HealthReport(TypedDict):
+    """`/healthz` for a caller with an API token."""
+
+    status: str  # ok | degraded | down
+    database: Probe
+    broker: Probe
+    workers: list[WorkerView]
+    queues: dict[str, list[str]]  # each queue the studio needs (and any served): its workers
+    problems: list[str]
+
+
+class PublicHealth(TypedDict):
+    """`/healthz` for anyone: the status alone."""
+
+    status: str  # ok | degraded | down
+    detail: str  # how to see the parts
+
+
+def _probe(fn, url: str) -> Probe:
     try:
         fn(url)
         return {"ok": True, "url": redact_url(url)}
@@ -28,7 +64,7 @@ def alive_since(settings: Settings) -> datetime:
     return utcnow() - timedelta(seconds=MISSED_BEATS * settings.heartbeat_seconds)
 
 
-def live_workers(settings: Settings) -> list[dict]:
+def live_workers(settings: Settings) -> list[LiveWorker]:
     """Workers whose heartbeat is younger than three heartbeat periods."""
     cutoff = alive_since(settings)
     with session_scope(settings.sqlalchemy_url) as session:
@@ -69,7 +105,7 @@ def queue_workers(workers: list[dict]) -> dict[str, list[str]]:
     return served
 
 
-def health(settings: Settings) -> dict:
+def health(settings: Settings) -> HealthReport:
     """`status` is down (database or broker unreachable), degraded (no live worker on a queue
     the studio needs: cpu, or short for index builds and exports) or ok; `queues` lists each
     queue's live workers; `problems` says in plain words what is wrong."""

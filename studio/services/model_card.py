@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.base_models import DEFAULT_MODEL
+from studio.base_models import packaged_model
 from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
-from studio.method.tools import named_specs, results_words
+from studio.method.tools import TOOLS, named_specs, results_words
 from studio.run_config import LoraSpec, RunConfig
 from studio.sandbox import Limits
 from studio.services import evaluations, qa_sets, runs
@@ -33,8 +34,6 @@ from studio.steps import MARK_POINTS_BELOW, shown_step, stage_line_x
 from studio.tables import Corpus, QASet, RunState
 
 REWARD_CURVES = "reward_curves.png"
-# What the studio knows of a base model it ships: its Hub id and licence.
-KNOWN_BASES = {DEFAULT_MODEL: ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),
                 ("tool calls", "search_calls"), ("answer rate", "answer_rate"))
 
@@ -44,47 +43,6 @@ def hub_tags(config: RunConfig) -> list[str]:
     return ["icrl", "grpo", "reinforcement-learning", "tool-use", *config.tools, "icrl-studio"]
 
 
-@dataclass(frozen=True)
-class ToolUsage:
-    """How the card tells an application to serve one tool: what the model writes in the
-    call tag and what the application does before appending the result tag."""
-
-    writes: str  # "a query", "a Python program"
-    runs: str  # the application's part, then "appends <result> with ..."
-    returns: str
-    serves: str  # the stop-string comment's verb phrase: "run the query"
-    purpose: str  # the intro's "to answer questions by ..."
-    use: str  # the limits' "intended for research and prototypes of ..."
-    calls: str  # the limits' "its ... and answers may be poor"
-    example: str  # the question of the usage example (for the run's first tool)
-
-
-TOOL_USAGE = {
-    "search": ToolUsage(
-        "a query", "your application runs the\nquery (top-{top_k} passages of a BM25 index in "
-        "training) and appends\n", "with the passages", "run the query",
-        "searching a document collection",
-        "question answering over the documents it\n  was trained to search, with the tag "
-        "protocol above and a search tool that returns passages", "search queries",
-        "Which river flows through the capital of the country where the author was born?"),
-    "python": ToolUsage(
-        "a Python program", "your application runs it\nin a sandbox (in training: a "
-        "throw-away bubblewrap sandbox with no network, {wall:g} s and {cpu} CPU seconds "
-        "at most) and appends\n", "with what it printed (and the last line of its error, if "
-        "it failed)", "run the program in a sandbox", "running Python code",
-        "answering questions by writing Python code, with the tag protocol above and a\n  "
-        "sandbox that runs it and returns what it printed", "code",
-        "How many seconds are there in 17 days?"),
-    "calculator": ToolUsage(
-        "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
-        "+ - * / // % ** and parentheses, computed exactly, nothing else run) and appends\n",
-        "with its value (or a short error)", "evaluate the expression",
-        "handing arithmetic to a calculator",
-        "answering arithmetic questions by writing the expression for a calculator, with the "
-        "tag\n  protocol above and a calculator that returns its value",
-        "expressions", "What is 4837 times 29?"),
-}
-"""Keyed by registered tool name: the card describes the tools of the run it is for."""
 
 
 @dataclass
@@ -118,8 +76,9 @@ def base_model_label(ref: str) -> str:
 
 def base_model_facts(ref: str) -> tuple[str | None, str | None]:
     """(Hub id, licence) of a base model reference, each None when unknown."""
-    if ref in KNOWN_BASES:
-        return KNOWN_BASES[ref]
+    packaged = packaged_model(ref)
+    if packaged is not None:  # the shelf knows where it comes from
+        return packaged.upstream, packaged.licence
     folder = Path(ref).expanduser()
     if folder.is_dir():
         licence = _front_matter_of(folder).get("license")
@@ -212,7 +171,7 @@ def _calls(config: RunConfig) -> str:
     limits = Limits()
     clauses = []
     for spec in named_specs(config.tools):
-        usage = TOOL_USAGE[spec.name]
+        usage = TOOLS[spec.name].card
         runs = usage.runs.format(top_k=config.grpo.top_k, wall=limits.wall_seconds,
                                  cpu=limits.cpu_seconds)
         clauses.append(f"writes {usage.writes} inside `<{spec.call_tag}>...</{spec.call_tag}>` "
@@ -222,12 +181,12 @@ def _calls(config: RunConfig) -> str:
 
 
 def _usage_section(config: RunConfig, repo: str) -> str:
-    prompt = config.build_prompt(TOOL_USAGE[config.tools[0]].example, [], 0)
+    prompt = config.build_prompt(TOOLS[config.tools[0]].card.example, [], 0)
     prefix = config.prompt.assistant_prefix or ""
     specs = named_specs(config.tools)
     stops = [f"</{spec.call_tag}>" for spec in specs] + ["</answer>"]
     served = "\n".join(
-        f"# on </{spec.call_tag}>: {TOOL_USAGE[spec.name].serves}, append "
+        f"# on </{spec.call_tag}>: {TOOLS[spec.name].card.serves}, append "
         f"\"\\n\\n<{spec.result_tag}>...</{spec.result_tag}>\\n\\n\", generate again"
         for spec in specs)
     return f"""The model was trained to answer with this tag protocol: it thinks inside
@@ -405,6 +364,7 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
         + _measured_behaviour(latest, config)
         + (" " + _lora_words(config.lora) if config.lora else ""),
         "## How to use\n\n" + _usage_section(config, repo_id or "PATH_OR_REPO_ID"),
+        "## Base model\n\n" + _base_model_section(config.model, base),
         "## Training data\n\n" + _data_section(settings, plan),
         "## Curriculum\n\n" + _curriculum_section(config),
         "## Hyper-parameters\n\n" + _hyperparameters_section(config)
@@ -418,8 +378,27 @@ def build_model_card(settings: Settings, run_id: int, step: int | None = None,
     return ModelCard(f"---\n{front}---\n\n" + "\n\n".join(sections) + "\n", metadata, png, step)
 
 
+def _base_model_section(ref: str, label: str) -> str:
+    """Which model the run started from and what the studio knows of it (its shelf entry:
+    where it comes from and how well it reads what it is handed)."""
+    packaged = packaged_model(ref)
+    if packaged is None:
+        return (f"{label}, given by the run's config (a Hugging Face id or a local folder); "
+                "the studio has no reading figure for it (`bench/reader_ceiling.py` measures "
+                "one).")
+    lines = [f"{label}: {packaged.title} ({packaged.upstream}, licence {packaged.licence}), "
+             f"converted from the GGUF in the package `{packaged.pip_name}` and checked by the "
+             "studio (`studio models list`)."]
+    if packaged.reader_ceiling:
+        lines.append(f"How well it writes an answer it has been handed (`bench/reader_ceiling"
+                     f".py`): {packaged.reader_ceiling}. A model that cannot read what its "
+                     "search returns can learn the tool's format but not to answer from it.")
+    lines += [f"- {note}" for note in packaged.notes]
+    return "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
+
+
 def _purposes(config: RunConfig) -> str:
-    return " and ".join(TOOL_USAGE[name].purpose for name in config.tools)
+    return " and ".join(TOOLS[name].card.purpose for name in config.tools)
 
 
 def _tool_words(config: RunConfig) -> str:
@@ -452,7 +431,7 @@ def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
 
 
 def _limits(config: RunConfig) -> str:
-    usages = [TOOL_USAGE[name] for name in config.tools]
+    usages = [TOOLS[name].card for name in config.tools]
     data = "questions and corpus" if config.data.corpus else "questions"
     other = "documents or kinds of\n  questions" if "search" in config.tools else \
         "kinds of questions"
@@ -479,8 +458,16 @@ def reward_curves_image(settings: Settings, run_id: int, step: int | None = None
     return png
 
 
+class CardPreview(TypedDict):
+    run_id: int
+    step: int  # the checkpoint it describes (steps done)
+    markdown: str  # README.md, YAML front matter included
+    metadata: dict  # the front matter
+    has_reward_curves: bool  # the card's image exists (the run has metric rows)
+
+
 def preview_model_card(settings: Settings, run_id: int, step: int | None = None,
-                       repo_id: str | None = None) -> dict:
+                       repo_id: str | None = None) -> CardPreview:
     """What the UI shows before an export: the README text and whether curves exist."""
     card = build_model_card(settings, run_id, step, repo_id)
     return {"run_id": run_id, "step": card.step, "markdown": card.markdown,

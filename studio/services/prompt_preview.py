@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
+
 from studio.method.exemplars import Exemplar
 from studio.method.prompt import LAYOUTS, SEARCH_ONLY
 from studio.method.tools import TOOLS, check_tool_names
@@ -15,10 +17,24 @@ from studio.services.tokenizers import cached_tokenizer
 from studio.settings import Settings
 
 
+class PromptShown(TypedDict):
+    k: int  # exemplars shown
+    messages: list[dict]  # the chat messages ({role, content})
+    text: str  # as the model's chat template renders them
+    tokens: int
+
+
+class PromptPreview(TypedDict):
+    model: str  # the tokenizer's model
+    layout: str
+    tools: list[str]
+    prompts: list[PromptShown]
+
+
 def preview_prompts(settings: Settings, set_id: int, question: str, *,
                     ks: list[int] | None = None, layout: str = "inline",
                     model: str | None = None, assistant_prefix: str | None = None,
-                    tools: Sequence[str] = SEARCH_ONLY) -> dict:
+                    tools: Sequence[str] = SEARCH_ONLY) -> PromptPreview:
     """The prompt for each k in `ks` (default 0..N) of a stored set, with text and token count."""
     return preview_exemplars(settings, load_exemplars(settings, set_id), question, ks=ks,
                              layout=layout, model=model, assistant_prefix=assistant_prefix,
@@ -28,7 +44,7 @@ def preview_prompts(settings: Settings, set_id: int, question: str, *,
 def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], question: str, *,
                       ks: list[int] | None = None, layout: str = "inline",
                       model: str | None = None, assistant_prefix: str | None = None,
-                      tools: Sequence[str] = SEARCH_ONLY) -> dict:
+                      tools: Sequence[str] = SEARCH_ONLY) -> PromptPreview:
     """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress.
 
     Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict. The prompt is

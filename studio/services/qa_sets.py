@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 from sqlalchemy import insert
 from sqlmodel import col, delete, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.ingest import IngestError, QARow, read_qa, split_qa
@@ -40,7 +41,41 @@ def _check_purpose(purpose: str) -> str:
     return purpose
 
 
-def _view(qa_set: QASet, owners: dict[int, str]) -> dict:
+class QASetView(TypedDict):
+    """A QA set as the API and the pages show it (times in ISO 8601, UTC)."""
+
+    id: int
+    name: str
+    owner: str | None
+    purpose: str  # train | eval
+    source_filename: str
+    format: str  # flashrag-jsonl | hotpotqa-json | musique-json | csv
+    num_rows: int
+    report: dict | None  # duplicates, empty answers, ...; a split's seed and source
+    created_at: str
+
+
+class QARowView(TypedDict):
+    row: int  # from 1
+    id: str | None  # the source's id
+    question: str
+    golden_answers: list[str] | None
+
+
+class QARowsPage(TypedDict):
+    total: int
+    offset: int
+    rows: list[QARowView]
+
+
+class SplitSets(TypedDict):
+    """The two sets a split made."""
+
+    train: QASetView
+    eval: QASetView
+
+
+def _view(qa_set: QASet, owners: dict[int, str]) -> QASetView:
     return {
         "id": qa_set.id, "name": qa_set.name, "owner": owners.get(qa_set.owner_id),
         "purpose": qa_set.purpose,
@@ -57,7 +92,7 @@ def rows_hash(rows: list[QARow]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
+def _store(session, qa_set: QASet, rows: list[QARow]) -> QASetView:
     """Insert the set and its rows; the set's view."""
     session.add(qa_set)
     session.flush()
@@ -71,7 +106,8 @@ def _store(session, qa_set: QASet, rows: list[QARow]) -> dict:
 
 
 def create_qa_set(settings: Settings, actor: Actor, stream: BinaryIO, filename: str | None,
-                  name: str, *, purpose: str = "train", fmt: str | None = None) -> dict:
+                  name: str, *, purpose: str = "train", fmt: str | None = None
+                  ) -> QASetView:
     require_member(actor, "upload QA sets")
     _check_purpose(purpose)
     with session_scope(settings.sqlalchemy_url) as session:
@@ -97,24 +133,25 @@ def _load(session, qa_set_id: int) -> QASet:
     return get_or_404(session, QASet, qa_set_id, "QA set")
 
 
-def get_qa_set(settings: Settings, qa_set_id: int) -> dict:
+def get_qa_set(settings: Settings, qa_set_id: int) -> QASetView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(_load(session, qa_set_id), usernames(session))
 
 
-def find_qa_set(settings: Settings, name: str) -> dict:
+def find_qa_set(settings: Settings, name: str) -> QASetView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(by_name_or_404(session, QASet, name, "QA set"), usernames(session))
 
 
-def list_qa_sets(settings: Settings) -> list[dict]:
+def list_qa_sets(settings: Settings) -> list[QASetView]:
     with session_scope(settings.sqlalchemy_url) as session:
         owners = usernames(session)
         return [_view(q, owners) for q in session.exec(
             select(QASet).where(QASet.retired_at.is_(None)).order_by(QASet.id))]
 
 
-def set_purpose(settings: Settings, actor: Actor, qa_set_id: int, purpose: str) -> dict:
+def set_purpose(settings: Settings, actor: Actor, qa_set_id: int, purpose: str
+                ) -> QASetView:
     _check_purpose(purpose)
     with session_scope(settings.sqlalchemy_url) as session:
         qa_set = get_owned(session, QASet, qa_set_id, "QA set", actor, "change")
@@ -131,7 +168,8 @@ def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -
     return list(session.exec(query))
 
 
-def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20) -> dict:
+def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20
+            ) -> QARowsPage:
     """A page of rows for previews."""
     if offset < 0 or not 1 <= limit <= MAX_ROWS_PAGE:
         raise InvalidInput(f"offset must be >= 0 and limit between 1 and {MAX_ROWS_PAGE}")
@@ -170,7 +208,7 @@ def sample_rows(settings: Settings, qa_set_id: int, limit: int) -> tuple[int, li
 
 def split_qa_set(settings: Settings, actor: Actor, qa_set_id: int, *,
                  eval_fraction: float = 0.2, seed: int = 0, train_name: str | None = None,
-                 eval_name: str | None = None) -> dict:
+                 eval_name: str | None = None) -> SplitSets:
     """Split a set into a training and an evaluation set with a seed (both new sets, the
     actor's: any member may split a set of the team, which stays as it is)."""
     require_member(actor, "split QA sets")

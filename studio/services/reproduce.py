@@ -16,7 +16,8 @@ import re
 from importlib import metadata
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, with_config
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.access import Actor
@@ -59,6 +60,20 @@ class Bundle(BaseModel):
     determinism: dict | None  # what the engine set; None before an attempt started
 
 
+@with_config(ConfigDict(extra="allow"))  # a bundle file is served as written
+class BundleView(TypedDict):
+    """`Bundle` as `runs/<id>/reproduce.json` holds it, served as JSON."""
+
+    format: str
+    seed: int
+    config: dict
+    data: dict  # {corpus, train, eval, exemplars}: each {name, content_hash} (corpus: None
+    # when the run does not search)
+    packages: dict[str, str | None]
+    device: dict | None
+    determinism: dict | None
+
+
 def package_versions() -> dict[str, str | None]:
     versions = {}
     for name in PACKAGES:
@@ -73,7 +88,8 @@ def _pin(ref: DataRef | None) -> Pin | None:
     return Pin(name=ref.name, content_hash=ref.content_hash) if ref else None
 
 
-def make_bundle(plan: RunPlan, *, device: dict | None, determinism: dict | None) -> dict:
+def make_bundle(plan: RunPlan, *, device: dict | None, determinism: dict | None
+                ) -> BundleView:
     """The bundle of a run with this plan, trained on `device` with `determinism` (what the
     engine set); None for both when no attempt has started."""
     return Bundle(
@@ -86,7 +102,7 @@ def make_bundle(plan: RunPlan, *, device: dict | None, determinism: dict | None)
 
 
 def write_bundle(settings: Settings, run_id: int, plan: RunPlan, *, device: dict,
-                 determinism: dict) -> dict:
+                 determinism: dict) -> BundleView:
     """Write the bundle of the attempt that starts now (a resumed attempt's replaces it)."""
     bundle = make_bundle(plan, device=device, determinism=determinism)
     path = RunFolder.of(settings, run_id).bundle
@@ -95,7 +111,7 @@ def write_bundle(settings: Settings, run_id: int, plan: RunPlan, *, device: dict
     return bundle
 
 
-def run_bundle(settings: Settings, run_id: int) -> dict:
+def run_bundle(settings: Settings, run_id: int) -> BundleView:
     """The run's bundle as its latest attempt wrote it; before any, the plan's alone."""
     path = RunFolder.of(settings, run_id).bundle
     if path.is_file():
@@ -168,13 +184,23 @@ def package_warnings(bundle: Bundle) -> list[str]:
             for name, then in bundle.packages.items() if name in here and here[name] != then]
 
 
+_PLACES_OF_THE_RELAUNCHER = ("studio_url", "ray_address")
+"""`verl` keys a relaunched card may not choose: where the run's token is sent and used."""
+
+
 def launch_from_bundle(settings: Settings, actor: Actor, text: str, *,
                        model: str | None = None, start: bool = True) -> dict:
     """Launch the run a model card or reproduce.json describes, on the same data (checked by
     content hash); `model` replaces its base model (a card names a local folder by its name
-    only). The report's warnings name the packages whose versions differ."""
+    only). The report's warnings name the packages whose versions differ.
+
+    The card's `verl.studio_url` and `verl.ray_address` are dropped: the relauncher's token
+    goes to the Ray workers and back to the studio, so the places are this studio's own."""
     bundle = parse_bundle(text)
     config = _checked_plan(settings, bundle).config.model_dump(mode="json")
-    run = create_run(settings, actor, {**config, "model": model or config["model"]},
+    dropped = [f"verl.{key}: the card's {config['verl'][key]!r} is not used; the run uses "
+               "this studio's own" for key in _PLACES_OF_THE_RELAUNCHER if config["verl"][key]]
+    verl = {**config["verl"], **dict.fromkeys(_PLACES_OF_THE_RELAUNCHER)}
+    run = create_run(settings, actor, {**config, "verl": verl, "model": model or config["model"]},
                      start=start)
-    return {**run, "warnings": run["warnings"] + package_warnings(bundle)}
+    return {**run, "warnings": run["warnings"] + dropped + package_warnings(bundle)}

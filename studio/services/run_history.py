@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ConfigDict, with_config
 from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
+from studio.engines import ENGINES
 from studio.method.token_arrays import TokenArrays, token_view
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
@@ -34,18 +37,108 @@ ROLLOUT_SUMMARY_COLUMNS = (
 )
 
 
-def metric_view(row) -> dict:
+@with_config(ConfigDict(extra="allow"))  # every metric the step recorded, by its name
+class MetricRow(TypedDict):
+    """One step's metrics, flat: these four and each named value (reward_mean, acc, ...)."""
+
+    id: int
+    step: int
+    stage: int
+    exemplars: int
+
+
+class MetricPage(TypedDict):
+    items: list[MetricRow]
+    total: int
+    next_cursor: str | None  # None on the last page
+
+
+class EventView(TypedDict):
+    id: int
+    step: int
+    kind: str  # stage_change | warning | info
+    message: str
+    data: dict | None
+
+
+class RolloutSummary(TypedDict):
+    """A rollout without its segments: what a list, a table row or the live stream shows."""
+
+    id: int
+    step: int
+    group: int
+    sample: int
+    stage: int
+    exemplars: int
+    question: str
+    golden_answers: list | None
+    reward: float
+    breakdown: dict | None  # the reward's parts (acc, format, answer, ...)
+    advantage: float
+
+
+class RolloutDetail(RolloutSummary):
+    """A rollout with its segments, each marked `trained` (false for what the loss ignores),
+    and the token counts per source (prompt, model, env)."""
+
+    segments: list[dict]  # {source, kind, text, tokens, trained}
+    tokens: dict[str, int]
+
+
+class RolloutPage(TypedDict):
+    items: list[RolloutSummary]  # RolloutDetail with `segments` (and `token_view`)
+    total: int
+    next_cursor: str | None  # None on the last page
+
+
+class RolloutTokens(TypedDict):
+    """One rollout's per-token figures (`studio.method.token_arrays.token_view`), parallel
+    arrays with one entry per response token."""
+
+    id: int
+    recorded: bool  # false (arrays empty) where the engine kept none
+    tokens: int
+    bytes: int  # the packed size
+    text: list[str]
+    segment: list[int]  # index into the rollout's segments
+    mask: list[int]  # 1: sampled by the model and trained on; 0: inserted by the environment
+    logprob: list[float | None]  # None where masked
+    entropy: list[float | None]  # None where masked
+    advantage: list[float]
+
+
+class ComparedRun(TypedDict):
+    id: int
+    name: str
+    state: str
+    current_step: int
+    total_steps: int
+
+
+class RunComparison(TypedDict):
+    """Several runs' metric series on one step axis, their configs and how these differ."""
+
+    runs: list[ComparedRun]
+    steps: list[int]
+    metrics: list[str]
+    series: dict[str, list[list]]  # metric -> per run, its value at each step (None: none)
+    configs: list[dict | None]  # each run's config, every default filled in
+    unused: list[list[str]]  # per run, the config keys its own settings make unused
+    differences: list[str]  # dotted keys whose (used) values differ
+
+
+def metric_view(row) -> MetricRow:
     """One step's metrics, flat: `step`, `stage`, `exemplars` and every named value."""
     return {"id": row.id, "step": row.step, "stage": row.stage, "exemplars": row.exemplars,
             **(row.values or {})}
 
 
-def event_view(row) -> dict:
+def event_view(row) -> EventView:
     return {"id": row.id, "step": row.step, "kind": row.kind, "message": row.message,
             "data": row.data}
 
 
-def rollout_summary(row) -> dict:
+def rollout_summary(row) -> RolloutSummary:
     return {"id": row.id, "step": row.step, "group": row.group_index,
             "sample": row.sample_index, "stage": row.stage, "exemplars": row.exemplars,
             "question": row.question, "golden_answers": row.golden_answers,
@@ -80,7 +173,7 @@ def _metric_query(run_id: int, from_step: int | None, to_step: int | None):
 
 
 def run_metrics(settings: Settings, run_id: int, since_step: int = 0,
-                until_step: int | None = None) -> list[dict]:
+                until_step: int | None = None) -> list[MetricRow]:
     """The whole series from `since_step` (to `until_step`), in step order: what a chart draws."""
     with session_scope(settings.sqlalchemy_url) as session:
         rows = [metric_view(r) for r in session.exec(
@@ -90,7 +183,7 @@ def run_metrics(settings: Settings, run_id: int, since_step: int = 0,
 
 
 def metrics_written_after(settings: Settings, run_id: int, after_id: int = 0,
-                          limit: int = 1000) -> list[dict]:
+                          limit: int = 1000) -> list[MetricRow]:
     """Metric rows in the order they were written (by id): what a follower reads. A step
     run again after a resume comes back with a new id and its step number."""
     with session_scope(settings.sqlalchemy_url) as session:
@@ -102,7 +195,7 @@ def metrics_written_after(settings: Settings, run_id: int, after_id: int = 0,
 
 def metric_page(settings: Settings, run_id: int, *, from_step: int | None = None,
                 to_step: int | None = None, limit: int = 1000,
-                cursor: str | None = None) -> dict:
+                cursor: str | None = None) -> MetricPage:
     """Metric rows by step range, in step order; the cursor is the next step to read."""
     _check_limit(limit, MAX_METRIC_PAGE)
     start = _int_cursor(cursor)
@@ -130,7 +223,8 @@ def _int_cursor(cursor: str | None) -> int | None:
 # --- events -------------------------------------------------------------------------------
 
 
-def run_events(settings: Settings, run_id: int, kind: str | None = None) -> list[dict]:
+def run_events(settings: Settings, run_id: int, kind: str | None = None
+               ) -> list[EventView]:
     """The event log (stage changes, warnings, notes) in step order: what the curves mark."""
     with session_scope(settings.sqlalchemy_url) as session:
         query = select(RunEvent).where(RunEvent.run_id == run_id)
@@ -179,7 +273,7 @@ def _rollout_cursor(cursor: str | None) -> tuple[int, int] | None:
 
 def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = RolloutFilter(), *,
                  limit: int = 50, offset: int = 0, cursor: str | None = None,
-                 segments: bool = False, tokens: bool = False) -> dict:
+                 segments: bool = False, tokens: bool = False) -> RolloutPage:
     """Rollouts newest first (step, then id, descending), filtered; summaries unless
     `segments`; with `tokens` too, each segmented rollout's per-token figures
     (`token_view`)."""
@@ -216,13 +310,13 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
 
 
 def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
-                 limit: int = 50) -> list[dict]:
+                 limit: int = 50) -> list[RolloutDetail]:
     """The newest rollouts (of one step) with their segments, for callers that want them all."""
     return rollout_page(settings, run_id, RolloutFilter(step_min=step, step_max=step),
                         limit=limit, segments=True)["items"]
 
 
-def _with_segments(summary: dict, segments: list | None) -> dict:
+def _with_segments(summary: RolloutSummary, segments: list | None) -> RolloutDetail:
     """Each segment marked `trained` (model tokens) or not (prompt, environment), with token sums.
 
     The environment's segments are what the loss ignores; their token counts are the
@@ -249,13 +343,13 @@ def _rollout_row(session: Session, run_id: int, rollout_id: int) -> Rollout:
     return row
 
 
-def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> dict:
+def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> RolloutDetail:
     with session_scope(settings.sqlalchemy_url) as session:
         row = _rollout_row(session, run_id, rollout_id)
         return _with_segments(rollout_summary(row), row.segments)
 
 
-def rollout_tokens(settings: Settings, run_id: int, rollout_id: int) -> dict:
+def rollout_tokens(settings: Settings, run_id: int, rollout_id: int) -> RolloutTokens:
     """One rollout's per-token figures (`studio.method.token_arrays.token_view`): per
     response token its text, loss mask, log-prob, entropy and advantage."""
     with session_scope(settings.sqlalchemy_url) as session:
@@ -289,15 +383,17 @@ def _flatten(config: dict | None, prefix: str = "") -> dict:
 def unused_keys(config: dict | None) -> set[str]:
     """Dotted keys of a config that its own settings override, so their values did nothing:
     the curriculum's preset and steps per stage beside explicit stages (its stages without
-    them), every `verl.` setting on another backend, and a GRPO option's companion while
-    the option is off (the sampling bound without dynamic sampling, the overlong penalty
-    without its buffer, the KL estimator and place without a KL coefficient)."""
+    them), every setting of an engine's own section (`verl.`) on another backend, and a GRPO
+    option's companion while the option is off (the sampling bound without dynamic
+    sampling, the overlong penalty without its buffer, the KL estimator and place without a
+    KL coefficient)."""
     flat = _flatten(config)
     curriculum = (config or {}).get("curriculum") or {}
     unused = ({"curriculum.preset", "curriculum.steps_per_stage"} if curriculum.get("stages")
               else {"curriculum.stages"})
-    if (config or {}).get("backend") != "verl":
-        unused |= {key for key in flat if key.startswith("verl.")}
+    backend = (config or {}).get("backend", "native")
+    unused |= {key for key in flat for engine in ENGINES.values() if engine.settings
+               and engine.name != backend and key.startswith(f"{engine.settings}.")}
     if not flat.get("grpo.dynamic_sampling"):
         unused.add("grpo.dynamic_sampling_max_batches")
     if not flat.get("grpo.overlong_buffer"):
@@ -332,7 +428,7 @@ def with_defaults(config: dict | None) -> dict | None:
 
 
 def compare_runs(settings: Settings, run_ids: list[int],
-                 metrics: list[str] | None = None) -> dict:
+                 metrics: list[str] | None = None) -> RunComparison:
     """Metric series of several runs aligned on one step axis (None where a run has no value),
     with their configs, the keys each config's own settings make unused, and the keys in
     which the configs differ (among those used)."""

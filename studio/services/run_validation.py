@@ -16,14 +16,17 @@ few hours.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from sqlalchemy import func
 from sqlmodel import select
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
-from studio.method.tools import named_specs
+from studio.method.tools import ToolBackends, named_specs, tools_for_run, using_words
 from studio.run_config import RunConfig, RunConfigError, parse_run_config
 from studio.sandbox import SandboxUnavailable, studio_sandbox
 from studio.services import calibrations, data_doctor, exemplar_sets
@@ -38,11 +41,26 @@ from studio.tables import Corpus, CorpusStatus, QAItem, QASet, Role
 CANDIDATES = 100  # the longest questions by characters, of which the tokenizer picks the longest
 
 
+class LaunchReport(TypedDict):
+    """What the launch check estimates and warns of (`checked_config`)."""
+
+    stages: list[dict]  # per stage: exemplars, steps, longest prompt in tokens, seconds
+    warnings: list[str]
+    time_estimate: dict  # state (ready | measuring | unavailable), message, ...
+
+
+class RunCheck(LaunchReport):
+    """What launching would store and estimate (`validate_run`)."""
+
+    config: dict  # the run config as validated, every default filled in
+    total_steps: int
+
+
 def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
     """The run's plan: every name in `data` resolved to the row it names now, which must
     exist (the corpus indexed, which only a run with search names; the exemplar set clean
-    and large enough for the curriculum), and its tools must be able to run here (the
-    python tool's sandbox)."""
+    and large enough for the curriculum), and its tools must be able to run here (a tool
+    that runs code needs the sandbox)."""
     problems = []
     with session_scope(settings.sqlalchemy_url) as session:
         def lookup(table, name: str, kind: str, field: str):
@@ -93,14 +111,17 @@ def resolve_plan(settings: Settings, config: RunConfig) -> RunPlan:
 
 
 def _tool_problems(settings: Settings, config: RunConfig) -> list[str]:
-    """The python tool runs only where the sandbox can isolate it; the sandbox says why not."""
-    if "python" not in config.tools:
-        return []
-    try:
-        studio_sandbox(settings)
-    except SandboxUnavailable as exc:
-        return [f"tools: python cannot run on this machine: {exc}"]
-    return []
+    """Each of the run's tools is built here as the worker builds it: one that runs code
+    needs the sandbox, which starts only where it can isolate the code and says why not."""
+    backends = ToolBackends(lambda queries: [[] for _ in queries], config.grpo.top_k,
+                            lambda: studio_sandbox(settings).run_batch)
+    problems = []
+    for name in config.tools:
+        try:
+            tools_for_run([name], backends)
+        except SandboxUnavailable as exc:
+            problems.append(f"tools: {name} cannot run on this machine: {exc}")
+    return problems
 
 
 def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
@@ -151,12 +172,37 @@ def _warnings(config: RunConfig, stages: list[dict]) -> list[str]:
                 "; they will be cut from the left (the instruction and the first exemplars go "
                 "first): raise grpo.max_prompt_tokens or show fewer exemplars")
     warnings += [f"curriculum: {w}" for w in
-                 config.curriculum.build().warnings(run_steps=config.total_steps)]
+                 config.curriculum.build().warnings(run_steps=config.total_steps,
+                                                    using=using_words(config.tools))]
     return warnings
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def studio_url_problem(settings: Settings, url: str | None) -> str | None:
+    """Why a run may not send its owner's token to `url` (`verl.studio_url`), or None: the
+    Ray workers call the studio there, so it must be this studio's own address or one an
+    admin listed."""
+    if url is None:
+        return None
+    allowed = settings.studio_urls
+    if _origin(url) in {_origin(u) for u in allowed}:
+        return None
+    return (f"verl.studio_url: {url!r} is not this studio's address; the Ray workers send the "
+            f"run owner's token there, so it must be one of {', '.join(allowed)} (an admin adds "
+            "others with STUDIO_VERL_STUDIO_URLS), or leave it out to use the first")
+
+
 def checked_config(settings: Settings, config: dict | str, *,
-                   queue_calibration: bool = True) -> tuple[RunPlan, dict]:
+                   queue_calibration: bool = True) -> tuple[RunPlan, LaunchReport]:
     """The run's plan (the parsed config, its data resolved) and its report ({stages,
     warnings, time_estimate}); InvalidInput names each field. Each stage gets
     `seconds_per_step` once the queue's device is measured (None until then);
@@ -165,6 +211,8 @@ def checked_config(settings: Settings, config: dict | str, *,
         parsed = parse_run_config(config)
     except RunConfigError as exc:
         raise InvalidInput(str(exc)) from None
+    if problem := studio_url_problem(settings, parsed.verl.studio_url):
+        raise InvalidInput(problem)
     plan = resolve_plan(settings, parsed)
     stages = prompt_estimate(settings, plan)
     timing = calibrations.time_estimate(settings, parsed, stages, start=queue_calibration)
@@ -178,7 +226,7 @@ def checked_config(settings: Settings, config: dict | str, *,
                   "time_estimate": timing}
 
 
-def validate_run(settings: Settings, actor: Actor, config: dict | str) -> dict:
+def validate_run(settings: Settings, actor: Actor, config: dict | str) -> RunCheck:
     """What launching would store, without storing or queueing anything but the measurement
     of the queue's device when the time estimate needs it (the Launch page); a viewer, who
     queues nothing, gets the estimate once someone else has had the device measured."""

@@ -28,7 +28,7 @@ from studio.run_config import MAX_RUN_NAME
 from studio.services import corpora, qa_sets
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict
-from studio.services.evaluations import evaluation_records_path
+from studio.services.evaluation_files import evaluation_records_path
 from studio.services.exports import export_folder, export_zip
 from studio.services.health import MISSED_BEATS, alive_since
 from studio.services.records import get_or_404, get_owned, usernames
@@ -112,8 +112,8 @@ class RunView(TypedDict):
     attempt: int
     current_step: int  # steps done
     total_steps: int
-    # while running, what the step under way does: {name, step (stored, from 0) or None,
-    # since}; see `run_recorder.phase`
+    # while running (None in any other state), what the step under way does: {name, step
+    # (stored, from 0) or None, since}; see `run_recorder.phase`
     phase: dict | None
     first_step_seconds: float | None  # the launch's estimate of a first step (worst case)
     error: str | None
@@ -142,7 +142,8 @@ def _view(run: Run, positions: dict[int, int], owners: dict[int, str]) -> RunVie
         "backend": run.backend,
         "queue": run.queue, "queue_position": positions.get(run.id),
         "attempt": run.attempt, "current_step": run.current_step,
-        "total_steps": run.total_steps, "phase": run.phase,
+        "total_steps": run.total_steps,
+        "phase": run.phase if run.state == RunState.running else None,  # the last one stays
         "first_step_seconds": run.first_step_seconds, "error": run.error,
         "checkpoint_dir": run.checkpoint_dir, "config": run.config,
         "worker": run.worker_hostname, "created_at": run.created_at.isoformat(),

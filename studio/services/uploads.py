@@ -33,11 +33,25 @@ STALE_AFTER_S = 24 * 3600
 stale: receiving and reading an upload takes minutes, never a day."""
 
 
+UI_UPLOAD_MAX_AGE_S = 3600
+"""Age after which a file the browser uploaded to the UI's folder goes: a page hands it to
+the studio within the request that follows the upload."""
+UI_UPLOAD_SWEEP_S = 600
+"""How often the web app looks for such files while it runs."""
+
+
+def ui_upload_folder(settings: Settings) -> Path:
+    """Where Gradio keeps the files the browser uploads, before a page stores them: in the
+    data dir (the studio's user's alone), not the machine's shared temporary folder."""
+    return settings.resolved_data_dir / "tmp" / "ui-uploads"
+
+
 def upload_limits(settings: Settings) -> Limits:
     """The limits the readers enforce on one upload, from the settings."""
     return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
                   max_archive_members=settings.max_archive_members,
-                  max_unpacked_bytes=settings.max_unpacked_bytes)
+                  max_unpacked_bytes=settings.max_unpacked_bytes,
+                  max_record_bytes=settings.max_record_bytes)
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,8 @@ def remove_stale_staging(settings: Settings) -> list[Path]:
     no pid to be reused, and at any time, not only at start. Where the file
     system has no locks, and for the files of older versions, which took none
     (`tmp/upload-*`, `uploads/*.partial`), a file goes once untouched for
-    `STALE_AFTER_S`. Returns the files removed.
+    `STALE_AFTER_S`. A file of the UI's upload folder (`ui_upload_folder`) goes once
+    untouched for `UI_UPLOAD_MAX_AGE_S`. Returns the files removed.
     """
     root, now, removed = settings.resolved_data_dir, time.time(), []
     locked = [*(root / "tmp").glob(f"{STAGING_PREFIX}*"),
@@ -124,6 +139,11 @@ def remove_stale_staging(settings: Settings) -> list[Path]:
     unlocked = [*(root / "tmp").glob("upload-*"),
                 *(p for p in (root / "uploads").glob("*.partial") if p not in locked)]
     candidates = [(path, True) for path in locked] + [(path, False) for path in unlocked]
+    ui_files = [p for p in ui_upload_folder(settings).rglob("*") if p.is_file()]
+    for path in ui_files:
+        if now - path.stat().st_mtime > UI_UPLOAD_MAX_AGE_S:
+            path.unlink(missing_ok=True)
+            removed.append(path)
     for path, locked_by_writer in sorted(candidates):
         try:  # read-write: NFS grants an exclusive lock only on a file open for writing
             fd = os.open(path, os.O_RDWR)

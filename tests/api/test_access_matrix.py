@@ -164,6 +164,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
     ("GET", f"{R}/exemplar-sets"): ("read", lambda w, r: (f"{R}/exemplar-sets", {})),
     ("POST", f"{R}/exemplar-sets"): ("create", lambda w, r: (f"{R}/exemplar-sets", {
         "json": {"name": f"ex{next(_unique)}", "exemplars": [EXEMPLAR]}})),
+    ("POST", f"{R}/exemplar-sets/draft"): ("create", lambda w, r: (
+        f"{R}/exemplar-sets/draft", {"json": {"qa_set": "demo", "tool": "calculator"}})),
     ("POST", f"{R}/exemplar-sets/upload"): ("create", lambda w, r: (
         f"{R}/exemplar-sets/upload", _upload(f"up{next(_unique)}", "e.jsonl",
                                              b'{"question": "q?", "solution": '
@@ -199,6 +201,9 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/runs/{w.run_id}/rollouts", {})),
     ("GET", f"{R}/runs/{{run_id}}/rollouts/{{rollout_id}}"): ("read", lambda w, r: (
         f"{R}/runs/{w.run_id}/rollouts/{w.rollout_id}", {})),
+    ("POST", f"{R}/runs/{{run_id}}/rollouts/{{rollout_id}}/keep"): ("create", lambda w, r: (
+        f"{R}/runs/{w.run_id}/rollouts/{w.rollout_id}/keep",
+        {"json": {"exemplar_set": f"kept{next(_unique)}"}})),
     ("GET", f"{R}/runs/{{run_id}}/rollouts/{{rollout_id}}/tokens"): ("read", lambda w, r: (
         f"{R}/runs/{w.run_id}/rollouts/{w.rollout_id}/tokens", {})),
     ("GET", f"{R}/runs/{{run_id}}/config.yaml"): ("read", lambda w, r: (
@@ -255,6 +260,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/exports/{w.failed_export()}/retry", {})),
     ("GET", f"{R}/exports/{{export_id}}/download"): ("read", lambda w, r: (
         f"{R}/exports/{w.export_id}/download", {})),
+    ("DELETE", f"{R}/exports/{{export_id}}"): ("owner", lambda w, r: (
+        f"{R}/exports/{w.failed_export()}", {})),
     # calibrations
     ("GET", f"{R}/calibrations"): ("read", lambda w, r: (f"{R}/calibrations", {})),
     ("POST", f"{R}/calibrations"): ("create", lambda w, r: (
@@ -273,6 +280,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
         f"{R}/users/{_spare_user(w)}/role", {"json": {"role": "member"}})),
     ("POST", f"{R}/users/{{username}}/reset-password"): ("admin", lambda w, r: (
         f"{R}/users/{_spare_user(w)}/reset-password", {})),
+    ("PUT", f"{R}/users/{{username}}/export-quota"): ("admin", lambda w, r: (
+        f"{R}/users/{_spare_user(w)}/export-quota", {"json": {"export_quota_bytes": 10**10}})),
     ("GET", f"{R}/tokens"): ("self", lambda w, r: (f"{R}/tokens", {})),
     ("POST", f"{R}/tokens"): ("self", lambda w, r: (f"{R}/tokens", {"json": {"name": "ci"}})),
     ("DELETE", f"{R}/tokens/{{token_id}}"): ("self", lambda w, r: (

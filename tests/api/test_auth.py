@@ -22,6 +22,7 @@ from studio.tables import ApiToken, LoginFailure, utcnow
 from tests.conftest import free_port
 from tests.support.actors import PASSWORD, admin, user
 from tests.support.processes import stop, studio_env
+from tests.support.web_sign_in import form_token, post_sign_in
 
 
 def test_passwords_and_tokens_are_stored_hashed(any_db_url):
@@ -128,8 +129,14 @@ def test_every_api_route_but_health_and_schema_is_protected(client_and_creds):
 
 
 def _sign_in(client, username: str, password: str):
-    return client.post("/login", data={"username": username, "password": password,
-                                       "next": "/?run=3"})
+    return post_sign_in(client, username, password, "/?run=3")
+
+
+def _sign_out(client):
+    page = client.get("/logout")
+    assert page.status_code == 200 and 'id="sign-out"' in page.text
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    return client.post("/logout", data={"csrf": token})
 
 
 def test_ui_needs_a_login_and_keeps_the_username_after_a_wrong_password(client_and_creds):
@@ -151,7 +158,7 @@ def test_ui_needs_a_login_and_keeps_the_username_after_a_wrong_password(client_a
     with db.session_scope(client.app.state.settings.sqlalchemy_url) as session:
         assert cookie not in {r.token_hash for r in session.exec(select(ApiToken))}
         assert session.exec(select(LoginFailure)).all() == [], "a success clears the failures"
-    assert client.get("/logout").status_code == 303
+    assert _sign_out(client).status_code == 303
     client.cookies.set(COOKIE, cookie)  # a copy kept after signing out does not work
     assert client.get("/config").status_code == 401
 
@@ -169,8 +176,7 @@ def test_a_session_cannot_call_the_api_and_a_token_cannot_open_the_ui(client_and
 def test_next_never_leaves_the_site(client_and_creds):
     client, creds = client_and_creds
     for target in ("https://evil.example/", "//evil.example/x", "/login?next=/"):
-        good = client.post("/login", data={"username": "admin", "password": creds.password,
-                                           "next": target})
+        good = post_sign_in(client, "admin", creds.password, target)
         assert good.headers["location"] == "/", target
 
 
@@ -188,6 +194,62 @@ def test_failed_logins_are_limited_per_user_and_address(settings):
         for n in range(auth.MAX_FAILURES_PER_ADDRESS - auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
             assert _sign_in(first, f"someone{n}", "wrong").status_code == 401
         assert _sign_in(first, "nobody-else", "wrong").status_code == 429, "spraying stops"
+
+
+def test_a_locked_username_slows_but_still_signs_in_from_a_clean_address(settings):
+    """50 failures from anywhere locked any user, admin included, out for 15 renewable
+    minutes, the right password too (D5). Now each try waits, an address that failed for
+    the user is refused, and the right password from another address signs in."""
+    user(settings, "ana")
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        for n in range(auth.MAX_FAILURES_PER_USER):
+            session.add(LoginFailure(username="ana", address=f"10.7.{n // 200}.{n % 200}"))
+    assert auth.login_delay(settings, "ana") == auth.LOCKED_USER_DELAY_S
+    assert auth.login_delay(settings, "bob") == 0
+    with studio_client(settings, "10.7.0.1") as failed_before, \
+            studio_client(settings, "10.8.0.1") as clean:
+        refused = _sign_in(failed_before, "ana", PASSWORD)
+        assert refused.status_code == 429 and "too many failed logins" in refused.text
+        assert _sign_in(clean, "ana", "wrong").status_code == 401
+        assert _sign_in(clean, "ana", PASSWORD).status_code == 429, "one try per address"
+    with studio_client(settings, "10.8.0.2") as another:
+        assert _sign_in(another, "ana", PASSWORD).status_code == 303
+
+
+def test_the_forms_of_sign_in_and_sign_out_carry_csrf_tokens(client_and_creds):
+    """The login form could be posted from another site, and sign-out was a GET (S4)."""
+    client, creds = client_and_creds
+    posted = {"username": "admin", "password": creds.password, "next": "/"}
+    assert client.post("/login", data=posted).status_code == 403, "no form cookie"
+    token = form_token(client)
+    forged = client.post("/login", data={**posted, "csrf": token[::-1]})
+    assert forged.status_code == 403 and "sign-in form was not this studio" in forged.text
+    assert COOKIE not in client.cookies
+    assert client.post("/login", data={**posted, "csrf": token}).status_code == 303
+    assert client.get("/logout").status_code == 200, "a link shows the button, no more"
+    assert client.get("/config").status_code == 200
+    assert client.post("/logout", data={"csrf": "made-up"}).status_code == 403
+    assert client.get("/config").status_code == 200, "still signed in"
+    assert _sign_out(client).headers["location"] == "/login"
+    assert client.get("/config").status_code == 401
+    assert client.get("/logout").headers["location"] == "/login"
+
+
+def test_only_the_studios_own_origin_may_read_the_ui_with_its_cookie(client_and_creds):
+    """Gradio's CORS answered credentialed requests from any localhost port (S4)."""
+    client, creds = client_and_creds
+    assert _sign_in(client, "admin", creds.password).status_code == 303
+    for origin in ("http://localhost:9999", "http://127.0.0.1:8000", "https://evil.example"):
+        answer = client.get("/config", headers={"Origin": origin})
+        assert answer.status_code == 200
+        assert "access-control-allow-origin" not in answer.headers, origin
+        preflight = client.options("/gradio_api/queue/join", headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST"})
+        assert "access-control-allow-origin" not in preflight.headers, origin
+    own = client.app.state.settings.web_url
+    answer = client.get("/config", headers={"Origin": own})
+    assert answer.headers["access-control-allow-origin"] == own
+    assert answer.headers["access-control-allow-credentials"] == "true"
 
 
 def test_a_disabled_user_is_stopped_at_once_and_a_role_change_applies_at_once(settings):
@@ -235,12 +297,13 @@ def test_a_forged_forwarded_for_does_not_dodge_the_login_limit(settings, tmp_pat
     try:
         base = f"http://127.0.0.1:{port}"
         assert launcher.wait_until_serving(f"{base}/healthz", server, 60), "the web app serves"
-        for n in range(auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
-            failed = httpx.post(f"{base}/login", data={"username": "ana", "password": "wrong"},
-                                headers={"X-Forwarded-For": f"10.9.0.{n}"})
-            assert failed.status_code == 401
-        right = httpx.post(f"{base}/login", data={"username": "ana", "password": PASSWORD},
-                           headers={"X-Forwarded-For": "10.9.1.1"})
+        with httpx.Client(base_url=base) as browser:
+            for n in range(auth.MAX_FAILURES_PER_USER_AND_ADDRESS):
+                failed = post_sign_in(browser, "ana", "wrong",
+                                      headers={"X-Forwarded-For": f"10.9.0.{n}"})
+                assert failed.status_code == 401
+            right = post_sign_in(browser, "ana", PASSWORD,
+                                 headers={"X-Forwarded-For": "10.9.1.1"})
         assert right.status_code == (303 if trusted else 429)
     finally:
         stop(server)

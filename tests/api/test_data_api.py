@@ -287,7 +287,11 @@ def test_demo_pack_loads_once_ready_to_use(api):
     assert again["corpus"]["id"] == pack["corpus"]["id"]
     assert again["heldout_qa_set"]["id"] == heldout["id"]
     assert len(api.get("/corpora").json()) == 1
-    assert sorted(q["name"] for q in api.get("/qa-sets").json()) == ["demo", "demo-heldout"]
+    spans, held_spans = pack["span_qa_set"], pack["span_heldout_qa_set"]
+    assert [(q["name"], q["purpose"], q["num_rows"]) for q in (spans, held_spans)] == [
+        ("demo-span", "train", 90), ("demo-span-heldout", "eval", 30)]
+    assert sorted(q["name"] for q in api.get("/qa-sets").json()) == [
+        "demo", "demo-heldout", "demo-span", "demo-span-heldout"]
     hit = api.get(f"/corpora/{pack['corpus']['id']}/search",
                   params={"q": "capital of the Ondrell Archipelago", "k": 3}).json()
     assert any("Brindlecombe" in h["text"] for h in hit["hits"])

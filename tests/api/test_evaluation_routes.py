@@ -10,12 +10,12 @@ from frontend.server import create_app
 from studio import db
 from studio.db import session_scope
 from studio.method.failures import LABELS
-from studio.services import auth
+from studio.services import auth, evaluations
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
-from studio.tables import Evaluation, QASet, Run
-from tests.support.actors import admin
-from tests.support.api_client import Api
+from studio.tables import Evaluation, QASet, Run, RunState
+from tests.support.actors import admin, user
+from tests.support.api_client import Api, bearer
 from tests.support.labelled_evaluations import finished_evaluation
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
@@ -51,6 +51,33 @@ def test_base_vs_trained_is_queued_read_and_cancelled(api, tmp_path):
     [pair] = api.get(f"/runs/{run_id}/base-vs-trained").json()
     assert pair["base"]["state"] == pair["trained"]["state"] == "cancelled"
     assert api.post(f"/runs/{run_id}/base-vs-trained/cancel").json() == {"cancelled": 0}
+
+
+def test_a_member_s_cancelled_pair_never_hides_the_owner_s_figures(api_on_any_db, tmp_path):
+    """Issue 30, D8: a member's newer pair, cancelled, replaced the owner's succeeded one on
+    GET /runs/{id}/base-vs-trained. The owner's is what every member reads; the member's own
+    comes beside it under `yours`, labelled."""
+    api = api_on_any_db
+    run_id = checkpointed_run(api.settings, tmp_path)
+    path = f"/runs/{run_id}/base-vs-trained"
+    owners = [e["id"] for e in api.post(path, json={"qa_sets": ["demo"]}).json()]
+    for evaluation_id in owners:
+        evaluations.update_evaluation(api.settings, evaluation_id, state=RunState.succeeded,
+                                      metrics={"em": 0.2})
+    mel = bearer(api.settings, user(api.settings, "mel"))
+    mels = [e["id"] for e in api.client.post(f"/api/v1{path}", headers=mel,
+                                             json={"qa_sets": ["demo"]}).json()]
+    assert api.client.post(f"/api/v1{path}/cancel", headers=mel).json() == {"cancelled": 2}
+
+    [pair] = api.get(path).json()
+    assert [pair["base"]["id"], pair["trained"]["id"]] == owners and pair["yours"] is None
+    [seen] = api.client.get(f"/api/v1{path}", headers=mel).json()
+    assert [seen["base"]["id"], seen["trained"]["id"]] == owners
+    assert seen["base"]["state"] == "succeeded" and seen["trained"]["owner"] == "admin"
+    yours = seen["yours"]
+    assert yours["requested_by"] == "mel"
+    assert [yours["base"]["id"], yours["trained"]["id"]] == mels
+    assert yours["trained"]["state"] == "cancelled" and yours["trained"]["owner"] == "mel"
 
 
 def test_a_model_that_cannot_be_resolved_is_a_422_and_nothing_is_queued(api, tmp_path):

@@ -13,6 +13,7 @@ from frontend.server import create_app
 from studio.api.security_headers import DOCS_ALLOWANCES
 from studio.tables import Role
 from tests.support.actors import PASSWORD, user
+from tests.support.web_sign_in import post_sign_in
 
 
 def directives(policy: str) -> dict[str, list[str]]:
@@ -41,8 +42,7 @@ def client(settings):
     app.add_api_route("/api/v1/test-failure", fail)  # a 500 from inside the app, routed
     app.router.routes.insert(0, app.router.routes.pop())  # before the UI's mount at /
     with TestClient(app, raise_server_exceptions=False) as client:
-        signed_in = client.post("/login", data={"username": "reader", "password": PASSWORD},
-                                follow_redirects=False)
+        signed_in = post_sign_in(client, "reader", PASSWORD, follow_redirects=False)
         assert signed_in.status_code == 303 and "studio_session" in client.cookies
         yield client
 

@@ -1,4 +1,5 @@
-"""What the Home, Data, Exemplars, Curriculum and Launch pages compute, without a browser.
+"""What the Home, Data, Exemplars, Curriculum, Launch and Team pages compute, without a
+browser.
 
 The browser tests drive the same functions through the pages; these pin the
 edge cases (a refused edit, a round trip through YAML) in milliseconds.
@@ -12,7 +13,7 @@ import gradio as gr
 import pytest
 
 from frontend.components import error_markdown, only_choice, picker, problems
-from frontend.pages import curriculum, exemplars, home, launch
+from frontend.pages import curriculum, exemplars, home, launch, team
 from studio.db import session_scope
 from studio.demo import CALC_EXEMPLARS, EXEMPLARS, MATH_EXEMPLARS
 from studio.escaping import markdown_text
@@ -23,7 +24,7 @@ from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
 from studio.services.prompt_preview import preview_exemplars, tools_written
 from studio.tables import Run
-from tests.support.actors import admin
+from tests.support.actors import admin, user
 from tests.support.tiny_model import build_tiny_model
 
 DEMO = [json.loads(line) for line in EXEMPLARS.read_text().splitlines()]
@@ -166,13 +167,13 @@ def test_form_round_trip_keeps_every_key_of_an_uploaded_config():
 
 @pytest.mark.parametrize("tool", ["python", "calculator"])
 def test_the_tools_checkboxes_choose_the_runs_tools(tool):
-    form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
+    form = [launch.default_config(), None, "r", "shelf", "", "c", "t", None, "", "native",
             "cpu", "chat", [tool], False, None, None, *[None] * len(launch.SETTINGS)]
     assert parse_run_config(launch.assemble(*form)).tools == [tool]
     assert launch.assemble(*form)["data"]["corpus"] is None, "a run without search names none"
     form[5] = None  # no corpus stored: the dropdown is empty
     assert parse_run_config(launch.assemble(*form)).data.corpus is None
-    assert launch.TOOL_CHOICES == ("search", "python", "calculator")
+    assert launch.TOOL_CHOICES[:3] == ("search", "python", "calculator")  # (then test tools)
     info = config_field("tools").description  # the checkboxes' help: one clause per tool
     assert "calculator (an arithmetic expression in <calc>, its value back in <result>)" in info
     form[12] = []
@@ -182,7 +183,7 @@ def test_the_tools_checkboxes_choose_the_runs_tools(tool):
 
 def test_empty_settings_fall_back_to_the_base_config():
     base = launch.default_config()
-    form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
+    form = [base, None, "r", "shelf", "", "c", "t", None, "", "native", "cpu", "chat",
             ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     config = launch.assemble(*form)
     assert config["grpo"] == base["grpo"] and config["data"]["exemplars"] is None
@@ -191,7 +192,7 @@ def test_empty_settings_fall_back_to_the_base_config():
 
 
 def test_the_sentinel_accordion_sets_each_signals_action():
-    form = [launch.default_config(), None, "r", "bundled", "", "c", "t", None, "", "native",
+    form = [launch.default_config(), None, "r", "shelf", "", "c", "t", None, "", "native",
             "cpu", "chat", ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     form[16 + [s.path for s in launch.SETTINGS].index("sentinel.search_stopped.action")] = "pause"
     sentinel = parse_run_config(launch.assemble(*form)).sentinel
@@ -206,7 +207,7 @@ def test_the_sentinel_accordion_sets_each_signals_action():
 def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_one():
     base = launch.default_config()
     base["grpo"]["dual_clip"] = 3.0  # an uploaded config's value, cleared on the form
-    form = [base, None, "r", "bundled", "", "c", "t", None, "", "native", "cpu", "chat",
+    form = [base, None, "r", "shelf", "", "c", "t", None, "", "native", "cpu", "chat",
             ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
     paths = [s.path for s in launch.SETTINGS]
     chosen = {"grpo.norm_adv_by_std": False, "grpo.loss_agg_mode": "seq-mean-token-sum-norm",
@@ -365,3 +366,36 @@ def test_a_tool_pack_button_stores_the_pack_and_says_what_to_train_with(settings
     assert told.endswith(f"Next: train with {tool} and numeric answer matching "
                          "(`reward.answer_match: numeric`).")
     assert [s["name"] for s in exemplar_sets.list_exemplar_sets(settings)] == [pack]
+
+
+def test_the_demo_pack_button_names_every_qa_set_of_the_pack(settings):
+    from frontend.pages import data
+    from studio.services.demo import load_demo_pack
+
+    load_demo_pack(settings, admin(settings), index_now=True)  # indexed here, not queued
+    told = data.load_demo(settings, admin(settings))
+    for shown in ("QA set 'demo' (196 questions to train on)",
+                  "QA set 'demo-heldout' (60 held-out questions to evaluate on)",
+                  "QA sets 'demo-span' and 'demo-span-heldout' (90 and 30 questions answered "
+                  "by a date, a count or a name)", "exemplar set 'demo' (3 exemplars)"):
+        assert markdown_text(shown) in told, shown
+
+
+def test_an_admin_sets_a_users_export_quota_on_the_team_page_and_a_member_cannot(settings):
+    boss, mia = admin(settings), user(settings, "mia")
+
+    def quota_shown() -> object:
+        (row,) = [r for r in team.users_view(settings, boss)[1] if r[1] == "mia"]
+        return row[-1]
+
+    said = team.set_export_quota(settings, boss, "mia", " 5000000 ")
+    assert said.startswith("**✓") and "exports may hold 5000000 bytes" in said
+    assert quota_shown() == 5000000
+    for who, quota, words in ((boss, "5 GB", "GB&#39; is not a number of bytes"),
+                              (mia, "", "mia may not set export quotas")):
+        said = team.set_export_quota(settings, who, "mia", quota)
+        assert said.startswith("**✗ Nothing changed") and words in said, said
+    assert quota_shown() == 5000000
+    said = team.set_export_quota(settings, boss, "mia", "")
+    assert f"the default, {settings.export_quota_bytes} bytes" in said
+    assert quota_shown() == f"default ({settings.export_quota_bytes})"

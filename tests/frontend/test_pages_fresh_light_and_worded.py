@@ -211,7 +211,8 @@ def test_pickers_uploads_and_an_export_download_say_it_plainly(studio, tmp_path)
     wait_for(lambda: any(c[3] == "succeeded" for c in ui.table_rows("#export-table")), 30,
              "the export's row")
     (row,) = ui.table_rows("#export-table")
-    assert row[-1] == name, "the table names the file, not its path on the server"
+    assert row[-2] == name, "the table names the file, not its path on the server"
+    assert row[-1].endswith(" kB"), "and the bytes it holds on disk"
     ui.screenshot("first-use-export")
     with page.expect_download() as download:
         link.click()

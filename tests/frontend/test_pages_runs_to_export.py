@@ -4,7 +4,7 @@ delete a queued run; the reward chart grows without a reload, the run's step say
 doing, its legends and toolbar cover nothing, and the rollouts show the environment's masked
 spans and the first thought as think; a run launched meanwhile does not take the page from
 the run it follows; steps are counted from 1 everywhere; two runs compared; the trained run
-evaluated against its base model; a zip exported and downloaded. The load times of a
+evaluated against its base model; a zip exported, downloaded and deleted. The load times of a
 1,000-step run and of a 2,000-token rollout are printed (docs/ui.md records them; they are
 not asserted). Screenshots go to artifacts/screenshots/.
 """
@@ -99,7 +99,7 @@ def studio(tmp_path_factory):
         token = re.search(r"API token: (\S+)", ui.log.read_text()).group(1)
         # idle connections dropped well before uvicorn's 5 s keep-alive: reusing one the
         # server is closing just then is a "connection reset by peer"
-        with httpx.Client(base_url=f"{ui.base}/api/v1", timeout=60,
+        with httpx.Client(base_url=f"{ui.base}/api/v1", timeout=180,
                           limits=httpx.Limits(keepalive_expiry=1),
                           headers={"Authorization": f"Bearer {token}"}) as api:
             assert api.post("/demo").status_code == 200
@@ -383,6 +383,15 @@ def test_export_a_zip_with_its_model_card_and_download_it(studio, page, tmp_path
     assert any(n.endswith("README.md") for n in names)
     assert any(n.endswith("model.safetensors") for n in names)
 
+    export_id = re.search(r"Export #(\d+)", said).group(1)  # deleted, it frees its bytes
+    (row,) = [cells for cells in ui.table_rows("#export-table") if cells[0] == export_id]
+    assert re.fullmatch(r"\d+\.\d (kB|MB)", row[7]), row
+    assert page.locator("#export-delete-id input").input_value().startswith(f"#{export_id} zip")
+    page.click("#export-delete")
+    ui.wait_text("#export-message", f"Export #{export_id} deleted with its files.")
+    wait_for(lambda: all(cells[0] != export_id for cells in ui.table_rows("#export-table")),
+             30, "the deleted export's row to go")
+
 
 def test_one_step_numbering_on_the_finished_run(studio, page):
     """The header, the newest rollouts and the curves' last point all say step 60 of 60."""
@@ -399,6 +408,24 @@ def test_one_step_numbering_on_the_finished_run(studio, page):
     xticks = page.evaluate(PLOT_PARTS)["xticks"]
     assert all(re.fullmatch(r"\d+", t) for t in xticks) and "0" not in xticks, xticks
     ui.screenshot("live-run-finished")
+
+
+def test_a_correct_rollout_is_kept_as_an_exemplar_from_the_live_page(studio, page):
+    """Its card names it (rollout #N); the form under the filters adds it, exactly as stored,
+    to a new exemplar set."""
+    page.goto(f"{studio.base}/?run={studio.long}")
+    studio.ui.wait_text("#live-rollouts", f"rollout #{studio.long_rollout}", timeout=60)
+    page.click("#keep-rollout-form .label-wrap")
+    page.fill("#keep-rollout-id input", str(studio.long_rollout))
+    page.fill("#keep-rollout-set textarea", "kept-from-ui")
+    page.click("#keep-rollout")
+    told = studio.ui.wait_text("#keep-rollout-message", "Kept rollout")
+    assert f"Kept rollout #{studio.long_rollout} as exemplar 1 of 'kept-from-ui'" in told
+    kept = studio.api.get("/exemplar-sets").json()
+    (found,) = [e for e in kept if e["name"] == "kept-from-ui"]
+    stored = studio.api.get(f"/runs/{studio.long}/rollouts/{studio.long_rollout}").json()
+    solution = studio.api.get(f"/exemplar-sets/{found['id']}").json()["exemplars"][0]["solution"]
+    assert solution == "".join(segment["text"] for segment in stored["segments"])
 
 
 def _median_seconds(action, times: int = 3, then=None) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 from html import unescape
-from typing import get_args
 
 import plotly.graph_objects as go
 import pytest
@@ -41,7 +40,7 @@ from studio.method.reward import PENALTY_NAMES
 from studio.method.rollouts import Rollout, Segment, rollout_segments
 from studio.method.tags import CALCULATOR_TOOL, PYTHON_TOOL, corrective_message
 from studio.method.tools import named_specs
-from studio.run_config import ToolName, parse_run_config
+from studio.run_config import parse_run_config
 from studio.services.errors import InvalidInput
 from studio.services.model_card import reward_curves_figure
 from studio.services.run_history import config_differences, unused_keys
@@ -329,9 +328,9 @@ def test_a_tools_call_has_its_colour_and_its_result_is_masked_like_information(s
 
 
 def test_every_tools_call_and_result_has_a_colour():
-    """Every tool a run config may name (test-only tools registered by other test
-    modules in the same process are not the viewer's concern)."""
-    shipped = named_specs(get_args(ToolName))
+    """Every tool the studio ships (test-only tools registered by other test modules in
+    the same process may come after the viewer was imported)."""
+    shipped = named_specs(("search", "python", "calculator"))
     for spec in shipped:
         assert spec.call_tag in COLOR_MAP and RESULT_LABELS[spec.result_tag] in COLOR_MAP
     calls = [COLOR_MAP[spec.call_tag] for spec in shipped]
@@ -373,11 +372,11 @@ def test_questions_per_set_is_empty_for_all_or_a_whole_number():
             evaluate.question_limit(typed)
 
 
-def _evaluation(state: str = "succeeded", **metrics) -> dict:
+def _evaluation(state: str = "succeeded", owner: str | None = "olga", **metrics) -> dict:
     scores = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.2,
               "search_calls": 0.0, "valid_search_rate": 0.0, "answer_rate": 0.0}
     return {"state": state, "metrics": {**scores, **metrics}, "params": {"total": 60},
-            "error": None}
+            "error": None, "owner": owner, "waiting": None}
 
 
 def test_an_evaluation_that_scored_zero_says_why():
@@ -428,14 +427,13 @@ def note_lines(pairs: list[dict]) -> list[str]:
 
 def test_the_table_shows_calls_per_tool_and_tool_errors_beside_the_scores():
     python = {"tool_calls": {"python": 1.25, "search": 0.5}, "code_errors": 3}
-    pairs = [{"qa_set": "math", "base": {**_evaluation(tool_calls={"python": 0.0},
-                                                      code_errors=0), "waiting": None},
-              "trained": {**_evaluation(**python), "waiting": None}},
-             {"qa_set": "demo", "base": {**_evaluation(tool_calls={"search": 1.0}),
-                                         "waiting": None}, "trained": None},
-             {"qa_set": "calc", "base": {**_evaluation(tool_calls={"calculator": 0.5},
-                                                      code_errors=2), "waiting": None},
-              "trained": None}]
+    pairs = [{"qa_set": "math", "base": _evaluation(tool_calls={"python": 0.0}, code_errors=0),
+              "trained": _evaluation(**python), "yours": None},
+             {"qa_set": "demo", "base": _evaluation(tool_calls={"search": 1.0}),
+              "trained": None, "yours": None},
+             {"qa_set": "calc", "base": _evaluation(tool_calls={"calculator": 0.5},
+                                                    code_errors=2), "trained": None,
+              "yours": None}]
     rows = evaluate.table_rows(pairs)
     column = {name: i for i, name in enumerate(evaluate.HEADERS)}
     math, demo, calc = ({name: row[i] for name, i in column.items()} for row in rows)
@@ -445,6 +443,24 @@ def test_the_table_shows_calls_per_tool_and_tool_errors_beside_the_scores():
     assert (demo["calls per tool base"], demo["tool errors base"]) == ("search 1.00", "")
     assert (calc["calls per tool base"], calc["tool errors base"]) == ("calculator 0.50", "2")
     assert demo["calls per tool trained"] == "" and len(rows[0]) == len(evaluate.HEADERS)
+
+
+def test_the_table_says_whose_pair_each_row_is_with_the_requester_s_own_under_it():
+    """A member reading another's run sees the owner's pair, and its own labelled beside
+    it; the table follows the member's pair while it runs."""
+    own = {"requested_by": "mel", "base": {**_evaluation("running", "mel"), "metrics": None},
+           "trained": {**_evaluation("cancelled", "mel"), "metrics": None}}
+    pairs = [{"qa_set": "demo", "base": _evaluation(em=0.1), "trained": _evaluation(em=0.3),
+              "yours": own},
+             {"qa_set": "held", "base": _evaluation(owner=None), "trained": _evaluation(),
+              "yours": None}]
+    column = {name: i for i, name in enumerate(evaluate.HEADERS)}
+    shown = [(row[0], row[column["EM change"]], row[column["requested by"]],
+              row[column["status"]]) for row in evaluate.table_rows(pairs)]
+    assert shown == [("demo", "+20.0", "olga", "base succeeded · trained succeeded"),
+                     ("demo", "", "mel (yours)", "base running 0/60 · trained cancelled"),
+                     ("held", "+0.0", "unknown · olga", "base succeeded · trained succeeded")]
+    assert evaluate.moving(pairs) and not evaluate.moving(pairs[1:])
 
 
 def test_the_failure_split_has_a_row_per_label_of_each_labelled_set():

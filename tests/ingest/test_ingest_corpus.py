@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from studio.ingest import CORPUS_SUFFIXES, Document, IngestError, Limits, read_documents
 from studio.ingest.corpus import split_contents
+from studio.retrieval import split_into_passages, stream_passages
 
 HINT_UTF8 = ('save the file as UTF-8 (in Excel: Save As > "CSV UTF-8"; in a text editor: '
              'choose the UTF-8 encoding)')
@@ -374,6 +375,40 @@ def test_text_errors(tmp_path: Path):
     assert str(err) == "notes.txt: no documents found; the file holds only blank lines or a header"
     err = error(tmp_path, "ok\nna\xefve\n".encode("latin-1"), "notes.txt")
     assert str(err) == ("notes.txt line 2: not UTF-8 text (byte 0xEF at column 3); it looks "
+                        f"like Windows-1252/Latin-1 text; {HINT_UTF8}")
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16"])
+def test_a_long_text_file_reads_as_it_did_whole(tmp_path: Path, encoding: str):
+    """Read in pieces of a mebibyte (issue 30, D2), a text of several mebibytes is the document
+    it was when read whole: a Markdown heading after the first pieces is the title and leaves
+    the text; lines, CRLF endings and multi-byte characters cut between pieces are kept; the
+    passages are those of the whole text."""
+    line = "Zoë's café in Ōsaka 🙂 serves naïve crème brûlée\r\n"
+    head = "\n\n  " + line * 60_000 + "```\n# a comment, not a heading\n```\n"
+    tail = "\n" + line * 30_000 + " \t\n\n"
+    data = (head + "## The Title\r\n" + tail).encode(encoding)
+    assert len(data) > 4 << 20
+    (doc,) = docs(tmp_path, data, "guide.md")
+    assert doc == Document("guide", "The Title", (head + tail).strip())
+    assert len(list(doc.pieces())) > 3
+    assert list(stream_passages(doc.id, doc.title, doc.pieces())) == split_into_passages(
+        doc.id, doc.title, (head + tail).strip())
+    (plain,) = docs(tmp_path, data, "notes.txt")
+    assert plain == Document("notes", "notes", (head + "## The Title\r\n" + tail).strip())
+
+
+@pytest.mark.parametrize("length", [10_000, 3 << 20])
+def test_a_markdown_line_too_long_for_a_heading_is_text(tmp_path: Path, length: int):
+    long_heading = "# " + "x" * length
+    (doc,) = docs(tmp_path, f"{long_heading}\n# Short\nbody", "notes.md")
+    assert doc == Document("notes", "Short", f"{long_heading}\nbody")
+
+
+def test_a_bad_byte_deep_in_a_long_text_file_is_refused_with_its_line(tmp_path: Path):
+    data = b"fine text\n" * 300_000 + "the caf\xe9\n".encode("latin-1")
+    err = error(tmp_path, data, "notes.txt")
+    assert str(err) == ("notes.txt line 300001: not UTF-8 text (byte 0xE9 at column 8); it looks "
                         f"like Windows-1252/Latin-1 text; {HINT_UTF8}")
 
 

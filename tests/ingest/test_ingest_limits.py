@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 import tracemalloc
 import zipfile
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import pytest
 from studio.ingest import (
     IngestError,
     Limits,
+    RecordTooLong,
     TooManyRows,
     read_documents,
     read_exemplar_file,
@@ -191,8 +193,147 @@ def test_the_upload_benchmark_runs_with_a_small_limit(capsys):
         "bench_uploads", Path(__file__).resolve().parents[2] / "bench" / "uploads.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main(["--rows", "2000", "--accepted-rows", "1000"]) == 0
-    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
-            if line.startswith("| QA CSV |")]
+    assert bench.main(["--rows", "2000", "--accepted-rows", "1000", "--text-mb", "2",
+                       "--record-mb", "3", "--record-limit-mb", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| QA CSV |")]
     assert [cells[2].strip() for cells in rows][:1] == ["line 2002"]
     assert len(rows) == 2 and float(rows[1][1]) > 0
+    texts = [line.split("|")[1:-1] for line in lines if line.startswith(("| words |",
+                                                                         "| one long word |"))]
+    assert [cells[-1].strip() for cells in texts] == ["3,045", "3"]  # passages indexed
+    records = [line.split("|")[1:-1] for line in lines if line.startswith(("| corpus JSONL line",
+                                                                           "| corpus Parquet"))]
+    assert [cells[1].strip() for cells in records] == ["line 1", "row 1"]  # refused at
+
+
+# --- the record limit ------------------------------------------------------------------
+
+RECORD_LIMIT = 1 << 20
+LONG_RECORD = 16 << 20
+"""Eight times the limit: read whole, the record alone takes more memory than a refusal may."""
+LIMIT_TEXT = ("is longer than 1.0 MB (1048576 bytes), the limit for one record (setting "
+              "STUDIO_MAX_RECORD_BYTES)")
+DOC_HINT = "split the document into smaller ones or raise the limit"
+QUESTION_HINT = ("shorten the question's fields or leave out those the studio does not need, or "
+                 "raise the limit")
+PARAGRAPH_HINT = ('put blank lines between its paragraphs, or upload the file as one document of '
+                  'any length (leave "a blank line starts a new document", split_on_blank_lines, '
+                  "off), or raise the limit")
+OPEN_QUOTE_HINT = ('a quote (") is probably left open: check the quotes from this line on, or '
+                   "raise the limit")
+
+
+def _short_lines(n: int) -> bytes:
+    """``n`` bytes of lines of 100 bytes: a record that no single line makes long."""
+    return (b"a" * 99 + b"\n") * (n // 100) + b"a" * (n % 100)
+
+
+def _parquet_bytes(texts: list[str]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": texts}), buf)
+    return buf.getvalue()
+
+
+def _padded(head: bytes, n: int, tail: bytes = b"", fill: Callable[[int], bytes] = _short_lines
+            ) -> bytes:
+    """``head`` and ``tail`` with ``fill`` between them, ``n`` bytes in all."""
+    return head + fill(n - len(head) - len(tail)) + tail
+
+
+def _one_line(n: int) -> bytes:
+    return b"a" * n
+
+
+def _record(n: int) -> bytes:
+    """A JSON object of ``n`` bytes."""
+    return _padded(b'{"text": "', n, b'"}', _one_line)
+
+
+# Each case: the user's file name, the reader, the file's bytes for a record of n bytes (the
+# second record of the file, or the first), where the refusal places it, what it calls the
+# record and what it says to do.
+RECORDS: dict[str, tuple[str, Callable, Callable[[int], bytes], str, str, str]] = {
+    "corpus-jsonl-line": ("c.jsonl", _read_corpus,
+                          lambda n: _record(14) + b"\n" + _record(n) + b"\n",
+                          " line 2", "the line", DOC_HINT),
+    "corpus-json-array-item": ("c.json", _read_corpus,
+                               lambda n: b"[" + _record(14) + b",\n" + _record(n) + b"]",
+                               " item 2 (line 2)", "the item", DOC_HINT),
+    "corpus-csv-field-on-one-line": ("c.csv", _read_corpus,
+                                     lambda n: b"text\nt\n" + _padded(b'"', n, b'"',
+                                                                     _one_line) + b"\n",
+                                     " line 3", "the line", DOC_HINT),
+    "corpus-csv-field-of-many-lines": ("c.csv", _read_corpus,
+                                       lambda n: b"text\nt\n" + _padded(b'"', n, b'"')
+                                       + b"\n",
+                                       " line 3", "the row", OPEN_QUOTE_HINT),
+    "corpus-paragraph-of-many-lines": ("notes.txt", _read_corpus,
+                                       lambda n: b"first\n\n" + _short_lines(n) + b"\n\nlast\n",
+                                       " line 3", "the paragraph", PARAGRAPH_HINT),
+    "corpus-markdown-paragraph-on-one-line": ("notes.md", _read_corpus,
+                                              lambda n: b"# T\nfirst\n\n" + b"a" * n,
+                                              " line 4", "the line", PARAGRAPH_HINT),
+    "corpus-parquet-cell": ("c.parquet", _read_corpus,
+                            lambda n: _parquet_bytes(["t", "a" * n, "t"]),
+                            " row 2", 'the "text" cell', DOC_HINT),
+    "corpus-zip-member": ("c.zip", _read_corpus,
+                          lambda n: _zip({"a.txt": "whole", "b.jsonl": _record(n)}),
+                          ": b.jsonl line 1", "the line", DOC_HINT),
+    "qa-jsonl-line": ("qa.jsonl", _read_qa,
+                      lambda n: _padded(b'{"question": "q", "answer": "', n, b'"}',
+                                        _one_line) + b"\n",
+                      " line 1", "the line", QUESTION_HINT),
+    "qa-csv-field-of-many-lines": ("qa.csv", _read_qa,
+                                   lambda n: b"question,answer\n" + _padded(b'q,"', n, b'"')
+                                   + b"\n", " line 2", "the row", OPEN_QUOTE_HINT),
+    "qa-hotpotqa-json-array-item": (
+        "hotpot.json", _read_qa,
+        lambda n: b"[" + HOTPOT_ITEM + b",\n" + HOTPOT_ITEM.replace(
+            b"x" * 100, b"x" * (n - len(HOTPOT_ITEM) + 100)) + b"]",
+        " item 2 (line 2)", "the item", QUESTION_HINT),
+    "exemplars-jsonl-line": ("ex.jsonl", _read_exemplars,
+                             lambda n: _padded(b'{"question": "q", "solution": "', n, b'"}',
+                                               _one_line) + b"\n", " line 1", "the line",
+                             "shorten the exemplar or raise the limit"),
+    "exemplars-text-block": ("ex.txt", _read_exemplars,
+                             lambda n: _padded(b"===== Example 1 =====\nExample Problem: q\n"
+                                               b"Example Solution: ", n),
+                             " line 1", "the exemplar", "shorten the exemplar or raise the limit"),
+}
+
+
+@pytest.mark.parametrize("case", RECORDS)
+def test_a_record_over_the_limit_is_refused_before_it_is_read_whole(tmp_path: Path, case: str):
+    """Issue 30: one line, row, item, cell or paragraph of 8 MiB with the record limit at
+    1 MiB is refused where it starts, naming the bound and its setting, while the reader holds
+    about the limit's worth of it. Read whole (as before), the record alone took 8 MiB of
+    traced memory and its parsing more."""
+    filename, read, data, place, record, hint = RECORDS[case]
+    path = tmp_path / "upload"
+    path.write_bytes(data(LONG_RECORD))
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordTooLong) as info:
+            read(path, filename, Limits(max_record_bytes=RECORD_LIMIT))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(info.value) == f"{filename}{place}: {record} {LIMIT_TEXT}; {hint}"
+    assert peak < 6 * RECORD_LIMIT, peak
+
+
+@pytest.mark.parametrize("case", RECORDS)
+def test_a_record_at_the_limit_is_read(tmp_path: Path, case: str):
+    """The limit counts a record's UTF-8 bytes without its last line break, the same in every
+    format: at the limit it is read, one byte more is refused."""
+    filename, read, data, place, record, _ = RECORDS[case]
+    path = tmp_path / "upload"
+    path.write_bytes(data(RECORD_LIMIT))
+    assert read(path, filename, Limits(max_record_bytes=RECORD_LIMIT)) >= 1
+    path.write_bytes(data(RECORD_LIMIT + 1))
+    with pytest.raises(RecordTooLong, match=f"^{re.escape(f'{filename}{place}: {record} ')}"):
+        read(path, filename, Limits(max_record_bytes=RECORD_LIMIT))

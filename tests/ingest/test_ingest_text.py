@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from studio.ingest import IngestError, decode_text
+from studio.ingest import IngestError, Limits, decode_text
 from studio.ingest.errors import Source
 from studio.ingest.textio import json_records, text_lines
 
 HINT_UTF8 = ('save the file as UTF-8 (in Excel: Save As > "CSV UTF-8"; in a text editor: '
              'choose the UTF-8 encoding)')
 TEXT = "Zoë's café\nnaïve — “quoted” 日本語 🙂\n"
+RECORD = Limits().record("shorten it")
 
 
 @pytest.mark.parametrize("data", [
@@ -61,11 +62,29 @@ def _stream(data: bytes) -> io.BufferedReader:
 def test_text_lines_numbers_and_line_endings():
     src = Source.upload("x.txt")
     data = b"a\r\nb\n\nc"
-    assert list(text_lines(_stream(data), src)) == [(1, "a"), (2, "b"), (3, ""), (4, "c")]
-    assert [t for _, t in text_lines(_stream(data), src, keepends=True)] == [
+    assert list(text_lines(_stream(data), src, RECORD)) == [(1, "a"), (2, "b"), (3, ""), (4, "c")]
+    assert [t for _, t in text_lines(_stream(data), src, RECORD, keepends=True)] == [
         "a\r\n", "b\n", "\n", "c"]
-    assert list(text_lines(_stream(codecs.BOM_UTF8 + b"x\ny"), src)) == [(1, "x"), (2, "y")]
-    assert list(text_lines(_stream("x\r\ny".encode("utf-16")), src)) == [(1, "x"), (2, "y")]
+    assert list(text_lines(_stream(codecs.BOM_UTF8 + b"x\ny"), src, RECORD)) == [(1, "x"),
+                                                                                (2, "y")]
+    assert list(text_lines(_stream("x\r\ny".encode("utf-16")), src, RECORD)) == [(1, "x"),
+                                                                                 (2, "y")]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_a_line_at_the_record_limit_is_read_and_one_byte_more_is_refused(encoding: str):
+    """The limit counts a line's UTF-8 bytes without its line break, whatever the file's
+    encoding ("é" is two)."""
+    record = Limits(max_record_bytes=12).record("shorten it")
+    src = Source.upload("x.txt")
+    over = "short\ncafé au lait\r\nend"  # "café au lait": 12 characters, 13 bytes
+    with pytest.raises(IngestError) as info:
+        list(text_lines(_stream(over.encode(encoding)), src, record))
+    assert str(info.value) == ("x.txt line 2: the line is longer than 12 bytes, the limit for "
+                               "one record (setting STUDIO_MAX_RECORD_BYTES); shorten it")
+    exact = "café au lai\nabcdefghijkl\n"  # 12 bytes each
+    assert list(text_lines(_stream(exact.encode(encoding)), src, record)) == [
+        (1, "café au lai"), (2, "abcdefghijkl")]
 
 
 def test_json_array_numbers_cut_at_chunk_edges():
@@ -73,7 +92,7 @@ def test_json_array_numbers_cut_at_chunk_edges():
     values = [i * 7919 % 1000003 for i in range(400_000)]
     data = json.dumps(values).encode()
     assert len(data) > 3 << 20
-    records = list(json_records(_stream(data), Source.upload("n.json")))
+    records = list(json_records(_stream(data), Source.upload("n.json"), RECORD))
     assert [r.value for r in records] == values
     assert records[-1].item == len(values)
 
@@ -81,23 +100,23 @@ def test_json_array_numbers_cut_at_chunk_edges():
 def test_json_array_with_utf16_and_long_strings(tmp_path: Path):
     items = [{"text": "é" * (700_000 + i)} for i in range(3)]
     data = json.dumps(items, ensure_ascii=False).encode("utf-16")
-    records = list(json_records(_stream(data), Source.upload("u.json")))
+    records = list(json_records(_stream(data), Source.upload("u.json"), RECORD))
     assert [r.value for r in records] == items
 
 
 def test_json_array_bad_bytes_name_a_line():
     data = b'[\n{"text": "ok"},\n{"text": "caf\xe9"}\n]'
     with pytest.raises(IngestError) as info:
-        list(json_records(_stream(data), Source.upload("c.json")))
+        list(json_records(_stream(data), Source.upload("c.json"), RECORD))
     assert str(info.value) == ("c.json line 3: not UTF-8 text (byte 0xE9 at column 14); it "
                                f"looks like Windows-1252/Latin-1 text; {HINT_UTF8}")
     far = b"[" + b'{"text": "ok"},\n' * 200_000 + b'{"text": "na\xefve"}]'
     with pytest.raises(IngestError) as info:
-        list(json_records(_stream(far), Source.upload("c.json")))
+        list(json_records(_stream(far), Source.upload("c.json"), RECORD))
     assert (info.value.line, info.value.item) == (200_001, None)
     assert "(byte 0xEF at column 13)" in str(info.value)
     one_line = b"[" + b'{"text": "ok"},' * 200_000 + b'{"text": "na\xefve"}]'
     with pytest.raises(IngestError) as info:
-        list(json_records(_stream(one_line), Source.upload("c.json")))
+        list(json_records(_stream(one_line), Source.upload("c.json"), RECORD))
     assert info.value.line == 1
     assert f"(byte 0xEF at column {1 + 15 * 200_000 + 13})" in str(info.value)

@@ -237,3 +237,24 @@ def test_a_recorded_calculator_run_alarms_where_its_zero_shot_text_broke_into_no
     assert {message.split(":")[0] for _, message in warned} == {
         "format_falling", "tool calls per rollout fell from 0.7 to 0.1 (86%) after the last "
         "stage change"}
+
+
+@pytest.mark.parametrize(("tools", "using"), [
+    (["search"], "searching"), (["calculator"], "calling the calculator"),
+    (["search", "python"], "searching or running Python")])
+def test_the_premature_termination_words_name_the_run_s_tools(tools, using):
+    """The sentinel's alarm, the premature-termination warning and the launch's short-stage
+    warning say what the model stopped doing with the run's own tools."""
+    from studio.method.curriculum import Curriculum, premature_message
+    from studio.method.tools import using_words
+
+    assert using_words(tools) == using
+    alarm = {"signal": "search_stopped", "value": 0.0, "reference": 1.2, "window": 5,
+             "action": "warn"}
+    assert f"it has stopped {using} (premature termination)" in alarm_message(alarm, using)
+    warning = {"before": 0.9, "after": 0.1, "drop": 0.89}
+    assert f"answering without {using} (premature termination)" in premature_message(
+        warning, using)
+    (short,) = [w for w in Curriculum.from_counts((3, 0), 2).warnings(using=using)
+                if "lasts only" in w]
+    assert f"stop {using} and answer at once" in short

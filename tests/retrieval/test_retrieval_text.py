@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from studio.method.tags import format_information
 from studio.retrieval import (
@@ -16,8 +19,10 @@ from studio.retrieval import (
     format_hits,
     search_r1_result,
     split_into_passages,
+    stream_passages,
     tokenize,
 )
+from studio.retrieval.passages import MAX_WORD_CHARS
 from studio.retrieval.tokenizer import Encoder
 
 # --------------------------------------------------------------------------- split
@@ -69,6 +74,23 @@ def test_empty_text_gives_no_passages(text):
 def test_passage_length_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError):
         split_into_passages("d", "T", "a b c", words=bad)
+
+
+@given(text=st.text(alphabet="ab é\n\t\u2028🙂", max_size=300),
+       cuts=st.lists(st.integers(0, 300), max_size=8), n=st.integers(1, 7))
+def test_a_text_in_pieces_gives_the_passages_of_the_whole_text(text, cuts, n):
+    bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
+    pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
+    assert list(stream_passages("d", " T ", pieces, n)) == split_into_passages("d", " T ", text, n)
+
+
+def test_a_word_longer_than_the_limit_is_cut_from_its_start():
+    long_word = "a" * (3 * MAX_WORD_CHARS + 5)
+    text = f"x {long_word} y"
+    expected = ["x", "a" * MAX_WORD_CHARS, "a" * MAX_WORD_CHARS, "a" * MAX_WORD_CHARS, "aaaaa", "y"]
+    assert [p.text for p in split_into_passages("d", "T", text, words=1)] == expected
+    pieces = [text[i:i + 777] for i in range(0, len(text), 777)]  # the word spans 39 pieces
+    assert [p.text for p in stream_passages("d", "T", pieces, words=1)] == expected
 
 
 # --------------------------------------------------------------------------- tokenize

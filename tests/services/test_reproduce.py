@@ -122,3 +122,30 @@ def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):
         "the data the run trained on is not all stored here: data.train: 'demo' does not "
         "exist; upload it first")
     assert len(runs.list_runs(settings)) == launched
+
+
+def test_a_relaunched_card_sends_the_token_only_to_this_studio(studio):
+    """A card names the places a veRL run calls (`studio_url`, `ray_address`); relaunched by
+    another user, it would send that user's token there (S1). Those two are dropped, said in
+    the warnings; a config that names another address is refused at launch."""
+    settings, model = studio
+    actor = admin(settings)
+    run = runs.create_run(settings, actor, {**tiny_config(model), "verl": {
+        "studio_url": settings.web_url + "/", "ray_address": "10.0.0.5:6379"}}, start=False)
+    bundle = parse_bundle(build_model_card(settings, run["id"]).markdown).model_dump(mode="json")
+    bundle["config"]["verl"]["studio_url"] = "http://169.254.169.254/"
+    again = launch_from_bundle(settings, actor, json.dumps(bundle), model=str(model),
+                               start=False)
+    assert (again["config"]["verl"]["studio_url"], again["config"]["verl"]["ray_address"]) \
+        == (None, None)
+    assert [w.split(":")[0] for w in again["warnings"] if w.startswith("verl.")] \
+        == ["verl.studio_url", "verl.ray_address"]
+
+    elsewhere = {**tiny_config(model), "verl": {"studio_url": "http://169.254.169.254/"}}
+    with pytest.raises(InvalidInput, match=r"^verl.studio_url: 'http://169.254.169.254/' is "
+                       r"not this studio's address; .* must be one of http://127.0.0.1:\d+ "):
+        runs.create_run(settings, actor, elsewhere, start=False)
+    listed = settings.model_copy(update={"verl_studio_urls": "https://studio.internal, "
+                                         "http://169.254.169.254:80"})
+    assert runs.create_run(listed, actor, elsewhere, start=False)["config"]["verl"][
+        "studio_url"] == "http://169.254.169.254/"

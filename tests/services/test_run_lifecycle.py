@@ -17,6 +17,7 @@ from studio import db
 from studio.method.prompt import common_prefix_length
 from studio.sandbox import bwrap
 from studio.services import (
+    evaluation_files,
     evaluations,
     exemplar_sets,
     exports,
@@ -117,8 +118,10 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
         CrashingTrainer(settings, run["id"], attempt=1).run()
     with pytest.raises(Conflict, match="is running"):
         runs.resume_run(settings, admin(settings), run["id"])
+    assert runs.get_run(settings, run["id"])["phase"] is not None, "what it was doing"
     _age_heartbeat(settings, run["id"], 60)
-    assert runs.get_run(settings, run["id"])["state"] == RunState.interrupted
+    interrupted = runs.get_run(settings, run["id"])
+    assert (interrupted["state"], interrupted["phase"]) == (RunState.interrupted, None)
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1, 2]
 
     resumed = runs.resume_run(settings, admin(settings), run["id"])
@@ -127,7 +130,9 @@ def test_resume_queues_a_new_attempt_that_continues_from_the_checkpoint(studio):
     assert not runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@redelivered"), "old attempt's message"
     assert runs.claim_run(settings, run["id"], 2, job_key(settings, run["id"]), "cpu@b")
     Trainer(settings, run["id"], attempt=2).run()
+    assert runs.get_run(settings, run["id"])["phase"] is not None, "its last phase, stored"
     assert runs.finish_run(settings, run["id"], RunState.succeeded, attempt=2)
+    assert runs.get_run(settings, run["id"])["phase"] is None, "a finished run does nothing now"
 
     assert [m["step"] for m in runs.run_metrics(settings, run["id"])] == [0, 1, 2, 3]
     assert any(e["message"] == "resumed from the checkpoint after step 2"
@@ -208,7 +213,7 @@ def test_delete_refuses_active_runs_and_removes_a_finished_one_with_its_files(st
                                                                   "max_turn_tokens": 4},
                                                start=False)
     run_evaluation(settings, evaluation["id"])
-    records = evaluations.evaluation_records_path(settings, evaluation["id"])
+    records = evaluation_files.evaluation_records_path(settings, evaluation["id"])
     export = exports.create_export(settings, admin(settings), run["id"], target="zip", start=False)
     run_export(settings, export["id"])
     exported = exports.export_zip(settings, export["id"])
@@ -354,19 +359,22 @@ def test_exemplars_are_checked_against_the_runs_tools(studio):
         run_validation.validate_run(settings, admin(settings), config)
 
 
-def test_a_run_without_search_launches_without_a_corpus(studio):
-    """tools: [python] on the math pack names no corpus: the API validates and launches it,
-    its plan pins none; with search among the tools the missing corpus is a 422 naming
-    data.corpus, and nothing is stored."""
+@pytest.mark.parametrize(("tool", "pack", "load"), [("python", "math", load_math_pack),
+                                                   ("calculator", "calc", load_calc_pack)])
+def test_a_run_without_search_launches_without_a_corpus(studio, tool, pack, load):
+    """tools: [python] on the math pack (or the calculator on the arithmetic pack) names no
+    corpus: the API validates and launches it, its plan pins none, and what the check says
+    (warnings, the estimate) speaks of its own tool, not of search; with search among the
+    tools the missing corpus is a 422 naming data.corpus, and nothing is stored."""
     settings, model = studio
-    load_math_pack(settings, admin(settings))
+    load(settings, admin(settings))
     headers = admin_headers(settings)
-    config = {**tiny_config(model), "tools": ["python"], "reward": {"answer_match": "numeric"},
-              "data": {"train": "math", "eval": ["math-heldout"], "exemplars": "math"},
+    config = {**tiny_config(model), "tools": [tool], "reward": {"answer_match": "numeric"},
+              "data": {"train": pack, "eval": [f"{pack}-heldout"], "exemplars": pack},
               "curriculum": {"stages": [{"exemplars": 1, "steps": 1},
                                         {"exemplars": 0, "steps": 2}]}}
     with TestClient(create_app(settings)) as client:
-        refused = client.post("/api/v1/runs", json={**config, "tools": ["search", "python"]},
+        refused = client.post("/api/v1/runs", json={**config, "tools": ["search", tool]},
                               headers=headers)
         assert refused.status_code == 422
         assert refused.json()["detail"] == ("run config: data.corpus: the search tool searches "
@@ -375,10 +383,15 @@ def test_a_run_without_search_launches_without_a_corpus(studio):
         checked = client.post("/api/v1/runs/validate", json=config, headers=headers)
         assert checked.status_code == 200, checked.json()
         assert checked.json()["config"]["data"]["corpus"] is None
+        said = " ".join([*checked.json()["warnings"],
+                         checked.json()["time_estimate"]["message"]])
+        using = {"python": "running Python", "calculator": "calling the calculator"}[tool]
+        assert f"stop {using} and answer at once" in said, "the 1-step stage is warned of"
+        assert "search" not in said.lower(), said
         launched = client.post("/api/v1/runs", json=config, headers=headers)
         assert launched.status_code == 201, launched.json()
     plan = run_plans.stored_plan(settings, launched.json()["id"])
-    assert plan.corpus is None and [ref.name for ref in plan.eval] == ["math-heldout"]
+    assert plan.corpus is None and [ref.name for ref in plan.eval] == [f"{pack}-heldout"]
 
 
 # --- the same through the API -------------------------------------------------------------------

@@ -13,8 +13,8 @@ from studio.services.run_progress import RunFollower
 from studio.services.run_recorder import RunRecorder, RunStopped
 from studio.services.run_streams import StreamOptions
 from studio.tables import RunEvent, RunState, utcnow
-from tests.services.test_time_estimate import _measured, _worker
 from tests.support.actors import admin
+from tests.support.calibrated import measured, worker_with
 from tests.support.jobs import job_key
 from tests.support.training import tiny_config
 
@@ -58,11 +58,11 @@ def test_a_run_says_what_its_step_is_doing_and_keeps_its_launch_estimate(studio)
     """The phase an engine reports is on the run as every reader gets it; a new attempt's
     claim clears the last one's; the launch stores its estimate of a first step."""
     settings, model = studio
-    _worker(settings)
+    worker_with(settings)
     config = tiny_config(model)
     calibration = calibrations.request_calibration(settings, admin(settings), model=str(model),
                                                    start=False)
-    _measured(settings, calibration["id"])
+    measured(settings, calibration["id"])
     launched = runs.create_run(settings, admin(settings), config, start=False)
     run_id = launched["id"]
     assert launched["first_step_seconds"] == launched["stages"][0]["seconds_per_step"] > 0

@@ -15,15 +15,9 @@ from studio.services.estimates import (
     steps_per_stage,
     worst_case_response,
 )
-from studio.tables import Run, RunState, WorkerHeartbeat
+from studio.tables import Run, RunState
 from tests.support.actors import admin
-
-FIGURES = {"shape": {"linear": 2.0e8, "head": 5.0e7, "attention": 7.0e4},
-           "rates": {"prefill": 2.0e11, "decode": 3.0e11, "decode_forward": 0.01,
-                     "reference": 3.0e11, "update": 8.0e10, "optimizer_step": 0.1},
-           "measure_seconds": 20.0, "measure_cpu_seconds": 19.0}
-CPU = {"kind": "cpu", "name": "Test CPU, 2 cores", "torch": "2.0",
-       "key": "cpu: Test CPU, 2 cores; torch 2.0"}
+from tests.support.calibrated import CPU, FIGURES, measured, worker_with
 
 
 def config(**grpo) -> RunConfig:
@@ -108,20 +102,6 @@ def test_duration_words():
 # --- the service: which calibration, queued when missing, in words ---------------------------
 
 
-def _worker(settings, device=CPU, hostname="cpu@test") -> None:
-    with db.session_scope(settings.sqlalchemy_url) as session:
-        session.merge(WorkerHeartbeat(hostname=hostname, queues="cpu", pid=1,
-                                      devices={"cpu": device}))
-
-
-def _measured(settings, calibration_id: int, device=CPU, figures=FIGURES, busy=0) -> None:
-    assert calibrations.claim_calibration(settings, calibration_id, "cpu@test", device)
-    if busy:
-        with db.session_scope(settings.sqlalchemy_url) as session:
-            session.get(calibrations.DeviceCalibration, calibration_id).busy_runs = busy
-    calibrations.finish_calibration(settings, calibration_id, figures=figures)
-
-
 def test_without_a_worker_there_is_no_estimate_and_nothing_is_queued(settings):
     timing = calibrations.time_estimate(settings, config(), stages())
     assert timing["state"] == "unavailable"
@@ -130,7 +110,7 @@ def test_without_a_worker_there_is_no_estimate_and_nothing_is_queued(settings):
 
 
 def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(settings):
-    _worker(settings)
+    worker_with(settings)
     waiting = calibrations.time_estimate(settings, config(), stages(), start=False)
     assert waiting["state"] == "unavailable" and "was not measured" in waiting["message"]
     queued = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
@@ -143,7 +123,7 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
     assert "waits behind 1 running and 0 queued run(s) on queue cpu" in timing["message"]
     assert len(calibrations.list_calibrations(settings)) == 1, "one measurement at a time"
 
-    _measured(settings, queued["id"])
+    measured(settings, queued["id"])
     ready = calibrations.time_estimate(settings, config(), stages())
     assert ready["state"] == "ready" and ready["warnings"] == []
     assert [s["steps"] for s in ready["stages"]] == [10, 20]
@@ -157,8 +137,8 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
     (["python"], "of program output"), (["calculator"], "of calculator results"),
     (["search", "calculator"], "of search results and calculator results")])
 def test_the_estimate_names_what_the_runs_tools_insert(settings, tools, words):
-    _worker(settings)
-    _measured(settings, calibrations.request_calibration(
+    worker_with(settings)
+    measured(settings, calibrations.request_calibration(
         settings, admin(settings), model=config().model, start=False)["id"])
     run = config().model_copy(update={"tools": tools})
     message = calibrations.time_estimate(settings, run, stages())["message"]
@@ -167,8 +147,8 @@ def test_the_estimate_names_what_the_runs_tools_insert(settings, tools, words):
 
 
 def test_a_run_of_many_hours_is_warned_about(settings):
-    _worker(settings)
-    _measured(settings, calibrations.request_calibration(
+    worker_with(settings)
+    measured(settings, calibrations.request_calibration(
         settings, admin(settings), model=config().model, start=False)["id"])
     run = config(steps=2000)
     timing = calibrations.time_estimate(settings, run, stages())
@@ -179,14 +159,14 @@ def test_a_run_of_many_hours_is_warned_about(settings):
 
 
 def test_new_hardware_is_measured_again_and_a_busy_measurement_is_said(settings):
-    _worker(settings)
+    worker_with(settings)
     first = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
-    _measured(settings, first["id"], busy=1)
+    measured(settings, first["id"], busy=1)
     ready = calibrations.time_estimate(settings, config(), stages())
     assert "measured while 1 run(s) trained on that worker" in ready["message"]
     assert "`studio calibrate --model smollm2-135m-instruct --queue cpu`" in ready["message"]
 
-    _worker(settings, device={**CPU, "key": "cpu: Other CPU, 8 cores; torch 2.0"})
+    worker_with(settings, device={**CPU, "key": "cpu: Other CPU, 8 cores; torch 2.0"})
     assert calibrations.time_estimate(settings, config(), stages(), start=False)["state"] \
         == "unavailable"
     # another thread count is another calibration too
@@ -197,7 +177,7 @@ def test_new_hardware_is_measured_again_and_a_busy_measurement_is_said(settings)
 
 
 def test_a_failed_calibration_is_not_queued_again_by_itself(settings):
-    _worker(settings)
+    worker_with(settings)
     queued = calibrations.request_calibration(settings, admin(settings), model=config().model, start=False)
     assert calibrations.claim_calibration(settings, queued["id"], "cpu@test", CPU)
     assert calibrations.claim_calibration(settings, queued["id"], "cpu@other", CPU) is None

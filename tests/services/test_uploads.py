@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
 import stat
 import subprocess
 import sys
 import time
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from studio.retrieval.passages import MAX_WORD_CHARS
 from studio.services import corpora, exemplar_sets, qa_sets, uploads
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -41,11 +44,11 @@ def _zip_of(members: dict[str, str]) -> bytes:
 
 def _upload(kind: str) -> Callable[..., dict]:
     """The service storing an upload of `kind`, called as the studio's admin."""
-    store = {"corpus": lambda s, actor, *args: corpora.create_corpus(
-                 s, actor, *args, start_indexing=False),
+    store = {"corpus": lambda s, actor, *args, **options: corpora.create_corpus(
+                 s, actor, *args, start_indexing=False, **options),
              "qa": qa_sets.create_qa_set,
              "exemplars": exemplar_sets.upload_exemplar_set}[kind]
-    return lambda s, *args: store(s, admin(s), *args)
+    return lambda s, *args, **options: store(s, admin(s), *args, **options)
 
 
 def _stored(settings: Settings) -> dict:
@@ -181,6 +184,90 @@ def test_a_20_mb_upload_over_the_default_row_limit_is_refused_in_bounded_memory(
     # million document ids (all a corpus upload keeps) take over 400 MB.
     assert result["grown_mb"] < 64, result
     assert _stored(settings) == before
+
+
+# --- one text document of many megabytes ----------------------------------------------------
+
+
+def test_a_zip_of_one_huge_text_file_is_stored_and_indexed_in_memory_far_below_its_size(
+        settings):
+    """A 128 KB zip holding 128 MiB of "a" in one .txt, no space and no line break (issue 30,
+    D2, a zip bomb): storing it and building its index each take a few tens of megabytes at
+    most, while reading the text whole took twice its size to store and more to index."""
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf, \
+            zf.open("bomb.txt", "w") as member:
+        for _ in range(128):
+            member.write(b"a" * (1 << 20))
+    assert len(archive.getvalue()) < 200_000
+    tracemalloc.start()
+    try:
+        stored = _upload("corpus")(settings, io.BytesIO(archive.getvalue()), "bomb.zip", "bomb")
+        store_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        indexed = corpora.build_corpus_index(settings, stored["id"])
+        index_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert store_peak < 16 << 20, store_peak
+    assert index_peak < 48 << 20, index_peak
+    words = math.ceil((128 << 20) / MAX_WORD_CHARS)  # the one long word, cut
+    assert (indexed["status"], indexed["num_documents"]) == ("ready", 1)
+    assert indexed["num_passages"] == math.ceil(words / settings.passage_words)
+
+
+# --- one record over the record limit --------------------------------------------------------
+
+
+def _lines_of(n: int) -> bytes:
+    """``n`` bytes in lines of 100: no line is long, the record they make is."""
+    return (b"a" * 99 + b"\n") * (n // 100)
+
+
+RECORD_LIMIT = 1 << 20
+LONG_RECORDS = {
+    "corpus-jsonl-line": ("corpus", "docs.jsonl", {},
+                          b'{"text": "t"}\n{"text": "' + b"a" * (16 << 20) + b'"}\n',
+                          "docs.jsonl line 2: the line",
+                          "split the document into smaller ones or raise the limit"),
+    "qa-csv-field": ("qa", "qa.csv", {},
+                     b'question,answer\nq,a\nr,"' + _lines_of(16 << 20) + b'"\n',
+                     "qa.csv line 3: the row", 'a quote (") is probably left open: check the '
+                     "quotes from this line on, or raise the limit"),
+    "corpus-paragraph": ("corpus", "notes.txt", {"split_on_blank_lines": True},
+                         b"first\n\n" + _lines_of(16 << 20), "notes.txt line 3: the paragraph",
+                         "put blank lines between its paragraphs, or upload the file as one "
+                         'document of any length (leave "a blank line starts a new document", '
+                         "split_on_blank_lines, off), or raise the limit"),
+    "exemplars-jsonl-line": ("exemplars", "ex.jsonl", {},
+                             b'{"question": "q", "solution": "' + b"s" * (16 << 20) + b'"}\n',
+                             "ex.jsonl line 1: the line", "shorten the exemplar or raise the limit"),
+}
+
+
+@pytest.mark.parametrize("case", LONG_RECORDS)
+def test_a_record_over_the_record_limit_is_a_422_that_stores_nothing_and_holds_little(
+        settings, case):
+    """Issue 30: a 16 MiB JSONL line, CSV cell or paragraph with STUDIO_MAX_RECORD_BYTES at
+    1 MiB is refused naming its file, line, the bound and what to do, stores nothing, and is
+    never held whole: the upload's peak traced memory stays under 8 MiB, where the readers
+    took 41 to 80 MiB to read such a line, cell or paragraph whole (docs/uploads.md)."""
+    kind, filename, options, data, place, hint = LONG_RECORDS[case]
+    small = settings.model_copy(update={"max_record_bytes": RECORD_LIMIT})
+    _upload(kind)(small, io.BytesIO(GOOD_FILES[kind][1]), GOOD_FILES[kind][0], "earlier")
+    before = _stored(small)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInput) as info:
+            _upload(kind)(small, io.BytesIO(data), filename, "long", **options)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.status_code == 422
+    assert str(info.value) == (f"{place} is longer than 1.0 MB (1048576 bytes), the limit for "
+                               f"one record (setting STUDIO_MAX_RECORD_BYTES); {hint}")
+    assert _stored(small) == before
+    assert peak < 8 << 20, peak
 
 
 # --- refused uploads leave nothing behind --------------------------------------------------

@@ -7,7 +7,7 @@ import json
 
 from studio.db import session_scope
 from studio.method.failures import CORRECT, FORMAT_MISS, NO_SEARCH, label_split
-from studio.services.evaluations import evaluation_records_path
+from studio.services.evaluation_files import evaluation_records_path
 from studio.settings import Settings
 from studio.tables import Evaluation, RunState, utcnow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from studio.services import evaluations
+from studio.services import evaluation_files, evaluations
 from studio.tables import RunState
 from tests.support.actors import admin
 from tests.support.processes import wait_for
@@ -34,7 +34,7 @@ def test_an_evaluation_runs_in_its_own_process_with_its_own_gpu_slot(studio, mon
 
     assert done["state"] == RunState.succeeded, done["error"]
     assert done["metrics"]["questions"] == 2
-    log = evaluations.evaluation_log_path(settings, evaluation_id).read_text()
+    log = evaluation_files.evaluation_log_path(settings, evaluation_id).read_text()
     assert log.startswith(f"--- evaluation {evaluation_id}, GPU 7 ---")
     with slots.take(1) as free:
         assert free == ["7"]  # lent for the job, given back after it
@@ -69,7 +69,7 @@ def test_an_evaluation_cancelled_before_it_starts_never_runs(studio):
     evaluations.cancel_evaluation(settings, admin(settings), evaluation_id)
 
     assert run_evaluation_job(settings, evaluation_id)["state"] == RunState.cancelled
-    assert not evaluations.evaluation_log_path(settings, evaluation_id).exists()
+    assert not evaluation_files.evaluation_log_path(settings, evaluation_id).exists()
 
 
 def test_the_api_cancels_and_says_when_there_is_nothing_to_cancel(studio):

@@ -169,7 +169,7 @@ def test_the_quick_start_preset_from_the_command_line(tmp_path):
     assert _error_line(cli("run", "validate", str(run_file), "--preset", QUICK_START)) == (
         "studio: error: give a run YAML file or --preset NAME (one of them)")
     assert _error_line(cli("run", "launch", "--preset", "nope")) == (
-        f"studio: error: preset: 'nope' is not one of {QUICK_START}")
+        f"studio: error: preset: 'nope' is not one of {', '.join(RUN_PRESETS)}")
 
     launched = cli("run", "launch", "--preset", QUICK_START)
     assert launched.returncode == 0, launched.stdout + launched.stderr

@@ -3,13 +3,13 @@ estimate measures one by itself when it needs it; this measures again)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from studio.api.deps import CurrentUser, Id, get_settings
+from studio.api.deps import CurrentUser, Id, SettingsDep
 from studio.run_config import MAX_THREADS
 from studio.services import calibrations
-from studio.settings import Settings
+from studio.services.calibrations import CalibrationView
 
 router = APIRouter(tags=["calibrations"])
 
@@ -23,18 +23,17 @@ class CalibrationRequest(BaseModel):
 
 
 @router.post("/calibrations", status_code=202)
-def measure(body: CalibrationRequest, actor: CurrentUser,
-            settings: Settings = Depends(get_settings)) -> dict:
+def measure(body: CalibrationRequest, actor: CurrentUser, settings: SettingsDep) -> CalibrationView:
     """Queue a new measurement on the queue's worker (after the jobs ahead of it there)."""
     return calibrations.request_calibration(settings, actor, **body.model_dump())
 
 
 @router.get("/calibrations")
-def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+def list_all(settings: SettingsDep) -> list[CalibrationView]:
     """Newest first, with their figures (studio.services.estimates) once measured."""
     return calibrations.list_calibrations(settings)
 
 
 @router.get("/calibrations/{calibration_id}")
-def get(calibration_id: Id, settings: Settings = Depends(get_settings)) -> dict:
+def get(calibration_id: Id, settings: SettingsDep) -> CalibrationView:
     return calibrations.get_calibration(settings, calibration_id)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi import APIRouter, File, Form, Query, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, get_settings
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, SettingsDep
 from studio.services import corpora, data_doctor
+from studio.services.corpora import CorpusView, RetrieveAnswer, SearchAnswer
+from studio.services.data_doctor import ReachabilityReport, ReplayReport
 from studio.services.errors import InvalidInput
-from studio.settings import Settings
 
 router = APIRouter(prefix="/corpora", tags=["corpora"])
 
@@ -20,7 +21,7 @@ def upload(file: UploadFile = File(...), name: str = Form(...),
            backend: str = Form("bm25s"), params: str = Form("{}",
            description='BM25 settings as JSON, e.g. {"k1": 1.2, "b": 0.75, "stemmer": "english"}'),
            split_on_blank_lines: bool = Form(False), *, actor: CurrentUser,
-           settings: Settings = Depends(get_settings)) -> dict:
+           settings: SettingsDep) -> CorpusView:
     """Store a corpus file (JSONL, CSV/TSV, Parquet, .txt/.md, or a .zip of them) and index it."""
     try:
         parsed = json.loads(params)
@@ -33,27 +34,26 @@ def upload(file: UploadFile = File(...), name: str = Form(...),
 
 
 @router.get("")
-def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+def list_all(settings: SettingsDep) -> list[CorpusView]:
     return corpora.list_corpora(settings)
 
 
 @router.get("/{corpus_id}")
-def get(corpus_id: Id, settings: Settings = Depends(get_settings)) -> dict:
+def get(corpus_id: Id, settings: SettingsDep) -> CorpusView:
     """The corpus with its `status` (pending, indexing, ready, failed) and progress."""
     return corpora.get_corpus(settings, corpus_id)
 
 
 @router.delete("/{corpus_id}", status_code=204)
-def delete(corpus_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
-           ) -> None:
+def delete(corpus_id: Id, actor: CurrentUser, settings: SettingsDep) -> None:
     """Its owner or an admin only; a corpus a run's plan pins is retired (hidden, kept)."""
     corpora.delete_corpus(settings, actor, corpus_id)
 
 
 @router.get("/{corpus_id}/search")
-def search(corpus_id: Id, q: str = Query(..., description="The query"),
-           k: int = Query(3, ge=1, le=corpora.MAX_TOP_K, description="How many passages"),
-           settings: Settings = Depends(get_settings)) -> dict:
+def search(corpus_id: Id, settings: SettingsDep, q: str = Query(..., description="The query"),
+           k: int = Query(3, ge=1, le=corpora.MAX_TOP_K, description="How many passages")
+           ) -> SearchAnswer:
     """The top-k passages, and the information block the model would read."""
     return corpora.search(settings, corpus_id, q, k)
 
@@ -65,8 +65,7 @@ class RetrieveRequest(BaseModel):
 
 
 @router.post("/{corpus_id}/retrieve")
-def retrieve(corpus_id: Id, body: RetrieveRequest,
-             settings: Settings = Depends(get_settings)) -> dict:
+def retrieve(corpus_id: Id, body: RetrieveRequest, settings: SettingsDep) -> RetrieveAnswer:
     """Search-R1's retriever contract: `{"result": [[{"document": {id, contents}, "score"}]]}`."""
     return corpora.retrieve(settings, corpus_id, body.queries, body.topk, body.return_scores)
 
@@ -76,14 +75,14 @@ TopK = Query(3, ge=1, le=corpora.MAX_TOP_K, description="Passages per search, as
 
 
 @router.get("/{corpus_id}/doctor/reachability")
-def doctor_reachability(corpus_id: Id, qa_set: int = Query(..., ge=1, le=MAX_SQL_INT,
-                                                           description="The QA set's id"),
+def doctor_reachability(corpus_id: Id, settings: SettingsDep,
+                        qa_set: int = Query(..., ge=1, le=MAX_SQL_INT,
+                                            description="The QA set's id"),
                         k: int = TopK,
                         limit: int = Query(data_doctor.MAX_QUESTIONS, ge=1,
                                            le=data_doctor.MAX_QUESTIONS,
                                            description="Questions checked at most (a larger "
-                                           "set is sampled evenly)"),
-                        settings: Settings = Depends(get_settings)) -> dict:
+                                           "set is sampled evenly)")) -> ReachabilityReport:
     """The share of the QA set's questions whose gold answer is in the top-k passages of a
     search for the question itself, per hop where the set kept its supporting passages,
     and the worst questions (docs/data-doctor.md)."""
@@ -91,9 +90,10 @@ def doctor_reachability(corpus_id: Id, qa_set: int = Query(..., ge=1, le=MAX_SQL
 
 
 @router.get("/{corpus_id}/doctor/exemplars")
-def doctor_exemplars(corpus_id: Id, exemplar_set: int = Query(..., ge=1, le=MAX_SQL_INT,
-                                                              description="The set's id"),
-                     k: int = TopK, settings: Settings = Depends(get_settings)) -> dict:
+def doctor_exemplars(corpus_id: Id, settings: SettingsDep,
+                     exemplar_set: int = Query(..., ge=1, le=MAX_SQL_INT,
+                                               description="The set's id"),
+                     k: int = TopK) -> ReplayReport:
     """Each exemplar's searches run on this corpus: what it returns, and beside each
     exemplar the passages it shows that the corpus does not return (docs/data-doctor.md)."""
     return data_doctor.exemplar_replay(settings, corpus_id, exemplar_set, k=k)

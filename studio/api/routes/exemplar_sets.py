@@ -1,16 +1,17 @@
-"""Exemplar sets: upload or create, edit single exemplars, preview the prompts."""
+"""Exemplar sets: upload, create or draft from data, edit single exemplars, preview the
+prompts."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Path, UploadFile
+from fastapi import APIRouter, File, Form, Path, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import CurrentUser, Id, get_settings
-from studio.services import exemplar_sets
-from studio.services.prompt_preview import preview_prompts
-from studio.settings import Settings
+from studio.api.deps import CurrentUser, Id, SettingsDep
+from studio.services import corpora, exemplar_drafts, exemplar_sets
+from studio.services.exemplar_sets import ExemplarSetSummary, ExemplarSetView
+from studio.services.prompt_preview import PromptPreview, preview_prompts
 
 router = APIRouter(prefix="/exemplar-sets", tags=["exemplar-sets"])
 Number = Annotated[int, Path(ge=1, le=10_000, description="The exemplar's number, from 1")]
@@ -32,52 +33,65 @@ class ExemplarSetIn(BaseModel):
 
 
 @router.post("", status_code=201)
-def create(body: ExemplarSetIn, actor: CurrentUser,
-           settings: Settings = Depends(get_settings)) -> dict:
+def create(body: ExemplarSetIn, actor: CurrentUser, settings: SettingsDep) -> ExemplarSetView:
     return exemplar_sets.create_exemplar_set(
         settings, actor, body.name, [e.model_dump() for e in body.exemplars])
 
 
+class DraftIn(BaseModel):
+    qa_set: str = Field(max_length=128, description="The QA set whose questions are drafted")
+    tool: str = Field(max_length=32, description=" | ".join(exemplar_drafts.DRAFTED_TOOLS))
+    corpus: str | None = Field(None, max_length=128, description="What search drafts search")
+    count: int = Field(3, ge=1, le=exemplar_drafts.MAX_DRAFTS)
+    k: int = Field(3, ge=1, le=corpora.MAX_TOP_K, description="Passages a search returns")
+
+
+@router.post("/draft")
+def draft(body: DraftIn, actor: CurrentUser, settings: SettingsDep) -> exemplar_drafts.Drafts:
+    """Exemplar drafts from a QA set, with the tool's real results inside (nothing stored:
+    edit them, then save them as a set)."""
+    return exemplar_drafts.draft_exemplars(settings, actor, **body.model_dump())
+
+
 @router.post("/upload", status_code=201)
 def upload(file: UploadFile = File(...), name: str = Form(...), *, actor: CurrentUser,
-           settings: Settings = Depends(get_settings)) -> dict:
+           settings: SettingsDep) -> ExemplarSetView:
     """JSONL `{question, solution, answer?}` or the text block format `===== Example N =====`."""
     return exemplar_sets.upload_exemplar_set(settings, actor, file.file, file.filename, name)
 
 
 @router.get("")
-def list_all(settings: Settings = Depends(get_settings)) -> list[dict]:
+def list_all(settings: SettingsDep) -> list[ExemplarSetSummary]:
     return exemplar_sets.list_exemplar_sets(settings)
 
 
 @router.get("/{set_id}")
-def get(set_id: Id, settings: Settings = Depends(get_settings)) -> dict:
+def get(set_id: Id, settings: SettingsDep) -> ExemplarSetView:
     """The set with each exemplar's findings (errors block training, warnings do not)."""
     return exemplar_sets.get_exemplar_set(settings, set_id)
 
 
 @router.delete("/{set_id}", status_code=204)
-def delete(set_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)) -> None:
+def delete(set_id: Id, actor: CurrentUser, settings: SettingsDep) -> None:
     exemplar_sets.delete_exemplar_set(settings, actor, set_id)
 
 
 @router.post("/{set_id}/exemplars", status_code=201)
-def add(set_id: Id, body: ExemplarIn, actor: CurrentUser,
-        settings: Settings = Depends(get_settings)) -> dict:
+def add(set_id: Id, body: ExemplarIn, actor: CurrentUser, settings: SettingsDep) -> ExemplarSetView:
     return exemplar_sets.add_exemplar(settings, actor, set_id, body.model_dump())
 
 
 @router.put("/{set_id}/exemplars/{number}")
 def update(set_id: Id, number: Number, body: ExemplarIn, actor: CurrentUser,
-           settings: Settings = Depends(get_settings)) -> dict:
+           settings: SettingsDep) -> ExemplarSetView:
     """Edit exemplar `number` (from 1); fields left out keep their value."""
     return exemplar_sets.update_exemplar(settings, actor, set_id, number,
                                          body.model_dump(exclude_unset=True))
 
 
 @router.delete("/{set_id}/exemplars/{number}")
-def remove(set_id: Id, number: Number, actor: CurrentUser,
-           settings: Settings = Depends(get_settings)) -> dict:
+def remove(set_id: Id, number: Number, actor: CurrentUser, settings: SettingsDep
+           ) -> ExemplarSetView:
     return exemplar_sets.delete_exemplar(settings, actor, set_id, number)
 
 
@@ -93,7 +107,7 @@ class PreviewRequest(BaseModel):
 
 
 @router.post("/{set_id}/preview")
-def preview(set_id: Id, body: PreviewRequest, settings: Settings = Depends(get_settings)) -> dict:
+def preview(set_id: Id, body: PreviewRequest, settings: SettingsDep) -> PromptPreview:
     """The prompt for k = 0..N exemplars, rendered for a model, with token counts."""
     return preview_prompts(settings, set_id, body.question, ks=body.ks, layout=body.layout,
                            model=body.model, assistant_prefix=body.assistant_prefix,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from studio.api.deps import Id, get_settings
+from studio.api.deps import Id, SettingsDep
 from studio.services import run_history
+from studio.services.run_history import EventView
 from studio.services.run_streams import RunStreams
-from studio.settings import Settings
 
 router = APIRouter(tags=["runs"])
 
@@ -30,7 +30,8 @@ async def events(request: Request, run_id: Id,
 
 
 @router.get("/runs/{run_id}/events/history")
-def event_history(run_id: Id, kind: str | None = Query(None, description="e.g. warning"),
-                  settings: Settings = Depends(get_settings)) -> list[dict]:
+def event_history(run_id: Id, settings: SettingsDep,
+                  kind: str | None = Query(None, description="e.g. warning")
+                  ) -> list[EventView]:
     """The run's event log as a JSON list, in step order."""
     return run_history.run_events(settings, run_id, kind)

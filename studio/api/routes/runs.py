@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, get_settings
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, SettingsDep
 from studio.run_config import RunConfig
 from studio.services import evaluations, reproduce, run_validation, runs
 from studio.services.evaluations import (
     BaseVsTrained,
+    Cancelled,
     EvaluationView,
     LabelledQuestion,
     LabelShare,
 )
+from studio.services.run_validation import RunCheck
 from studio.services.runs import LaunchedRun, RunView
-from studio.settings import Settings
 
 router = APIRouter(tags=["runs"])
 Limit = Annotated[int | None, Field(default=None, ge=1, le=MAX_SQL_INT,
@@ -50,8 +51,7 @@ RunConfigBody = Body(..., description="A run config (the YAML file's schema)",
 
 
 @router.post("/runs", status_code=201)
-def launch(actor: CurrentUser, config: dict = RunConfigBody,
-           settings: Settings = Depends(get_settings)) -> LaunchedRun:
+def launch(actor: CurrentUser, settings: SettingsDep, config: dict = RunConfigBody) -> LaunchedRun:
     """Validate the config, store the run as queued and send it to its queue; the answer
     adds `stages` (each stage's longest prompt in tokens and seconds per step),
     `time_estimate` and `warnings`."""
@@ -71,7 +71,7 @@ class FromCardRequest(BaseModel):
 
 @router.post("/runs/from-card", status_code=201)
 def launch_from_card(body: FromCardRequest, actor: CurrentUser,
-                     settings: Settings = Depends(get_settings)) -> LaunchedRun:
+                     settings: SettingsDep) -> LaunchedRun:
     """Launch the run a model card or reproduce.json describes, on the same data: 409 naming
     each data set stored with other content or no longer stored; `warnings` name the
     packages whose versions differ."""
@@ -79,8 +79,8 @@ def launch_from_card(body: FromCardRequest, actor: CurrentUser,
 
 
 @router.post("/runs/validate")
-def validate(actor: CurrentUser, config: dict = RunConfigBody,
-             settings: Settings = Depends(get_settings)) -> dict:
+def validate(actor: CurrentUser, settings: SettingsDep, config: dict = RunConfigBody
+             ) -> RunCheck:
     """What launching would check and estimate (per stage: exemplars, steps, longest prompt
     in tokens against grpo.max_prompt_tokens, seconds per step on the queue's worker; the
     run's time; warnings), storing nothing; it queues the measurement of the queue's device
@@ -90,32 +90,30 @@ def validate(actor: CurrentUser, config: dict = RunConfigBody,
 
 
 @router.get("/runs")
-def list_all(settings: Settings = Depends(get_settings)) -> list[RunView]:
+def list_all(settings: SettingsDep) -> list[RunView]:
     """Newest first; a queued run carries its `queue_position` (1 = next on its queue)."""
     return runs.list_runs(settings)
 
 
 @router.get("/runs/{run_id}")
-def get(run_id: Id, settings: Settings = Depends(get_settings)) -> RunView:
+def get(run_id: Id, settings: SettingsDep) -> RunView:
     return runs.get_run(settings, run_id)
 
 
 @router.delete("/runs/{run_id}", status_code=204)
-def delete(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)) -> None:
+def delete(run_id: Id, actor: CurrentUser, settings: SettingsDep) -> None:
     """Delete a run that is not queued or running (409), with its rows and files."""
     runs.delete_run(settings, actor, run_id)
 
 
 @router.post("/runs/{run_id}/cancel")
-def cancel(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
-           ) -> RunView:
+def cancel(run_id: Id, actor: CurrentUser, settings: SettingsDep) -> RunView:
     """Kill the run's process group; its metrics, rollouts and checkpoints stay."""
     return runs.cancel_run(settings, actor, run_id)
 
 
 @router.post("/runs/{run_id}/resume")
-def resume(run_id: Id, actor: CurrentUser, settings: Settings = Depends(get_settings)
-           ) -> RunView:
+def resume(run_id: Id, actor: CurrentUser, settings: SettingsDep) -> RunView:
     """Queue an interrupted, paused, failed or cancelled run again; it continues from its latest
     checkpoint (409 for a queued, running or succeeded run)."""
     return runs.resume_run(settings, actor, run_id)
@@ -129,13 +127,15 @@ class EvaluationRequest(BaseModel):
     limit: Limit = None
     protocol: dict | None = None
     queue: str = "cpu"
+    exemplar_set: str | None = Field(default=None, max_length=128, description="Where the "
+                                     "exemplars of protocol.exemplars (k > 0) come from")
 
 
 @router.post("/evaluations", status_code=201)
-def evaluate(body: EvaluationRequest, actor: CurrentUser,
-             settings: Settings = Depends(get_settings)) -> EvaluationView:
+def evaluate(body: EvaluationRequest, actor: CurrentUser, settings: SettingsDep) -> EvaluationView:
     """Zero-shot evaluation (k = 0, temperature 0.1) of a model or a run's latest checkpoint
-    (any run of the team's)."""
+    (any run of the team's); with protocol.exemplars = k and an exemplar set, a "try it" of
+    the set: k of its exemplars before each question, as a run's first stage shows them."""
     return evaluations.create_evaluation(settings, actor, **body.model_dump())
 
 
@@ -151,8 +151,7 @@ class BaseVsTrainedRequest(BaseModel):
 
 @router.post("/runs/{run_id}/base-vs-trained", status_code=201)
 def evaluate_base_and_trained(run_id: Id, body: BaseVsTrainedRequest, actor: CurrentUser,
-                              settings: Settings = Depends(get_settings)
-                              ) -> list[EvaluationView]:
+                              settings: SettingsDep) -> list[EvaluationView]:
     """Queue, per QA set, the evaluation of the run's base model and of its latest checkpoint
     under one protocol; every name is checked before anything is queued."""
     return evaluations.evaluate_base_and_trained(
@@ -161,47 +160,44 @@ def evaluate_base_and_trained(run_id: Id, body: BaseVsTrainedRequest, actor: Cur
 
 
 @router.get("/runs/{run_id}/base-vs-trained")
-def base_vs_trained(run_id: Id, base_model: str | None = Query(None),
-                    settings: Settings = Depends(get_settings)) -> list[BaseVsTrained]:
-    """Per QA set, the newest evaluation of the run's checkpoint beside its base model's."""
-    return evaluations.base_vs_trained(settings, run_id, base_model)
+def base_vs_trained(run_id: Id, actor: CurrentUser, settings: SettingsDep,
+                    base_model: str | None = Query(None)) -> list[BaseVsTrained]:
+    """Per QA set, an evaluation of the run's checkpoint beside one of its base model: the
+    run owner's (another member's only where the owner has none), and, under `yours`, your
+    own where you are not the run's owner."""
+    return evaluations.base_vs_trained(settings, run_id, base_model, actor)
 
 
 @router.post("/runs/{run_id}/base-vs-trained/cancel")
-def cancel_base_vs_trained(run_id: Id, actor: CurrentUser,
-                           base_model: str | None = Query(None),
-                           settings: Settings = Depends(get_settings)) -> dict:
-    """Cancel those of them still queued or running (each must be yours, unless you are an
-    admin)."""
+def cancel_base_vs_trained(run_id: Id, actor: CurrentUser, settings: SettingsDep,
+                           base_model: str | None = Query(None)) -> Cancelled:
+    """Cancel those of them still queued or running, your own pair beside the owner's
+    included (each must be yours, unless you are an admin)."""
     return {"cancelled": evaluations.cancel_base_vs_trained(settings, actor, run_id,
                                                             base_model)}
 
 
 @router.get("/evaluations")
-def list_evaluations(run_id: OptionalId = None,
-                     settings: Settings = Depends(get_settings)) -> list[EvaluationView]:
+def list_evaluations(settings: SettingsDep, run_id: OptionalId = None) -> list[EvaluationView]:
     return evaluations.list_evaluations(settings, run_id)
 
 
 @router.get("/evaluations/{evaluation_id}")
-def get_evaluation(evaluation_id: Id,
-                   settings: Settings = Depends(get_settings)) -> EvaluationView:
+def get_evaluation(evaluation_id: Id, settings: SettingsDep) -> EvaluationView:
     return evaluations.get_evaluation(settings, evaluation_id)
 
 
 @router.get("/evaluations/{evaluation_id}/labels")
-def evaluation_labels(evaluation_id: Id,
-                      settings: Settings = Depends(get_settings)) -> list[LabelShare]:
+def evaluation_labels(evaluation_id: Id, settings: SettingsDep) -> list[LabelShare]:
     """Its questions split by failure label (correct, format miss, no search, retrieval miss,
     reasoning miss); empty until it has succeeded."""
     return evaluations.label_split(settings, evaluation_id)
 
 
 @router.get("/evaluations/{evaluation_id}/labels/{label}")
-def evaluation_label_examples(evaluation_id: Id, label: str,
+def evaluation_label_examples(evaluation_id: Id, label: str, settings: SettingsDep,
                               limit: int = Query(5, ge=1, le=100,
-                                                 description="At most this many questions"),
-                              settings: Settings = Depends(get_settings)
+                                                 description="At most this many questions")
                               ) -> list[LabelledQuestion]:
     """Its first questions with `label`: question, gold answers, the model's answer, its
     searches."""
@@ -210,6 +206,6 @@ def evaluation_label_examples(evaluation_id: Id, label: str,
 
 @router.post("/evaluations/{evaluation_id}/cancel")
 def cancel_evaluation(evaluation_id: Id, actor: CurrentUser,
-                      settings: Settings = Depends(get_settings)) -> EvaluationView:
+                      settings: SettingsDep) -> EvaluationView:
     """Stop a queued or running evaluation (409 once it has ended)."""
     return evaluations.cancel_evaluation(settings, actor, evaluation_id)

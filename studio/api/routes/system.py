@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from studio.api.deps import CurrentUser, OptionalUser, get_settings
-from studio.services.health import health
-from studio.settings import Settings
+from studio.api.deps import CurrentUser, OptionalUser, SettingsDep
+from studio.services.access import ActorView
+from studio.services.health import HealthReport, PublicHealth, health
 
 public = APIRouter()
 router = APIRouter(tags=["system"])
 
 
-@public.get("/healthz", tags=["system"])
-def healthz(caller: OptionalUser, settings: Settings = Depends(get_settings)) -> JSONResponse:
+# It writes its JSONResponse itself (503 when down): response_model only documents it.
+@public.get("/healthz", tags=["system"], response_model=HealthReport | PublicHealth,
+            responses={503: {"model": HealthReport | PublicHealth,
+                             "description": "The database or the broker is down"}})
+def healthz(caller: OptionalUser, settings: SettingsDep) -> JSONResponse:
     """`ok`, `degraded` or `down` for anyone (503 when the database or the broker is down);
     the parts, their URLs (credentials hidden), the workers and the problems only with an
     API token, since they map the deployment for whoever asks."""
@@ -26,7 +29,7 @@ def healthz(caller: OptionalUser, settings: Settings = Depends(get_settings)) ->
 
 
 @router.get("/me")
-def me(actor: CurrentUser) -> dict:
+def me(actor: CurrentUser) -> ActorView:
     """Who the token acts as, with its role (admin, member or viewer)."""
     return {"id": actor.id, "username": actor.username, "role": actor.role.value,
             "is_admin": actor.is_admin}

@@ -64,6 +64,40 @@ def test_evaluate_a_base_model_and_a_trained_run(settings, tmp_path):
         trained["id"]]
 
 
+def test_a_try_of_an_exemplar_set_shows_k_of_its_exemplars_before_each_question(settings,
+                                                                               tmp_path):
+    """protocol.exemplars = k with an exemplar set (the Exemplars page's "try it"): the set's
+    first k are pinned at creation and precede each question (its prompt grows by them),
+    where k = 0 is the protocol's zero-shot prompt; bad combinations are refused."""
+    load_demo_pack(settings, admin(settings), index_now=True)
+    model = str(build_tiny_model(tmp_path / "tiny"))
+
+    def prompt_tokens(**asked) -> list[int]:
+        queued = evaluations.create_evaluation(settings, admin(settings), qa_set="demo",
+                                               corpus="demo", model=model, limit=3,
+                                               start=False, **asked)
+        run_evaluation(settings, queued["id"])
+        return [r["prompt_tokens"] for r in evaluations.evaluation_records(settings,
+                                                                           queued["id"])]
+
+    zero_shot = prompt_tokens(protocol=FAST)
+    tried = prompt_tokens(protocol={**FAST, "exemplars": 2}, exemplar_set="demo")
+    assert all(t > z + 200 for t, z in zip(tried, zero_shot, strict=True)), (tried, zero_shot)
+    (pinned,) = [e for e in evaluations.list_evaluations(settings) if e["params"].get("exemplars")]
+    assert pinned["params"]["exemplar_set"] == "demo" and len(pinned["params"]["exemplars"]) == 2
+
+    refusals = [({"protocol": {"exemplars": 2}}, "exemplar_set: protocol.exemplars is 2"),
+                ({"exemplar_set": "demo"}, "exemplar_set: set protocol.exemplars"),
+                ({"protocol": {"exemplars": 4}, "exemplar_set": "demo"},
+                 "protocol.exemplars: give 1 to 3"),
+                ({"protocol": {"exemplars": "2"}, "exemplar_set": "demo"},
+                 "protocol.exemplars: give 1 to 3")]
+    for asked, said in refusals:
+        with pytest.raises(InvalidInput, match=said):
+            evaluations.create_evaluation(settings, admin(settings), qa_set="demo",
+                                          corpus="demo", model=model, start=False, **asked)
+
+
 def test_evaluation_input_errors(settings):
     load_demo_pack(settings, admin(settings), index_now=True)
     with pytest.raises(InvalidInput, match="give either model"):

@@ -1,4 +1,5 @@
-"""The native engine's GRPO loss and update (worker/engines/native/grpo.py).
+"""The native engine's GRPO loss and update (worker/engines/native/grpo.py), its log-probs
+(logprobs.py), batch (policy_batch.py) and optimizer (optimizer.py).
 
 Hand computations on small tensors for the loss; a tiny random Llama
 (tests/support/tiny_model.py) for log-probs, masking and the update.
@@ -7,13 +8,19 @@ Hand computations on small tensors for the loss; a tiny random Llama
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
 
+from studio.run_config import GRPO_VARIANTS, GrpoSpec
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native import grpo as G
+from worker.engines.native import logprobs as L
+from worker.engines.native.grpo import GrpoConfig
+from worker.engines.native.optimizer import make_optimizer
+from worker.engines.native.policy_batch import PolicyBatch, make_batch
 
 PAD = 2  # <|im_end|> in the tiny tokenizer
 
@@ -56,13 +63,13 @@ def rollouts(seed: int = 0, n: int = 5):
     return prompts, responses, masks
 
 
-def batch_of(seed: int = 0, n: int = 5, advantages=None) -> G.PolicyBatch:
+def batch_of(seed: int = 0, n: int = 5, advantages=None) -> PolicyBatch:
     prompts, responses, masks = rollouts(seed, n)
     adv = advantages if advantages is not None else [(-1.0) ** i * (1 + i / 2) for i in range(n)]
-    return G.make_batch(prompts, responses, masks, adv, PAD)
+    return make_batch(prompts, responses, masks, adv, PAD)
 
 
-def grouped_batch(seed: int = 0, groups: int = 3, size: int = 3) -> G.PolicyBatch:
+def grouped_batch(seed: int = 0, groups: int = 3, size: int = 3) -> PolicyBatch:
     """GRPO-shaped: ``groups`` prompts x ``size`` responses of different lengths."""
     g = torch.Generator().manual_seed(seed)
     prompts, responses, masks = [], [], []
@@ -77,10 +84,10 @@ def grouped_batch(seed: int = 0, groups: int = 3, size: int = 3) -> G.PolicyBatc
             responses.append(r)
             masks.append(m)
     adv = [(-1.0) ** i * 0.7 for i in range(groups * size)]
-    return G.make_batch(prompts, responses, masks, adv, PAD)
+    return make_batch(prompts, responses, masks, adv, PAD)
 
 
-def full_reference_logprobs(model, batch: G.PolicyBatch) -> torch.Tensor:
+def full_reference_logprobs(model, batch: PolicyBatch) -> torch.Tensor:
     """The plain way: full log_softmax over every position, gather the next token."""
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -392,7 +399,7 @@ def test_options_that_cannot_work_are_refused():
 
 
 def test_make_batch_masks_prompt_env_tokens_and_padding():
-    b = G.make_batch(
+    b = make_batch(
         prompts=[[11, 12, 13], [21]],
         responses=[[31, 32, 33, 34, 35], [41, 42]],
         response_masks=[[1, 0, 0, 1, 1], [1, 1]],
@@ -412,13 +419,13 @@ def test_make_batch_masks_prompt_env_tokens_and_padding():
 
 def test_make_batch_rejects_inconsistent_input():
     with pytest.raises(ValueError, match="mask entries"):
-        G.make_batch([[1]], [[2, 3]], [[1]], [0.0], PAD)
+        make_batch([[1]], [[2, 3]], [[1]], [0.0], PAD)
     with pytest.raises(ValueError, match="one of each"):
-        G.make_batch([[1], [2]], [[2]], [[1]], [0.0], PAD)
+        make_batch([[1], [2]], [[2]], [[1]], [0.0], PAD)
     with pytest.raises(ValueError, match="0 or 1"):
-        G.make_batch([[1]], [[2]], [[2]], [0.0], PAD)
+        make_batch([[1]], [[2]], [[2]], [0.0], PAD)
     with pytest.raises(ValueError, match="finite"):
-        G.make_batch([[1]], [[2]], [[1]], [float("nan")], PAD)
+        make_batch([[1]], [[2]], [[1]], [float("nan")], PAD)
 
 
 def test_labels_at_trailing_masked_positions_change_neither_loss_nor_gradient(model):
@@ -437,7 +444,7 @@ def test_labels_at_trailing_masked_positions_change_neither_loss_nor_gradient(mo
 
     def loss_and_grads(batch):
         model.zero_grad(set_to_none=True)
-        logp, ent = G._forward_scores(
+        logp, ent = L.forward_scores(
             model, batch.input_ids, batch.attention_mask, batch.loss_mask, entropy="grad"
         )
         ref = logp.detach() - 0.1 * batch.loss_mask
@@ -447,10 +454,10 @@ def test_labels_at_trailing_masked_positions_change_neither_loss_nor_gradient(mo
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    loss_a, grads_a = loss_and_grads(G.make_batch(prompts, responses, masks, adv, PAD))
+    loss_a, grads_a = loss_and_grads(make_batch(prompts, responses, masks, adv, PAD))
     for r in responses:
         r[-3:] = [7, 8, 9]
-    loss_b, grads_b = loss_and_grads(G.make_batch(prompts, responses, masks, adv, PAD))
+    loss_b, grads_b = loss_and_grads(make_batch(prompts, responses, masks, adv, PAD))
     assert torch.equal(loss_a, loss_b)
     for a, b in zip(grads_a, grads_b, strict=True):
         assert torch.equal(a, b)
@@ -465,7 +472,7 @@ def test_labels_at_trailing_masked_positions_change_neither_loss_nor_gradient(mo
 def test_token_logprobs_matches_a_full_log_softmax(model):
     b = batch_of(0, 5)
     expected = full_reference_logprobs(model, b)
-    got, ent = G.token_logprobs(model, b, micro_batch_size=5, with_entropy=True)
+    got, ent = L.token_logprobs(model, b, micro_batch_size=5, with_entropy=True)
     assert got.shape == b.input_ids.shape and got.dtype == torch.float32
     torch.testing.assert_close(got, expected * b.loss_mask, atol=1e-5, rtol=1e-5)
     assert (got[b.loss_mask == 0] == 0).all()
@@ -479,7 +486,7 @@ def test_token_logprobs_matches_a_full_log_softmax(model):
     torch.testing.assert_close(ent, want * b.loss_mask, atol=1e-4, rtol=1e-4)
     # any set of positions can be scored, e.g. every attended one
     every = b.attention_mask.float()
-    got_all, none = G.token_logprobs(model, b, 2, score_mask=every)
+    got_all, none = L.token_logprobs(model, b, 2, score_mask=every)
     assert none is None
     every[:, 0] = 0
     torch.testing.assert_close(got_all, expected * every, atol=1e-5, rtol=1e-5)
@@ -487,25 +494,25 @@ def test_token_logprobs_matches_a_full_log_softmax(model):
 
 def test_token_logprobs_micro_batching_and_padding_do_not_matter(model):
     b = batch_of(2, 6)
-    whole, _ = G.token_logprobs(model, b, micro_batch_size=6)
+    whole, _ = L.token_logprobs(model, b, micro_batch_size=6)
     for size in (1, 4):
-        part, _ = G.token_logprobs(model, b, micro_batch_size=size)
+        part, _ = L.token_logprobs(model, b, micro_batch_size=size)
         torch.testing.assert_close(part, whole, atol=1e-5, rtol=1e-5)
     # each sequence alone (no padding at all) gives the same log-probs
     for i in range(len(b)):
         one = b.rows([i])
         n = int(one.attention_mask.sum())
-        alone = G.PolicyBatch(
+        alone = PolicyBatch(
             one.input_ids[:, :n], one.attention_mask[:, :n], one.loss_mask[:, :n], one.advantages
         )
-        got, _ = G.token_logprobs(model, alone, 1)
+        got, _ = L.token_logprobs(model, alone, 1)
         torch.testing.assert_close(got[0], whole[i, :n], atol=1e-5, rtol=1e-5)
         assert (whole[i, n:] == 0).all()
 
 
 def test_micro_batch_plan_keeps_groups_together():
     b = grouped_batch(0, groups=3, size=3)
-    plan = list(G._micro_batches(b, torch.arange(9), 2, True))
+    plan = list(L.micro_batches(b, torch.arange(9), 2, True))
     seen = sorted(r for rows, _, _ in plan for r in rows.tolist())
     assert seen == list(range(9))
     lengths = b.attention_mask.sum(1)
@@ -515,21 +522,21 @@ def test_micro_batch_plan_keeps_groups_together():
             assert len(rows) == 2 and len({int(r) // 3 for r in rows}) == 1
             assert prefix == int(b.prompt_lengths[rows[0]])
     assert sum(p is not None for _, _, p in plan) == 3  # one pair per group
-    assert all(p is None for _, _, p in G._micro_batches(b, torch.arange(9), 4, False))
+    assert all(p is None for _, _, p in L.micro_batches(b, torch.arange(9), 4, False))
 
 
 def test_shared_prompt_gives_the_same_log_probs(model):
     b = grouped_batch(1)
     expected = full_reference_logprobs(model, b) * b.loss_mask
     for size in (2, 3, 9):
-        shared, ent_s = G.token_logprobs(model, b, size, with_entropy=True)
-        plain, ent_p = G.token_logprobs(model, b, size, with_entropy=True, share_prompt=False)
+        shared, ent_s = L.token_logprobs(model, b, size, with_entropy=True)
+        plain, ent_p = L.token_logprobs(model, b, size, with_entropy=True, share_prompt=False)
         torch.testing.assert_close(shared, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ent_s, ent_p, atol=1e-5, rtol=1e-5)
     # without prompt_lengths the prompt is where the first scored token starts
     b.prompt_lengths = None
-    torch.testing.assert_close(G.token_logprobs(model, b, 3)[0], expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(L.token_logprobs(model, b, 3)[0], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_shared_prompt_gives_the_same_update(tiny_dir):
@@ -543,7 +550,7 @@ def test_shared_prompt_gives_the_same_update(tiny_dir):
         assert s_shared[key] == pytest.approx(s_plain[key], rel=1e-4, abs=1e-7), key
 
 
-def step_batch(seed: int = 0, groups: int = 3, size: int = 3, shared: int = 48) -> G.PolicyBatch:
+def step_batch(seed: int = 0, groups: int = 3, size: int = 3, shared: int = 48) -> PolicyBatch:
     """A step with exemplars: every prompt starts with the same ``shared`` tokens (instruction
     and exemplars), then its own question; ``size`` responses per question with env spans."""
     g = torch.Generator().manual_seed(seed)
@@ -560,7 +567,7 @@ def step_batch(seed: int = 0, groups: int = 3, size: int = 3, shared: int = 48) 
             responses.append(r)
             masks.append(m)
     adv = [(-1.0) ** i * (0.4 + 0.1 * i) for i in range(groups * size)]
-    return G.make_batch(prompts, responses, masks, adv, PAD)
+    return make_batch(prompts, responses, masks, adv, PAD)
 
 
 class GradientRecorder(torch.optim.Optimizer):
@@ -600,22 +607,22 @@ def decoder_tokens(model, monkeypatch) -> list[int]:
 
 def test_step_prefix_is_the_prompts_common_start_short_of_the_shortest(model):
     b = step_batch(0, shared=48)
-    prefix = G.step_prefix(model, b, torch.arange(len(b)), grad=False)
+    prefix = L.step_prefix(model, b, torch.arange(len(b)), grad=False)
     assert prefix is not None and prefix.length == 48  # the questions differ from token 48
     assert prefix.kv[0][0].shape[0] == 1 and prefix.kv[0][0].shape[2] == 48
     # one distinct prompt (one group), or a short common start: nothing to share per step
-    assert G.step_prefix(model, b, torch.arange(3), grad=False) is None
-    assert G.step_prefix(model, step_batch(0, shared=8), torch.arange(9), grad=False) is None
+    assert L.step_prefix(model, b, torch.arange(3), grad=False) is None
+    assert L.step_prefix(model, step_batch(0, shared=8), torch.arange(9), grad=False) is None
 
 
 def test_step_prefix_gives_the_same_log_probs_and_runs_the_prefix_once(model, monkeypatch):
     b = step_batch(1, groups=3, size=3, shared=60)
     expected = full_reference_logprobs(model, b) * b.loss_mask
     seen = decoder_tokens(model, monkeypatch)
-    shared, ent_s = G.token_logprobs(model, b, 3, with_entropy=True)
+    shared, ent_s = L.token_logprobs(model, b, 3, with_entropy=True)
     shared_tokens = sum(seen)
     seen.clear()
-    plain, ent_p = G.token_logprobs(model, b, 3, with_entropy=True, share_prompt=False)
+    plain, ent_p = L.token_logprobs(model, b, 3, with_entropy=True, share_prompt=False)
     torch.testing.assert_close(shared, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent_s, ent_p, atol=1e-5, rtol=1e-5)
@@ -634,7 +641,7 @@ def test_step_prefix_gives_the_same_parameter_gradients(tiny_dir, mini_batch_siz
     with torch.no_grad():
         for p in other.parameters():
             p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(3)))
-    ref_logp = G.reference_logprobs(G.frozen_copy(other), b, 2)
+    ref_logp = L.reference_logprobs(L.frozen_copy(other), b, 2)
     cfg = dict(micro_batch_size=2, mini_batch_size=mini_batch_size, kl_coef=0.5,
                entropy_coef=0.05, max_grad_norm=None)
     shared, s_shared = gradients(tiny_dir, b, G.GrpoConfig(share_prompt=True, **cfg), ref_logp)
@@ -680,18 +687,18 @@ def test_step_prefix_update_runs_the_prefix_once_per_mini_batch(tiny_dir, monkey
 
 def test_generic_logits_path_matches_the_plain_head(model, monkeypatch):
     b = batch_of(3, 4)
-    plain, _ = G.token_logprobs(model, b, 3, with_entropy=False)
-    monkeypatch.setattr(G, "_PLAIN_HEAD_MODEL_TYPES", frozenset())
-    assert G._plain_head(model) is None
-    generic, _ = G.token_logprobs(model, b, 3)
+    plain, _ = L.token_logprobs(model, b, 3, with_entropy=False)
+    monkeypatch.setattr(L, "_PLAIN_HEAD_MODEL_TYPES", frozenset())
+    assert L._plain_head(model) is None
+    generic, _ = L.token_logprobs(model, b, 3)
     torch.testing.assert_close(generic, plain, atol=1e-5, rtol=1e-5)
 
 
 def test_small_chunks_give_the_same_log_probs(model, monkeypatch):
     b = batch_of(4, 3)
-    whole, ent = G.token_logprobs(model, b, 3, with_entropy=True)
-    monkeypatch.setattr(G, "_NO_GRAD_LOGITS_ELEMENTS", model.config.vocab_size * 3)
-    small, ent_small = G.token_logprobs(model, b, 3, with_entropy=True)
+    whole, ent = L.token_logprobs(model, b, 3, with_entropy=True)
+    monkeypatch.setattr(L, "_NO_GRAD_LOGITS_ELEMENTS", model.config.vocab_size * 3)
+    small, ent_small = L.token_logprobs(model, b, 3, with_entropy=True)
     torch.testing.assert_close(small, whole, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(ent_small, ent, atol=1e-5, rtol=1e-5)
 
@@ -702,16 +709,16 @@ def test_small_chunks_give_the_same_log_probs(model, monkeypatch):
 
 
 def seq_logprob(model, batch) -> torch.Tensor:
-    logp, _ = G.token_logprobs(model, batch, len(batch))
+    logp, _ = L.token_logprobs(model, batch, len(batch))
     return logp.sum(dim=1)
 
 
 def test_update_moves_probability_towards_positive_advantage(model):
     prompts, responses, masks = rollouts(5, 2)
-    b = G.make_batch([prompts[0]] * 2, responses, masks, [1.0, -1.0], PAD)
+    b = make_batch([prompts[0]] * 2, responses, masks, [1.0, -1.0], PAD)
     before = seq_logprob(model, b)
-    opt, sched = G.make_optimizer(model, lr=1e-2)
-    ref = G.reference_logprobs(G.frozen_copy(model), b, 2)
+    opt, sched = make_optimizer(model, lr=1e-2)
+    ref = L.reference_logprobs(L.frozen_copy(model), b, 2)
     stats = G.update_step(model, opt, sched, b, ref, G.GrpoConfig(micro_batch_size=1))
     after = seq_logprob(model, b)
     assert after[0] > before[0] + 0.1
@@ -730,7 +737,7 @@ def run_sgd(tiny_dir, batch, config, lr=0.5, ref=True):
         with torch.no_grad():
             for p in other.parameters():
                 p.add_(0.02 * torch.randn_like(p, generator=torch.Generator().manual_seed(1)))
-        ref_logp = G.reference_logprobs(G.frozen_copy(other), batch, 2)
+        ref_logp = L.reference_logprobs(L.frozen_copy(other), batch, 2)
     start = params_of(m)
     opt = torch.optim.SGD(m.parameters(), lr=lr)
     stats = G.update_step(m, opt, None, batch, ref_logp, config)
@@ -766,9 +773,9 @@ def test_mini_batches_take_one_optimizer_step_each(tiny_dir):
     assert s_whole["ratio_mean"] == pytest.approx(1.0) and s_whole["approx_kl"] == 0.0
 
 
-def cat_batches(a: G.PolicyBatch, b: G.PolicyBatch) -> G.PolicyBatch:
+def cat_batches(a: PolicyBatch, b: PolicyBatch) -> PolicyBatch:
     """``a``'s rows then ``b``'s (same width)."""
-    return G.PolicyBatch(*(torch.cat([getattr(a, f), getattr(b, f)]) for f in (
+    return PolicyBatch(*(torch.cat([getattr(a, f), getattr(b, f)]) for f in (
         "input_ids", "attention_mask", "loss_mask", "advantages", "prompt_lengths")))
 
 
@@ -801,7 +808,7 @@ def test_old_log_probs_from_the_caller_spare_the_update_its_own_pass(tiny_dir):
     assert G.update_needs_old_logprobs(config, 8)
     assert not G.update_needs_old_logprobs(G.GrpoConfig(mini_batch_size=8), 8)
     m = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
-    old, _ = G.token_logprobs(m, b, 2)
+    old, _ = L.token_logprobs(m, b, 2)
     with_grad = []
     m.get_input_embeddings().register_forward_hook(
         lambda *_: with_grad.append(torch.is_grad_enabled()))
@@ -827,17 +834,17 @@ def test_default_config_is_method_md_update_bit_for_bit(tiny_dir):
 
     prompts, responses, masks = rollouts(13, 4)
     order = sorted(range(4), key=lambda i: -(len(prompts[i]) + len(responses[i])))
-    b = G.make_batch(*([x[i] for i in order] for x in (prompts, responses, masks)),
-                     [0.9, -1.3, 0.4, -0.2], PAD)  # longest first: the engine's own order
+    b = make_batch(*([x[i] for i in order] for x in (prompts, responses, masks)),
+                   [0.9, -1.3, 0.4, -0.2], PAD)  # longest first: the engine's own order
     ref_logp = full_reference_logprobs(
         AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32), b) - 0.05
 
     engine = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32)
-    optimizer, scheduler = G.make_optimizer(engine, lr=1e-3)
+    optimizer, scheduler = make_optimizer(engine, lr=1e-3)
     stats = G.update_step(engine, optimizer, scheduler, b, ref_logp, G.GrpoConfig())
 
     plain = AutoModelForCausalLM.from_pretrained(str(tiny_dir), dtype=torch.float32).train()
-    optimizer, scheduler = G.make_optimizer(plain, lr=1e-3)
+    optimizer, scheduler = make_optimizer(plain, lr=1e-3)
     scored = b.loss_mask[:, 1:] > 0
     hidden = plain.model(input_ids=b.input_ids, attention_mask=b.attention_mask,
                          use_cache=False).last_hidden_state[:, :-1][scored]
@@ -874,8 +881,8 @@ def test_gradient_clipping_is_honoured(tiny_dir):
 
 def test_stats_are_present_and_finite(model):
     b = batch_of(9, 5)
-    opt, sched = G.make_optimizer(model, lr=1e-3, warmup_steps=2)
-    ref = G.reference_logprobs(G.frozen_copy(model), b, 2)
+    opt, sched = make_optimizer(model, lr=1e-3, warmup_steps=2)
+    ref = L.reference_logprobs(L.frozen_copy(model), b, 2)
     stats = G.update_step(model, opt, sched, b, ref, G.GrpoConfig(micro_batch_size=2))
     keys = {
         "loss",
@@ -909,25 +916,25 @@ def test_stats_are_present_and_finite(model):
 
 def test_kl_is_zero_against_an_identical_reference_and_positive_after_an_update(model):
     b = batch_of(10, 4)
-    ref_model = G.frozen_copy(model)
+    ref_model = L.frozen_copy(model)
     assert not any(p.requires_grad for p in ref_model.parameters()) and not ref_model.training
-    ref = G.reference_logprobs(ref_model, b, 4)
+    ref = L.reference_logprobs(ref_model, b, 4)
     cfg = G.GrpoConfig(micro_batch_size=2)
-    logp, _ = G.token_logprobs(model, b, 4)
+    logp, _ = L.token_logprobs(model, b, 4)
     _, stats = G.grpo_loss(logp, logp, ref, b.advantages, b.loss_mask, cfg)
     assert stats["kl"] == pytest.approx(0.0, abs=1e-7)
-    opt, sched = G.make_optimizer(model, lr=1e-2)
+    opt, sched = make_optimizer(model, lr=1e-2)
     G.update_step(model, opt, sched, b, ref, cfg)
-    logp, _ = G.token_logprobs(model, b, 4)
+    logp, _ = L.token_logprobs(model, b, 4)
     _, stats = G.grpo_loss(logp, logp, ref, b.advantages, b.loss_mask, cfg)
     assert stats["kl"] > 1e-4
     # the reference did not move
-    torch.testing.assert_close(G.reference_logprobs(ref_model, b, 4), ref)
+    torch.testing.assert_close(L.reference_logprobs(ref_model, b, 4), ref)
 
 
 def test_non_finite_gradient_skips_the_step(model):
     b = batch_of(11, 2)
-    opt, sched = G.make_optimizer(model, lr=1e-2)
+    opt, sched = make_optimizer(model, lr=1e-2)
     start = params_of(model)
     b.advantages = torch.tensor([float("inf"), 1.0])
     stats = G.update_step(model, opt, sched, b, None, G.GrpoConfig())
@@ -937,7 +944,7 @@ def test_non_finite_gradient_skips_the_step(model):
 
 
 def test_make_optimizer_warms_up_linearly_then_stays_constant(model):
-    opt, sched = G.make_optimizer(model, lr=0.3, weight_decay=0.1, warmup_steps=3, total_steps=30)
+    opt, sched = make_optimizer(model, lr=0.3, weight_decay=0.1, warmup_steps=3, total_steps=30)
     lrs = []
     for _ in range(5):
         lrs.append(opt.param_groups[0]["lr"])
@@ -947,7 +954,26 @@ def test_make_optimizer_warms_up_linearly_then_stays_constant(model):
     assert isinstance(opt, torch.optim.AdamW)
     decays = {g["weight_decay"] for g in opt.param_groups}
     assert decays == {0.1, 0.0}  # matrices decay, norm weights do not
-    opt, sched = G.make_optimizer(model, lr=0.3)
+    opt, sched = make_optimizer(model, lr=0.3)
     assert opt.param_groups[0]["lr"] == 0.3
     with pytest.raises(ValueError):
-        G.make_optimizer(model, lr=0.3, warmup_steps=5, total_steps=4)
+        make_optimizer(model, lr=0.3, warmup_steps=5, total_steps=4)
+
+
+def test_the_update_settings_are_the_run_configs_own():
+    """Each GRPO option is declared once, in the run config: the update takes every field
+    of the same name from it, with the same defaults, and the response budget as the fixed
+    length of seq-mean-token-sum-norm."""
+    spec = GrpoSpec()
+    shared = {f.name for f in fields(GrpoConfig)} & set(GrpoSpec.model_fields)
+    assert set(GRPO_VARIANTS) - {"norm_adv_by_std", "dynamic_sampling",
+                                 "dynamic_sampling_max_batches", "overlong_buffer",
+                                 "overlong_penalty"} <= shared  # (those act before the loss)
+    assert {name: getattr(GrpoConfig(), name) for name in shared} == {
+        name: getattr(spec, name) for name in shared}
+    tuned = GrpoSpec(dual_clip=3.0, kl_estimator="k2", ppo_epochs=2, clip_high=0.28,
+                     loss_agg_mode="seq-mean-token-sum-norm", max_response_tokens=96)
+    config = GrpoConfig.from_spec(tuned)
+    assert (config.dual_clip, config.kl_estimator, config.ppo_epochs, config.clip_high,
+            config.loss_agg_mode, config.norm_length) == (
+        3.0, "k2", 2, 0.28, "seq-mean-token-sum-norm", 96)

@@ -21,10 +21,11 @@ from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.tables import Run, RunState
 from tests.support.actors import admin
+from tests.support.jobs import job_key
 from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
-from worker.engines.native import attention, grpo
+from worker.engines.native import attention, logprobs
 from worker.engines.native.trainer import Trainer, build_step_prompts, question_exemplars
 from worker.evaluation import run_evaluation
 
@@ -144,8 +145,10 @@ def test_each_step_says_what_it_is_doing_as_it_goes(studio):
     """Rolling out, scoring, updating, then the checkpoint: the Live run page shows them."""
     settings, model = studio
     run = runs.create_run(settings, admin(settings), tiny_config(model, steps=2), start=False)
-    trainer = Trainer(settings, run["id"])
-    trainer.recorder = log = PhaseLog(settings, run["id"])
+    # as a worker runs it: a run reports a phase only while it is running
+    assert runs.claim_run(settings, run["id"], 1, job_key(settings, run["id"]), "cpu@test")
+    trainer = Trainer(settings, run["id"], attempt=1)
+    trainer.recorder = log = PhaseLog(settings, run["id"], attempt=1)
     trainer.run()
     assert log.seen == [(LOADING, None)] + [
         (name, step) for step in (0, 1) for name in (*STEP_PHASES, CHECKPOINTING)]
@@ -186,7 +189,7 @@ def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_ad
 
     assert trainer.reference is None, "no second model: the reference is the base, adapters off"
     assert type(trainer.model) is LlamaForCausalLM
-    assert grpo._plain_head(trainer.model) is not None, "GRPO's fast path applies"
+    assert logprobs._plain_head(trainer.model) is not None, "GRPO's fast path applies"
     with attention.grouped_sdpa_enabled(trainer.model, True) as grouped:
         assert grouped, "the rollout's attention switch applies"
     trained = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}

@@ -77,7 +77,8 @@ def verl_run(studio):
 
 @pytest.fixture
 def studio_api(studio):
-    """The studio's REST API served on a free port (a real server); yields its base URL."""
+    """The studio's REST API served on a free port (a real server); yields its base URL, which
+    becomes the settings' public address (where veRL runs may call the studio)."""
     from studio.api.app import create_api
 
     settings, _ = studio
@@ -89,7 +90,8 @@ def studio_api(studio):
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
+    settings.public_url = f"http://127.0.0.1:{port}"
+    yield settings.public_url
     server.should_exit = True
     thread.join(10)
 

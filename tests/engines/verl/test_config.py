@@ -254,14 +254,28 @@ def test_a_verl_run_without_search_neither_checks_nor_names_retrieve(verl, studi
     names none and the reward gets the run's tools; a search run is refused."""
     settings, _ = studio
     load(settings, admin(settings))
-    nowhere = {"studio_url": "http://127.0.0.1:1"}
+    settings.public_url = "http://127.0.0.1:1"  # where nothing answers
     _, run, files, _ = verl_run(
-        tools=[tool], verl=nowhere, reward={"answer_match": "numeric"},
+        tools=[tool], reward={"answer_match": "numeric"},
         data={"corpus": None, "train": pack, "eval": [f"{pack}-heldout"], "exemplars": pack})
     overrides = VerlLaunch(settings, run["id"]).prepare()
     spec = AgentSpec.model_validate_json(files.agent_spec.read_text())
     assert spec.retrieve_url is None and spec.run_config.tools == [tool]
     assert f"+reward.custom_reward_function.reward_kwargs.tools=['{tool}']" in overrides
-    _, searching, _, _ = verl_run(verl=nowhere)
+    _, searching, _, _ = verl_run()
     with pytest.raises(LaunchError, match="/retrieve"):
         VerlLaunch(settings, searching["id"]).prepare()
+
+
+def test_a_worker_sends_the_token_only_to_an_address_its_own_settings_list(verl, studio,
+                                                                           verl_run):
+    """The web app accepted `verl.studio_url` from its admin's list; a worker whose settings
+    do not list it refuses the run before writing the owner's token (S1)."""
+    settings, _ = studio
+    settings.verl_studio_urls = "http://10.1.2.3:7860"
+    _, run, files, _ = verl_run(verl={"studio_url": "http://10.1.2.3:7860/"})
+    settings.verl_studio_urls = None
+    with pytest.raises(LaunchError, match=r"^verl.studio_url: 'http://10.1.2.3:7860/' is not "
+                       "this studio's address"):
+        VerlLaunch(settings, run["id"]).prepare()
+    assert not files.token_file.exists()

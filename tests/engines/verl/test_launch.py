@@ -48,8 +48,11 @@ def test_the_web_app_and_the_worker_do_not_import_verl():
 
 
 def test_a_verl_job_takes_gpus_per_node_of_the_workers_gpus():
+    from studio.engines import engine_named
     from studio.run_config import parse_run_config
-    from worker.training_process import gpus_wanted
+
+    def gpus_wanted(config):
+        return engine_named(config.backend).gpus(config)
 
     def run(**config):
         return parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, **config})

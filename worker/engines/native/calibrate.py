@@ -40,13 +40,10 @@ from studio.services.estimates import (
     token_work,
 )
 from studio.settings import get_settings
-from worker.engines.native.grpo import (
-    GrpoConfig,
-    make_batch,
-    make_optimizer,
-    reference_logprobs,
-    update_step,
-)
+from worker.engines.native.grpo import GrpoConfig, update_step
+from worker.engines.native.logprobs import reference_logprobs
+from worker.engines.native.optimizer import make_optimizer
+from worker.engines.native.policy_batch import make_batch
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 PROMPTS, SAMPLES = 4, 4  # the rollouts' distinct prompts and samples of each

@@ -11,13 +11,14 @@ a base model and a trained checkpoint.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 import torch
 
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
+from studio.method.exemplars import Exemplar
 from studio.method.failures import failure_label, label_split
 from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
 from studio.method.reward import score
@@ -28,10 +29,13 @@ from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 
 def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: EvalConfig,
-             on_progress: Callable[[int, int], None] | None = None) -> dict:
+             on_progress: Callable[[int, int], None] | None = None,
+             exemplars: Sequence[Exemplar] = ()) -> dict:
     """Metrics over `rows` and one record per question (prediction, scores, tool use, its
-    searches and its failure label); `metrics["labels"]` counts the questions per label,
-    `metrics["tool_calls"]` the calls per question of each of `tools` (`config.tools`)."""
+    searches, its failure label and its prompt's length); `metrics["labels"]` counts the
+    questions per label, `metrics["tool_calls"]` the calls per question of each of `tools`
+    (`config.tools`). `config.exemplars` of `exemplars` precede each question (0 in the
+    protocol)."""
     rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
                                    top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
@@ -42,14 +46,15 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
     model.eval()
     for start in range(0, len(rows), config.batch_size):
         chunk = rows[start:start + config.batch_size]
-        prompt_ids = [build_prompt(row.question, [], 0, template, layout=config.layout,
+        prompt_ids = [build_prompt(row.question, exemplars, config.exemplars, template,
+                                   layout=config.layout,
                                    assistant_prefix=config.assistant_prefix).token_ids(tokenizer)
                       for row in chunk]
         rollouts = generate_rollouts(
             model, tokenizer, prompt_ids, tools, rollout_config,
             generator=torch.Generator(device).manual_seed(config.seed + start),
             eos_token_id=tokenizer.eos_token_id)
-        for row, rollout in zip(chunk, rollouts, strict=True):
+        for row, rollout, prompt in zip(chunk, rollouts, prompt_ids, strict=True):
             response = prefix + rollout.response_text
             reward = score(response, row.golden_answers, answer_match=config.answer_match,
                            tools=tool_specs)
@@ -63,7 +68,7 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
                             "searches": search_queries(response, tool_specs),
                             "label": failure_label(response, row.golden_answers, tool_specs,
                                                    answer_match=config.answer_match),
-                            "stop_reason": rollout.stop_reason})
+                            "stop_reason": rollout.stop_reason, "prompt_tokens": len(prompt)})
         if on_progress:
             on_progress(len(records), len(rows))
 

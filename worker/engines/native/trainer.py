@@ -41,7 +41,7 @@ from studio.method.reward import RewardBreakdown, overlong_penalty, score
 from studio.method.rollouts import Rollout, rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
-from studio.method.tools import specs
+from studio.method.tools import specs, using_words
 from studio.retrieval import SearchIndex
 from studio.run_config import RunConfig
 from studio.services import corpora, qa_sets
@@ -51,16 +51,10 @@ from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
-from worker.engines.native.grpo import (
-    GrpoConfig,
-    frozen_copy,
-    make_batch,
-    make_optimizer,
-    reference_logprobs,
-    token_logprobs,
-    update_needs_old_logprobs,
-    update_step,
-)
+from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, update_step
+from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
+from worker.engines.native.optimizer import make_optimizer
+from worker.engines.native.policy_batch import make_batch
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
 from worker.tools import build_tools
@@ -111,11 +105,7 @@ def search_fn(index: SearchIndex | None, k: int):
     index (a run that does not search)."""
     if index is None:
         return None
-
-    def search(queries: list[str]) -> list[list[tuple[str, str]]]:
-        return [[(h.passage.title, h.passage.text) for h in hits]
-                for hits in index.search(queries, k)]
-    return search
+    return lambda queries: index.titled_passages(queries, k)
 
 
 def questions_for_step(n_questions: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -262,17 +252,7 @@ class Trainer:
                      device=device_facts(self.device, dtype), determinism=determinism_settings())
         resume = self.folder.latest_checkpoint()
         self._load_policy(resume, dtype)
-        self.grpo = GrpoConfig(clip=cfg.grpo.clip, kl_coef=cfg.grpo.kl_coef,
-                               entropy_coef=cfg.grpo.entropy_coef,
-                               micro_batch_size=cfg.grpo.micro_batch_size,
-                               mini_batch_size=cfg.grpo.mini_batch_size,
-                               max_grad_norm=cfg.grpo.max_grad_norm,
-                               loss_agg_mode=cfg.grpo.loss_agg_mode,
-                               norm_length=cfg.grpo.limits().max_response_tokens,
-                               clip_high=cfg.grpo.clip_high, dual_clip=cfg.grpo.dual_clip,
-                               ratio_level=cfg.grpo.ratio_level,
-                               kl_estimator=cfg.grpo.kl_estimator, kl_in=cfg.grpo.kl_in,
-                               ppo_epochs=cfg.grpo.ppo_epochs)
+        self.grpo = GrpoConfig.from_spec(cfg.grpo)
         self.rollout_config = RolloutConfig(**asdict(cfg.grpo.limits()),
                                             temperature=cfg.grpo.temperature,
                                             top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
@@ -283,6 +263,7 @@ class Trainer:
         self.reference = self._reference_model(resume)
         self.controller = AdaptiveController(self.curriculum)
         self.watch = PrematureWatch(cfg.engine.premature_drop)
+        self.using = using_words(cfg.tools)  # the warnings name the run's tools
         self.sentinel = self._sentinel([])
         self.adaptive_values: list[float | None] = []
         self.start_step = 0
@@ -583,10 +564,10 @@ class Trainer:
         self.adaptive_values.append(value)
         warning = self.watch.observe(metrics["search_calls"])
         if warning:
-            self._event(step, "warning", premature_message(warning), warning)
+            self._event(step, "warning", premature_message(warning, self.using), warning)
         pause = None
         for alarm in self.sentinel.observe(metrics):
-            message = alarm_message(alarm)
+            message = alarm_message(alarm, self.using)
             self._event(step, "warning", message, alarm.to_dict())
             if alarm.action == "pause":
                 pause = pause or message

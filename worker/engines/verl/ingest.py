@@ -40,7 +40,7 @@ from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
 from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
 from studio.method.sentinel import Sentinel, alarm_message
-from studio.method.tools import named_specs
+from studio.method.tools import named_specs, using_words
 from studio.run_config import RunConfig
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
@@ -195,6 +195,7 @@ class Ingestor:
         self.expected = config.grpo.batch_size * config.grpo.group_size
         self.prefix = config.prompt.assistant_prefix or ""
         self.watch = PrematureWatch(config.engine.premature_drop)
+        self.using = using_words(config.tools)  # the warnings name the run's tools
         self.sentinel = Sentinel(config.sentinel.rules(),
                                  config.grpo.limits().max_response_tokens)
         self.next_step = self._replay_stored_steps()
@@ -244,9 +245,9 @@ class Ingestor:
         warning = self.watch.observe(metrics.get("search_calls", 0.0))
         if warning:
             events.append(RunEvent(run_id=self.run_id, step=step, kind="warning", data=warning,
-                                   message=premature_message(warning)))
+                                   message=premature_message(warning, self.using)))
         events += [RunEvent(run_id=self.run_id, step=step, kind="warning", data=alarm.to_dict(),
-                            message=alarm_message(alarm))
+                            message=alarm_message(alarm, self.using))
                    for alarm in self.sentinel.observe(metrics)]
         return events
 

@@ -24,7 +24,7 @@ import time
 import httpx
 import yaml
 
-from studio.api import API_PREFIX
+from studio.api_paths import retrieve_path
 from studio.base_models import load_tokenizer, resolve_model
 from studio.db import session_scope
 from studio.devices import queue_device
@@ -33,6 +33,7 @@ from studio.services.reproduce import write_bundle
 from studio.services.run_folder import RunFolder
 from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
+from studio.services.run_validation import studio_url_problem
 from studio.settings import Settings
 from studio.tables import Run
 from worker.child_process import log_tail, stop_process_group
@@ -87,6 +88,8 @@ class VerlLaunch:
     def prepare(self) -> list[str]:
         """Write the data set, the agent loop's files and the token; the overrides to run."""
         cfg, files, data_dir = self.config, self.files, self.settings.resolved_data_dir
+        if problem := studio_url_problem(self.settings, cfg.verl.studio_url):
+            raise LaunchError(problem)  # this worker's settings may list fewer addresses
         base = (cfg.verl.studio_url or self.settings.web_url).rstrip("/")
         searches = "search" in cfg.tools  # only search asks the studio's /retrieve
         if searches:
@@ -98,7 +101,7 @@ class VerlLaunch:
         except PromptTooLong as exc:
             raise LaunchError(str(exc)) from None
         spec = AgentSpec(run_config=cfg, exemplars=self.plan.exemplars,
-                         retrieve_url=f"{base}{API_PREFIX}/corpora/{self.plan.corpus.id}/retrieve"
+                         retrieve_url=f"{base}{retrieve_path(self.plan.corpus.id)}"
                          if searches else None,
                          token_file=str(files.token_file))
         files.agent_spec.write_text(spec.model_dump_json())
