@@ -18,6 +18,7 @@ a phase that does not come within its time limit stops the walk with the page's 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -26,12 +27,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
+
 from studio.settings import Settings  # noqa: E402
 from tests.support.studio_ui import studio_in_browser  # noqa: E402
 
 DEFAULT_HEARTBEAT = Settings.model_fields["heartbeat_seconds"].default
 
 RUN_LIMIT_S = 3 * 3600
+ENDED = "succeeded|failed|cancelled|interrupted"  # the Live run status of a run that ended
 
 
 class Phases:
@@ -54,7 +58,7 @@ class Phases:
         return "\n".join(lines)
 
 
-def walk(ui, phases: Phases, downloads: Path) -> Path:
+def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Path:
     page = ui.page
     phases.done("sign in")
 
@@ -66,15 +70,18 @@ def walk(ui, phases: Phases, downloads: Path) -> Path:
     page.locator("#quick-start-follow").click()
     phases.done("launch the quick start (stores and indexes the demo pack)")
 
-    ui.wait_text("#live-status", "step 1 /", timeout=1800)
+    # the page refreshes every few seconds: a tiny model's run may be past step 1, or over
+    try:
+        status = ui.wait_first("#live-status", rf"step [1-9]\d* /|{ENDED}", timeout=first_step_s)
+    except PlaywrightTimeout:
+        raise SystemExit(f"no step within {first_step_s:.0f} s; Live run says: "
+                         f"{page.locator('#live-status').inner_text()}") from None
     ui.screenshot("first-run-2-live-first-step")
     phases.done("wait for the first step")
     deadline = time.monotonic() + RUN_LIMIT_S
-    while time.monotonic() < deadline:
-        status = page.locator("#live-status").inner_text()
-        if any(word in status for word in ("succeeded", "failed", "cancelled", "interrupted")):
-            break
+    while time.monotonic() < deadline and not re.search(ENDED, status):
         time.sleep(10)
+        status = page.locator("#live-status").inner_text()
     ui.screenshot("first-run-3-live-ended")
     if "succeeded" not in status:
         raise SystemExit(f"the run did not succeed: {status}")
@@ -147,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         # the studio's own heartbeat, as a user's: the tests' 1 s marks a run interrupted
         # when a loaded machine delays the worker's beat by 3 s
         with studio_in_browser(where, heartbeat_seconds=str(DEFAULT_HEARTBEAT), **model) as ui:
-            archive = walk(ui, phases, where)
+            # a tiny model's first step comes in seconds: a stuck run fails in minutes
+            archive = walk(ui, phases, where, first_step_s=300 if args.quick else 1800)
         print(f"\ndownloaded {archive.name} ({archive.stat().st_size / 2**20:.0f} MiB)")
         print("the exported model answers:", repr(load_and_ask(archive)))
         print()

@@ -81,6 +81,8 @@ def ui(tmp_path_factory) -> StudioUI:
         first = stored_run(settings, model, "first-try-3-2-0", 9, 1e-4)
         stored_run(settings, model, "second-try-3-2-0-lower-lr", 12, 1e-5)
         stored_evaluations(settings, first, model)
+        # the browser opened before these were stored: its Evaluate page chose on load
+        studio.reload()
         yield studio
     assert "Traceback" not in studio.log.read_text(), studio.log.read_text()[-5000:]
 
@@ -97,8 +99,7 @@ def test_evaluate_says_why_a_result_is_zero_and_keeps_it_after_a_reload(ui):
     assert limit.input_value() == "" and limit.get_attribute("placeholder") == "all"
     ui.screenshot("evaluate-zero")
 
-    ui.page.reload()
-    ui.page.wait_for_selector("button[role=tab]", timeout=30_000)
+    ui.reload()
     ui.open("Evaluate")
     ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
     ui.wait_text("#evaluate-notes", "never searched")

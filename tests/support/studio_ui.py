@@ -32,6 +32,21 @@ class StudioUI:
     def open(self, tab: str) -> None:
         self.page.get_by_role("tab", name=tab, exact=True).click()
 
+    def reload(self) -> None:
+        """Reload the page and wait for its tabs: what a page chooses on load (the run it
+        shows first) is then chosen from what is stored now, not when the browser opened."""
+        self.page.reload()
+        self.page.wait_for_selector("button[role=tab]", timeout=30_000)
+
+    def wait_first(self, selector: str, pattern: str, timeout: float = 30) -> str:
+        """Wait until the element's visible text matches the JavaScript regular expression
+        `pattern` (one of several outcomes: a step reached, or the run ended); return it."""
+        seen = self.page.wait_for_function(
+            "([s, p]) => { const e = document.querySelector(s); "
+            "return e && new RegExp(p).test(e.innerText) ? e.innerText : false; }",
+            arg=[selector, pattern], timeout=timeout * 1000)
+        return seen.json_value()
+
     def wait_text(self, selector: str, text: str, timeout: float = 30) -> str:
         """Wait until the element's visible text contains `text`; return the text that did
         (read in the same check: the element may change right after, a run ending, Gradio's
