@@ -3,6 +3,7 @@
     .venv/bin/python bench/grpo_step.py                      # full run (~15-20 min)
     .venv/bin/python bench/grpo_step.py --quick              # tiny shapes, checks the script
     .venv/bin/python bench/grpo_step.py --only native --steps 2
+    .venv/bin/python bench/grpo_step.py --native-dtypes float32   # without the bf16 arm
 
 The same step for both: SmolLM2-135M-Instruct (fp32, one thread), 8 prompts
 (demo questions through the chat template, ~40-60 tokens) x 4 completions,
@@ -24,6 +25,10 @@ checkpointing off.
 * floor (native child, after its steps): one plain forward + backward over
   the same tokens (full logits, the model's own cross-entropy loss), in the
   same micro-batches: what any policy update has to pay at least.
+* native, ``bfloat16-autocast`` (a run's ``engine.dtype``): the same steps with
+  float32 weights and bfloat16 matmuls (``worker.engines.native.precision``);
+  its child also scores its last batch with the reference model both ways and
+  reports how far the log-probs moved (what the tests bound on a tiny model).
 
 Each engine runs in its own child process, whose peak RSS (``VmHWM``) is read
 at its end. Times are medians over ``--steps`` steps after ``--warmup``
@@ -85,11 +90,15 @@ def run_native(args) -> dict:
     torch.set_num_threads(1)
     from studio.base_models import load_causal_lm, load_tokenizer
     from studio.method.grpo import group_advantages
+    from studio.run_config import BF16_AUTOCAST
     from worker.engines.native.grpo import GrpoConfig, update_step
     from worker.engines.native.logprobs import frozen_copy, reference_logprobs
     from worker.engines.native.optimizer import make_optimizer
     from worker.engines.native.policy_batch import make_batch
+    from worker.engines.native.precision import bf16_compute
     from worker.engines.native.rollout import RolloutConfig, generate_rollouts
+
+    mixed = args.dtype == BF16_AUTOCAST
 
     tok = load_tokenizer(args.model, args.data_dir)
     model = load_causal_lm(args.model, args.data_dir, dtype=torch.float32)
@@ -120,9 +129,10 @@ def run_native(args) -> dict:
         c0, t0 = time.process_time(), time.perf_counter()
         # rollout: the engine's own loop (what the trainer runs), one turn, no tool; EOS is
         # not a stop (an id that is never sampled), as min_new_tokens does for TRL
-        rollouts = generate_rollouts(
-            model, tok, [p for p in prompt_ids for _ in range(args.group)], no_search,
-            rollout_config, generator=torch.Generator().manual_seed(step), eos_token_id=-1)
+        with bf16_compute(mixed):
+            rollouts = generate_rollouts(
+                model, tok, [p for p in prompt_ids for _ in range(args.group)], no_search,
+                rollout_config, generator=torch.Generator().manual_seed(step), eos_token_id=-1)
         c1, t1 = time.process_time(), time.perf_counter()
         prompts, responses, masks, rewards, groups = [], [], [], [], []
         for k, rollout in enumerate(rollouts):
@@ -136,9 +146,10 @@ def run_native(args) -> dict:
         adv = group_advantages(rewards, groups)
         batch = make_batch(prompts, responses, masks, adv, pad)
         c2, t2 = time.process_time(), time.perf_counter()
-        ref_logp = reference_logprobs(ref_model, batch, config.micro_batch_size)
-        c3, t3 = time.process_time(), time.perf_counter()
-        stats = update_step(model, optimizer, scheduler, batch, ref_logp, config)
+        with bf16_compute(mixed):
+            ref_logp = reference_logprobs(ref_model, batch, config.micro_batch_size)
+            c3, t3 = time.process_time(), time.perf_counter()
+            stats = update_step(model, optimizer, scheduler, batch, ref_logp, config)
         c4, t4 = time.process_time(), time.perf_counter()
         steps.append(
             {
@@ -169,16 +180,25 @@ def run_native(args) -> dict:
             for start in range(0, len(b), args.micro_batch):
                 sl = slice(start, start + args.micro_batch)
                 labels = b.input_ids[sl].masked_fill(b.loss_mask[sl] == 0, -100)
-                loss = model(
-                    input_ids=b.input_ids[sl], attention_mask=b.attention_mask[sl], labels=labels
-                ).loss
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+                    loss = model(input_ids=b.input_ids[sl], attention_mask=b.attention_mask[sl],
+                                 labels=labels).loss
                 loss.backward()
             model.zero_grad(set_to_none=True)
             floor.append({"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0})
             print(f"floor fwd+bwd: {floor[-1]}", file=sys.stderr, flush=True)
+    drift = {}
+    if mixed:  # the last batch scored both ways by the same (reference) weights
+        scored = last_batch.loss_mask > 0
+        with bf16_compute():
+            bf16 = reference_logprobs(ref_model, last_batch, config.micro_batch_size)
+        fp32 = reference_logprobs(ref_model, last_batch, config.micro_batch_size)
+        diff = (bf16 - fp32)[scored].abs()
+        drift = {"max": float(diff.max()), "mean": float(diff.mean())}
     return {
         "steps": steps,
         "floor": floor,
+        "logp_drift": drift,
         "threads": torch.get_num_threads(),
         "peak_rss_gib": vm_hwm_gib(),
     }
@@ -321,7 +341,7 @@ def run_trl(args) -> dict:
 # --------------------------------------------------------------------------
 
 
-def child(engine: str, args) -> dict | str:
+def child(engine: str, args, dtype: str = "float32") -> dict | str:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         result_path = fh.name
     cmd = [
@@ -349,6 +369,8 @@ def child(engine: str, args) -> dict | str:
         str(args.warmup),
         "--floor",
         str(args.floor),
+        "--dtype",
+        dtype,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     env.setdefault("HF_HUB_OFFLINE", "1")
@@ -369,7 +391,9 @@ def median(steps: list[dict], key: str, skip: int) -> float:
     return statistics.median(values)
 
 
-def table(args, native: dict | str | None, trl: dict | str | None) -> str:
+def table(args, arms: dict[str, dict | str]) -> str:
+    """Each arm's phases side by side (wall seconds, process CPU seconds in brackets), then
+    each native arm against TRL and the bfloat16 arm against float32."""
     def med(res, key):
         return median(res["steps"], key, args.warmup) if isinstance(res, dict) else None
 
@@ -379,14 +403,25 @@ def table(args, native: dict | str | None, trl: dict | str | None) -> str:
     def ratio(a, b):
         return f"{a / b:.2f}x" if a is not None and b else "-"
 
+    def figures(res, key) -> tuple[float | None, float | None]:
+        if key != "train":
+            return med(res, key), med(res, key + "_cpu")
+        if not isinstance(res, dict):
+            return None, None
+        return (med(res, "step") - med(res, "rollout"),
+                med(res, "step_cpu") - med(res, "rollout_cpu"))
+
+    pairs = [(a, b) for a, b in (("native fp32", "TRL"), ("native bf16-autocast", "TRL"),
+                                 ("native bf16-autocast", "native fp32"))
+             if a in arms and b in arms]
     lines = [
-        f"GRPO step, CPU 1 thread, {args.model} fp32: {args.prompts} prompts x {args.group} "
+        f"GRPO step, CPU 1 thread, {args.model}: {args.prompts} prompts x {args.group} "
         f"completions x {args.new_tokens} tokens, single turn, reference loaded, micro-batch "
         f"{args.micro_batch}, no gradient checkpointing; medians of {args.steps} steps after "
-        f"{args.warmup} warm-up; wall seconds (process CPU seconds)",
+        f"{args.warmup} warm-up; wall seconds (process CPU seconds); TRL in float32",
         "",
-        "| phase | native | TRL GRPOTrainer | native / TRL wall (CPU) |",
-        "|---|---|---|---|",
+        "| phase | " + " | ".join(arms) + "".join(f" | {a} / {b}" for a, b in pairs) + " |",
+        "|---|" + "---|" * (len(arms) + len(pairs)),
     ]
     rows = (
         ("rollout", "rollout (native: its rollout loop; TRL: `model.generate`)"),
@@ -396,53 +431,41 @@ def table(args, native: dict | str | None, trl: dict | str | None) -> str:
         ("step", "**whole step**"),
     )
     for key, name in rows:
-        if key == "train":
-            vals = []
-            for res in (native, trl):
-                if isinstance(res, dict):
-                    vals.append(
-                        (
-                            med(res, "step") - med(res, "rollout"),
-                            med(res, "step_cpu") - med(res, "rollout_cpu"),
-                        )
-                    )
-                else:
-                    vals.append((None, None))
-        else:
-            vals = [(med(res, key), med(res, key + "_cpu")) for res in (native, trl)]
-        (a, ac), (b, bc) = vals
-        lines.append(
-            f"| {name} | {cell(a)} ({cell(ac)}) | {cell(b)} ({cell(bc)}) | "
-            f"{ratio(a, b)} ({ratio(ac, bc)}) |"
-        )
-    ra = f"{native['peak_rss_gib']:.2f}" if isinstance(native, dict) else "-"
-    rb = f"{trl['peak_rss_gib']:.2f}" if isinstance(trl, dict) else "-"
-    lines.append(f"| peak RSS (GiB, child process) | {ra} | {rb} | |")
-    if isinstance(native, dict) and native.get("floor"):
-        fw = statistics.median(f["wall"] for f in native["floor"])
-        fc = statistics.median(f["cpu"] for f in native["floor"])
-        uw, uc = med(native, "update"), med(native, "update_cpu")
-        lines.append(
-            f"| floor: plain fwd + bwd, same tokens, full logits, no optimizer "
-            f"| {cell(fw)} ({cell(fc)}) | | native update / floor {ratio(uw, fw)} "
-            f"({ratio(uc, fc)}) |"
-        )
+        values = {arm: figures(res, key) for arm, res in arms.items()}
+        cells = [f"{cell(w)} ({cell(c)})" for w, c in values.values()]
+        cells += [f"{ratio(values[a][0], values[b][0])} ({ratio(values[a][1], values[b][1])})"
+                  for a, b in pairs]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    rss = [f"{res['peak_rss_gib']:.2f}" if isinstance(res, dict) else "-" for res in arms.values()]
+    lines.append("| peak RSS (GiB, child process) | " + " | ".join(rss) + " |" * len(pairs) + " |")
+    floors = [statistics.median(f["wall"] for f in res["floor"])
+              if isinstance(res, dict) and res.get("floor") else None for res in arms.values()]
+    if any(floors):
+        cells = [f"{cell(f)}; update / floor {ratio(med(res, 'update'), f)}" if f else ""
+                 for f, res in zip(floors, arms.values(), strict=True)]
+        lines.append("| floor: plain fwd + bwd, same tokens, full logits, no optimizer | "
+                     + " | ".join(cells) + " |" * len(pairs) + " |")
     notes = []
-    if isinstance(native, dict):
-        s = native["steps"][-1]
-        notes.append(
-            f"native: mean completion length {s['completion_tokens']:.1f}, {s['tokens']:.0f} "
-            f"scored tokens/step, prompts {s['prompt_tokens']:.0f} tokens on average, torch "
-            f"threads {native['threads']}"
-        )
-    if isinstance(trl, dict):
-        notes.append(
-            f"TRL: mean completion length {trl.get('completion_mean_length')}, "
-            f"torch threads {trl['threads']}"
-        )
-    for who, res in (("native", native), ("TRL", trl)):
+    for arm, res in arms.items():
         if isinstance(res, str):
-            notes.append(f"{who}: {res}")
+            notes.append(f"{arm}: {res}")
+            continue
+        last = res["steps"][-1]
+        if "completion_tokens" in last:
+            notes.append(f"{arm}: mean completion length {last['completion_tokens']:.1f}, "
+                         f"{last['tokens']:.0f} scored tokens/step, prompts "
+                         f"{last['prompt_tokens']:.0f} tokens on average, torch threads "
+                         f"{res['threads']}")
+        else:
+            notes.append(f"{arm}: mean completion length {res.get('completion_mean_length')}, "
+                         f"torch threads {res['threads']}")
+        if res.get("logp_drift"):
+            notes.append(f"{arm}: the reference's log-probs of the last batch, bfloat16 "
+                         f"against float32: max |diff| {res['logp_drift']['max']:.4f}, mean "
+                         f"{res['logp_drift']['mean']:.4f} nats per scored token")
+    from worker.engines.native.precision import cpu_bf16_support
+
+    notes.append(f"CPU: {cpu_bf16_support()}")
     try:
         load = os.getloadavg()
         notes.append(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
@@ -463,6 +486,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--floor", type=int, default=1, help="plain fwd+bwd repetitions")
     parser.add_argument("--only", choices=["native", "trl"])
+    parser.add_argument("--native-dtypes", nargs="+", default=["float32", "bfloat16-autocast"],
+                        choices=["float32", "bfloat16-autocast"],
+                        help="engine.dtype of each native arm")
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="tiny shapes to check the script")
     parser.add_argument("--child", choices=["native", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -476,9 +503,14 @@ def main() -> None:
         Path(args.result).write_text(json.dumps(result))
         return
 
-    native = child("native", args) if args.only in (None, "native") else None
-    trl = child("trl", args) if args.only in (None, "trl") else None
-    print(table(args, native, trl))
+    arms = {}
+    if args.only in (None, "native"):
+        for dtype in args.native_dtypes:
+            arms["native " + dtype.replace("bfloat16", "bf16").replace("float32", "fp32")] = \
+                child("native", args, dtype)
+    if args.only in (None, "trl"):
+        arms["TRL"] = child("trl", args)
+    print(table(args, arms))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -108,6 +109,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
     if args.exemplars:
         config["data"]["exemplars"] = EXEMPLAR_SET
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
+    if args.dtype:
+        config["engine"]["dtype"] = args.dtype
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
     free["curriculum"] = {"stages": [{"exemplars": 0, "steps": total}]}
@@ -269,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=int, dest="top_k",
                         help="passages a search returns, in training and in the evaluation")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16-autocast"),
+                        help="the runs' engine.dtype (default: the preset's, float32 on a CPU)")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default=",".join(ARMS),
@@ -370,10 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     questions = next(iter(results.values()))["questions"]
     print(f"# ICRL effect: {configs['curriculum']['model']}, curriculum {stages}, "
           f"{grpo['batch_size']} questions x {grpo['group_size']} samples per step, "
-          f"lr {grpo['lr']}, LoRA {configs['curriculum'].get('lora') or 'off'}, seed "
+          f"lr {grpo['lr']}, LoRA {configs['curriculum'].get('lora') or 'off'}, "
+          f"{configs['curriculum']['engine'].get('dtype', 'auto')}, seed "
           f"{args.seed}; zero-shot on {questions} held-out {args.pack} questions "
           f"(training {train_minutes:.0f} min: {' beside '.join(created)}; {minutes:.0f} min "
           "in all)\n")
+    for arm, rows in curves.items():  # what a step cost (engine.dtype changes it)
+        print(f"{arm}: median seconds per step " + ", ".join(
+            f"{part} {statistics.median(r[f'time_{part}'] for r in rows):.1f}"
+            for part in ("step", "rollout", "reference", "update"))
+            + f"; median response {statistics.median(r['response_length'] for r in rows):.0f}"
+            " tokens\n")
     print_table(results)
     if searched:
         print(f"The same models, zero-shot on {next(iter(searched.values()))['questions']} "

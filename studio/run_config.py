@@ -40,6 +40,7 @@ MAX_RUN_NAME = 128
 MAX_INSTRUCTION = 8000  # characters; a 4 MB instruction cost 10 s of CPU per validation
 MAX_SEED = 2**63 - 1
 MAX_THREADS = 1024
+BF16_AUTOCAST = "bfloat16-autocast"  # engine.dtype: float32 weights, bfloat16 matmuls
 
 
 class _Strict(BaseModel):
@@ -295,7 +296,11 @@ class EngineSpec(_Strict):
         description="Warn when tool calls per rollout fall by this share after a stage change")
     threads: int = Field(default=1, gt=0, le=MAX_THREADS,
                          description="CPU threads for PyTorch (1 is fastest here)")
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "bfloat16-autocast"] = Field(
+        default="auto", title="Precision", description="The weights' dtype. auto: bfloat16 on "
+        "a GPU, float32 on a CPU. bfloat16-autocast: float32 weights, optimizer and loss with "
+        "the matmuls in bfloat16 (a faster CPU step where the CPU has AVX512-BF16 or AMX; "
+        "docs/engine.md)")
     evaluate_at_end: bool = Field(
         default=False, description="When training succeeds, evaluate the base model and the "
         "final checkpoint zero-shot on each data.eval set (the run's own token budgets)")

@@ -108,7 +108,8 @@ class Setting:
 FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef", "grpo.clip",
                  "grpo.temperature", "grpo.max_turns", "grpo.top_k", "grpo.max_response_tokens",
                  "grpo.max_obs_tokens", "grpo.max_prompt_tokens", "reward.acc_weight",
-                 "reward.format_weight", "reward.answer_match", "engine.checkpoint_every", "seed",
+                 "reward.format_weight", "reward.answer_match", "engine.checkpoint_every",
+                 "engine.dtype", "seed",
                  "mirror.tensorboard")
 """The config keys the form shows; their labels and help are the fields' own (run_config)."""
 SENTINEL_SETTINGS = [Setting(f"sentinel.{name}.action", signal.title,

@@ -59,8 +59,8 @@ def calibrate(model: str = typer.Option(None, help="Model: bundled name, HF id o
                                         "(default: STUDIO_DEFAULT_MODEL)."),
               queue: str = typer.Option("cpu", help="Queue whose worker measures: cpu or gpu."),
               threads: int = typer.Option(1, help="CPU threads, as the runs' engine.threads."),
-              dtype: str = typer.Option("auto", help="auto, float32 or bfloat16, as the runs' "
-                                        "engine.dtype."),
+              dtype: str = typer.Option("auto", help="auto, float32, bfloat16 or "
+                                        "bfloat16-autocast, as the runs' engine.dtype."),
               wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow it to the end."),
               data_dir: Path = DataDir) -> None:
     """Measure how fast a model trains on a queue's worker (again), for the launch check's

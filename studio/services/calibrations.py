@@ -22,7 +22,7 @@ from studio.db import session_scope
 from studio.engines import engine_named
 from studio.method.tools import results_words
 from studio.queue import TRAINING_QUEUES, enqueue
-from studio.run_config import RunConfig
+from studio.run_config import BF16_AUTOCAST, RunConfig
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
 from studio.services.estimates import LONG_RUN_SECONDS, duration_words, estimate_run
@@ -32,7 +32,7 @@ from studio.settings import Settings
 from studio.tables import DeviceCalibration, Run, RunState, utcnow
 
 CALIBRATE_TASK = "worker.calibrate"
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16", BF16_AUTOCAST)
 #: A calibration running longer than this lost its worker (it takes about a minute).
 LOST_AFTER = timedelta(minutes=30)
 #: A CPU calibration that got less than this share of its threads' time ran on a busy machine.

@@ -226,6 +226,16 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
     assert all(launch.config_field(p).description for p in launch.GRPO_OPTIONS)
 
 
+def test_the_form_picks_the_precision_among_the_configs_own_values():
+    form = [launch.default_config(), None, "r", "shelf", "", "c", "t", None, "", "native", "cpu",
+            "chat", ["search"], False, None, None, *[None] * len(launch.SETTINGS)]
+    precision = next(s for s in launch.SETTINGS if s.path == "engine.dtype")
+    assert precision.label == "Precision" and "bfloat16-autocast" in precision.choices
+    assert parse_run_config(launch.assemble(*form)).engine.dtype == "auto"
+    form[16 + launch.SETTINGS.index(precision)] = "bfloat16-autocast"
+    assert parse_run_config(launch.assemble(*form)).engine.dtype == "bfloat16-autocast"
+
+
 def launch_form(model, name: str, design: dict) -> list:
     """The Launch page's form: the tiny model on the demo pack, defaults elsewhere."""
     return [launch.default_config(), design, name, "folder", str(model), "demo", "demo", [],

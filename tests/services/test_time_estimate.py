@@ -133,6 +133,29 @@ def test_a_missing_calibration_is_measured_and_then_gives_seconds_per_stage(sett
     assert "512 tokens from the model and 0 of search results" in ready["message"]
 
 
+def test_a_run_in_bf16_autocast_is_estimated_from_a_calibration_in_bf16_autocast(settings):
+    """The estimate measures the precision the run trains in (its float32 figures would
+    overstate a faster bfloat16 step), on a worker and, without one, from the last figures."""
+    worker_with(settings)
+    fp32 = calibrations.request_calibration(settings, admin(settings), model=config().model,
+                                            start=False)
+    measured(settings, fp32["id"])
+    mixed = config().model_copy(update={"engine": config().engine.model_copy(
+        update={"dtype": "bfloat16-autocast"})})
+    timing = calibrations.time_estimate(settings, mixed, stages())
+    assert timing["state"] == "measuring" and timing["calibration"] != fp32["id"]
+    (queued,) = [c for c in calibrations.list_calibrations(settings)
+                 if c["id"] == timing["calibration"]]
+    assert queued["dtype"] == "bfloat16-autocast"
+    faster = {key: value * (2 if key in ("prefill", "decode", "reference", "update") else 1)
+              for key, value in FIGURES["rates"].items()}  # work per second, not seconds
+    measured(settings, queued["id"], figures={**FIGURES, "rates": faster})
+    ready = calibrations.time_estimate(settings, mixed, stages())
+    assert ready["state"] == "ready" and "bfloat16-autocast" in ready["message"]
+    assert ready["total_seconds"] < calibrations.time_estimate(
+        settings, config(), stages())["total_seconds"]
+
+
 @pytest.mark.parametrize(("tools", "words"), [
     (["python"], "of program output"), (["calculator"], "of calculator results"),
     (["search", "calculator"], "of search results and calculator results")])

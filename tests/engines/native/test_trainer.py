@@ -211,6 +211,28 @@ def test_a_lora_run_trains_only_adapters_on_a_plain_model_and_checkpoints_the_ad
     assert "model.safetensors" not in files and "config.json" not in files
 
 
+def test_a_lora_run_in_bf16_autocast_trains_float32_adapters_and_says_so(studio):
+    """engine.dtype bfloat16-autocast, as the quick start would run it: the adapters train in
+    float32, the frozen base's projections are kept in bfloat16 (what autocast would cast
+    them to), and the bundle names the precision."""
+    settings, model = studio
+    config = {**tiny_config(model, steps=2, **LORA_GRPO), "lora": LORA,
+              "engine": {"dtype": "bfloat16-autocast"}}
+    run = runs.create_run(settings, admin(settings), config, start=False)
+    trainer = Trainer(settings, run["id"])
+    trainer.run()
+
+    assert runs.get_run(settings, run["id"])["current_step"] == 2
+    weights = dict(trainer.model.named_parameters())
+    assert {p.dtype for p in weights.values() if p.requires_grad} == {torch.float32}
+    assert weights["model.layers.0.mlp.up_proj.base_layer.weight"].dtype == torch.bfloat16
+    assert weights["model.embed_tokens.weight"].dtype == torch.float32
+    adapter = trainer.model.state_dict()["model.layers.0.self_attn.q_proj.lora_B.default.weight"]
+    assert adapter.abs().sum() > 0, "the adapters trained"
+    device = reproduce.run_bundle(settings, run["id"])["device"]
+    assert (device["kind"], device["dtype"]) == ("cpu", "bfloat16-autocast")
+
+
 def test_a_lora_run_on_queries_and_values_only_trains_them(studio):
     """The classic LoRA targets: layers whose keys come from a frozen k_proj still train."""
     settings, model = studio

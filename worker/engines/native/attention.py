@@ -83,6 +83,10 @@ def attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scali
     instead of once per row.  The row part is masked (holes, causality).  The
     two parts are merged by their log-sum-exp.
     """
+    # under bfloat16 autocast RoPE leaves the queries float32 while the cache (keys and
+    # values, worker.engines.native.kv_cache) is bfloat16: the kernels take one dtype, and
+    # the queries are the small side (a no-op otherwise)
+    out_dtype, query = query.dtype, query.to(value.dtype)
     b, hq, q, d = query.shape
     hkv, lr = key.shape[1], key.shape[2]
     g = hq // hkv
@@ -108,7 +112,7 @@ def attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scali
     top = torch.maximum(lse1, lse2)
     w1, w2 = torch.exp(lse1 - top)[..., None], torch.exp(lse2 - top)[..., None]
     out = (o1.float() * w1 + o2.float() * w2) / (w1 + w2)
-    return out.to(query.dtype).reshape(b, hq, q, d).transpose(1, 2).contiguous()
+    return out.to(out_dtype).reshape(b, hq, q, d).transpose(1, 2).contiguous()
 
 
 def _cpu_attention(q, k, v, mask, scale):

@@ -32,6 +32,7 @@ import time
 import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
+from studio.run_config import BF16_AUTOCAST
 from studio.services.estimates import (
     ModelShape,
     StepShape,
@@ -44,6 +45,7 @@ from worker.engines.native.grpo import GrpoConfig, update_step
 from worker.engines.native.logprobs import reference_logprobs
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
+from worker.engines.native.precision import bf16_compute
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 PROMPTS, SAMPLES = 4, 4  # the rollouts' distinct prompts and samples of each
@@ -187,10 +189,12 @@ def calibrate(model_ref: str, *, dtype: str, threads: int, device: str) -> dict:
     target = torch.device(device)
     data_dir = get_settings().resolved_data_dir
     tokenizer = load_tokenizer(model_ref, data_dir)
-    model = load_causal_lm(model_ref, data_dir, dtype=dtype).to(target)
+    mixed = dtype == BF16_AUTOCAST  # float32 weights, bfloat16 matmuls, as a run has them
+    model = load_causal_lm(model_ref, data_dir, dtype="float32" if mixed else dtype).to(target)
     loaded, cpu = time.perf_counter(), time.process_time()
     measure = _Measure(model, tokenizer, target)
-    rates = measure.rates()
+    with bf16_compute(mixed):
+        rates = measure.rates()
     shape = measure.shape
     return {"shape": {"linear": shape.linear, "head": shape.head, "attention": shape.attention},
             "rates": rates, "dtype": dtype, "threads": threads, "device": device,
@@ -202,7 +206,8 @@ def calibrate(model_ref: str, *, dtype: str, threads: int, device: str) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.engines.native.calibrate")
     parser.add_argument("model")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--dtype", default="float32",
+                        choices=("float32", "bfloat16", BF16_AUTOCAST))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args(argv)

@@ -25,9 +25,12 @@ class _Layer(CacheLayerMixin):
         self.owner = owner
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        # keys are kept in the values' dtype: under bfloat16 autocast RoPE hands over float32
+        # keys, which attention would cast to bfloat16 again at every step
         o = self.owner
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_zeros(o.rows, key_states.shape[1], o.cap, key_states.shape[3])
+        self.dtype, self.device = value_states.dtype, key_states.device
+        self.keys = value_states.new_zeros(o.rows, key_states.shape[1], o.cap,
+                                           key_states.shape[3])
         self.values = value_states.new_zeros(o.rows, value_states.shape[1], o.cap,
                                              value_states.shape[3])
         self.is_initialized = True

@@ -38,6 +38,7 @@ import torch
 
 from studio.method.prompt import common_prefix_length
 from worker.engines.native.policy_batch import PolicyBatch
+from worker.engines.native.precision import scoring_autocast
 
 __all__ = [
     "MIN_STEP_PREFIX",
@@ -72,13 +73,6 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for param in model.parameters():
         return param.device
     return torch.device("cpu")
-
-
-def _autocast(device: torch.device):
-    """bf16 autocast on CUDA (where supported); nothing on CPU."""
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return nullcontext()
 
 
 def _plain_head(model: torch.nn.Module):
@@ -192,7 +186,7 @@ def forward_scores(
         and not checkpointing
     ):
         context = None
-    with _autocast(input_ids.device):
+    with scoring_autocast(input_ids.device):
         if plain is not None:
             decoder, head = plain
             if prefix_len is None and context is None:
@@ -344,7 +338,7 @@ def step_prefix(
         return None
     decoder, _ = plain
     ids = batch.input_ids[rows[:1], :length].to(model_device(model))
-    with _autocast(ids.device), nullcontext() if grad else torch.no_grad():
+    with scoring_autocast(ids.device), nullcontext() if grad else torch.no_grad():
         cache = decoder(input_ids=ids, use_cache=True).past_key_values
     kv = [(layer.keys, layer.values) for layer in cache.layers]
     if not grad:

@@ -38,8 +38,9 @@ ends a turn); their ``text`` is ``tokenizer.decode(ids)`` (special tokens
 kept).  Environment ids are ``tokenizer(text, add_special_tokens=False)``.
 
 Thread counts are the caller's business (on CPU, one thread; see the perf
-notes).  The model runs in eval mode (restored afterwards) under
-``torch.inference_mode()``; its device comes from its parameters.
+notes).  The model runs in eval mode (restored afterwards) without gradients
+(``precision.rollout_mode``: inference mode, or one bfloat16 autocast
+region); its device comes from its parameters.
 Sliding-window attention layers are not supported (the cache is
 full-attention only).
 """
@@ -60,6 +61,8 @@ from studio.method.rollouts import Rollout, Segment
 from studio.method.tools import SearchBackend, SearchTool, Tool, run_tool
 from worker.engines.native.attention import grouped_sdpa_enabled, sharing_prefix
 from worker.engines.native.kv_cache import RolloutCache, round_up
+from worker.engines.native.logprobs import model_device
+from worker.engines.native.precision import rollout_mode
 from worker.engines.native.sampling import device_generator, sample
 
 
@@ -147,7 +150,7 @@ def _generate(
         raise ValueError("every prompt needs at least one token")
     if not prompts:
         return []
-    with torch.inference_mode(), _eval_mode(model), grouped_sdpa_enabled(
+    with rollout_mode(model_device(model)), _eval_mode(model), grouped_sdpa_enabled(
         model, grouped_attention
     ) as grouped:
         engine = _Engine(model, tokenizer, _tools(tools, config), config, generator,
@@ -244,8 +247,7 @@ class _Engine:
         self.model, self.tokenizer, self.tools, self.cfg = model, tokenizer, tools, config
         self.tag_stops = tag_stops
         self.reuse_cache, self.share_prompts, self.cascade = reuse_cache, share_prompts, cascade
-        param = next(iter(model.parameters()), None)
-        self.device = param.device if param is not None else torch.device("cpu")
+        self.device = model_device(model)
         self.eos = _eos_ids(model, tokenizer, eos_token_id)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(pad if pad is not None else (min(self.eos) if self.eos else 0))

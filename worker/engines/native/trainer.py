@@ -43,7 +43,7 @@ from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.method.tools import specs, using_words
 from studio.retrieval import SearchIndex
-from studio.run_config import RunConfig
+from studio.run_config import BF16_AUTOCAST, RunConfig
 from studio.services import corpora, qa_sets
 from studio.services.reproduce import write_bundle
 from studio.services.run_folder import Checkpoint, RunFolder
@@ -55,6 +55,7 @@ from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, up
 from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
+from worker.engines.native.precision import bf16_compute, store_frozen_projections_in_bf16
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
 from worker.tools import build_tools
@@ -84,10 +85,12 @@ def load_training_data(settings: Settings, plan: RunPlan) -> TrainingData:
                         index=corpus_index(settings, plan.corpus and plan.corpus.id))
 
 
-def device_facts(device: torch.device, dtype: torch.dtype) -> dict:
-    """The device a run trains on, as its reproducibility bundle names it."""
+def device_facts(device: torch.device, dtype: torch.dtype, mixed: bool = False) -> dict:
+    """The device a run trains on, as its reproducibility bundle names it (`mixed`: float32
+    weights with bfloat16 matmuls)."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return {"kind": device.type, "name": name, "dtype": str(dtype).removeprefix("torch.")}
+    return {"kind": device.type, "name": name,
+            "dtype": BF16_AUTOCAST if mixed else str(dtype).removeprefix("torch.")}
 
 
 def determinism_settings() -> dict:
@@ -231,6 +234,8 @@ class Trainer:
         self.folder = RunFolder.of(settings, run_id)
         self.curriculum: Curriculum = self.plan.curriculum
         self.total_steps = self.config.total_steps
+        #: float32 weights, bfloat16 matmuls (worker.engines.native.precision)
+        self.mixed = self.config.engine.dtype == BF16_AUTOCAST
 
     # --- set-up ------------------------------------------------------------------------
 
@@ -239,6 +244,8 @@ class Trainer:
         device = torch.device("cuda" if use_cuda else "cpu")
         if self.config.engine.dtype == "auto":
             return device, torch.bfloat16 if use_cuda else torch.float32
+        if self.mixed:
+            return device, torch.float32
         return device, getattr(torch, self.config.engine.dtype)
 
     def setup(self) -> None:
@@ -249,7 +256,8 @@ class Trainer:
         data_dir = self.settings.resolved_data_dir
         self.tokenizer = load_tokenizer(cfg.model, data_dir)
         write_bundle(self.settings, self.run_id, self.plan,
-                     device=device_facts(self.device, dtype), determinism=determinism_settings())
+                     device=device_facts(self.device, dtype, self.mixed),
+                     determinism=determinism_settings())
         resume = self.folder.latest_checkpoint()
         self._load_policy(resume, dtype)
         self.grpo = GrpoConfig.from_spec(cfg.grpo)
@@ -288,6 +296,8 @@ class Trainer:
         self.peft = load_adapters(base, resume.folder, trainable=True) if resume \
             else add_adapters(base, cfg.lora, derive_seed(cfg.seed, "lora"))
         self.model = inner(self.peft.to(self.device))
+        if self.mixed:
+            store_frozen_projections_in_bf16(self.model)
         # Every layer's keys and values then carry a gradient, also where k_proj or v_proj
         # has no adapter: GRPO's shared prompt prefix sends gradients back through them.
         self.model.enable_input_require_grads()
@@ -598,6 +608,10 @@ class Trainer:
         self.recorder.checkpointed(str(folder.relative_to(self.settings.resolved_data_dir)))
 
     def run(self) -> None:
+        with bf16_compute(self.mixed):
+            self._run()
+
+    def _run(self) -> None:
         self.recorder.phase(LOADING)
         self.setup()
         if self.start_step == 0:
