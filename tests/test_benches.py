@@ -266,8 +266,9 @@ def test_the_rollout_benchmark_refuses_a_shape_it_cannot_fill(capsys, batches, s
     assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
-def test_the_grpo_step_benchmark_times_a_native_step_and_its_floor(models_dir):
-    """Its quick mode on the bundled model (TRL's side needs the bench extra, not in CI)."""
+def test_the_grpo_step_benchmark_times_a_native_step_per_precision_and_its_floor(models_dir):
+    """Its quick mode on the bundled model, float32 beside bfloat16-autocast (TRL's side
+    needs the bench extra, not in CI)."""
     import subprocess
     import sys
 
@@ -278,10 +279,13 @@ def test_the_grpo_step_benchmark_times_a_native_step_and_its_floor(models_dir):
     rows = {cells[0]: cells[1:] for cells in
             ([c.strip() for c in line.strip("|").split("|")]
              for line in done.stdout.splitlines() if line.startswith("| "))}
-    step = float(rows["**whole step**"][0].split()[0])
-    assert step > 0 and rows["**whole step**"][1] == "- (-)", "TRL's side was not run"
-    assert "native update / floor" in rows[
-        "floor: plain fwd + bwd, same tokens, full logits, no optimizer"][2]
+    assert rows["phase"] == ["native fp32", "native bf16-autocast",
+                             "native bf16-autocast / native fp32"], "TRL's side was not run"
+    fp32, bf16, ratio = rows["**whole step**"]
+    assert float(fp32.split()[0]) > 0 and float(bf16.split()[0]) > 0 and ratio.endswith(")")
+    floor = rows["floor: plain fwd + bwd, same tokens, full logits, no optimizer"]
+    assert all("update / floor" in cell for cell in floor[:2])
+    assert "bfloat16 against float32: max |diff|" in done.stdout
 
 
 def _table_rows(out: str, header: str) -> list[list[str]]:

@@ -87,15 +87,18 @@ def test_a_small_update_under_bf16_autocast_moves_the_float32_weights(tiny_dir):
 
 
 def test_a_lora_base_kept_in_bf16_scores_exactly_as_autocast_casts_it(tiny_dir):
-    """The trainer stores a LoRA run's frozen projections in bfloat16 (autocast would cast
-    them at every forward); the log-probs are those of the float32 base under autocast."""
+    """The trainer stores a LoRA run's frozen projections and head in bfloat16 (autocast
+    would cast them at every forward); the log-probs are those of the float32 base under
+    autocast, and the input embeddings stay float32."""
     from studio.run_config import LoraSpec
     from worker.lora import add_adapters, inner
 
     batch = grouped_batch(seed=3)
     lora = [inner(add_adapters(fresh_model(tiny_dir), LoraSpec(rank=4, alpha=8), 0))
             for _ in range(2)]
-    assert store_frozen_projections_in_bf16(lora[1]) == 2 * 7  # 7 projections, 2 layers
+    assert store_frozen_projections_in_bf16(lora[1]) == 2 * 7 + 1  # 7 projections x 2, head
+    assert lora[1].get_output_embeddings().weight.dtype == torch.bfloat16
+    assert lora[1].get_input_embeddings().weight.dtype == torch.float32
     with bf16_compute():
         cast, stored = (L.forward_scores(m, batch.input_ids, batch.attention_mask,
                                          batch.loss_mask)[0] for m in lora)

@@ -62,17 +62,24 @@ def scoring_autocast(device: torch.device) -> AbstractContextManager:
 
 
 def store_frozen_projections_in_bf16(model: torch.nn.Module) -> int:
-    """Store a LoRA base's frozen projection weights in bfloat16; returns how many.
+    """Store a LoRA base's frozen projection weights, and a frozen LM head, in bfloat16;
+    returns how many.
 
     Autocast caches its bfloat16 copy only of weights that train, so a frozen base would be
     cast again at every decoding forward (a rollout ran 1.1x slower for it). The matmuls see
-    the same bfloat16 values either way; the adapters, norms, embeddings and head stay
-    float32, and only the adapters are saved."""
+    the same bfloat16 values either way. A head tied to the input embeddings gets a copy of
+    its own, so the embeddings stay float32, as do the adapters and norms; only the
+    adapters are saved."""
     frozen = [module for name, module in model.named_modules()
               if name.endswith("base_layer") and isinstance(module, torch.nn.Linear)
               and not module.weight.requires_grad]
     for module in frozen:
         module.to(torch.bfloat16)
+    head = model.get_output_embeddings()
+    if isinstance(head, torch.nn.Linear) and not head.weight.requires_grad:
+        head.weight = torch.nn.Parameter(head.weight.detach().to(torch.bfloat16),
+                                         requires_grad=False)
+        frozen.append(head)
     return len(frozen)
 
 
