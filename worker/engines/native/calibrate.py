@@ -45,7 +45,7 @@ from worker.engines.native.grpo import GrpoConfig, update_step
 from worker.engines.native.logprobs import reference_logprobs
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
-from worker.engines.native.precision import bf16_compute
+from worker.engines.native.precision import bf16_compute, weights_dtype
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 PROMPTS, SAMPLES = 4, 4  # the rollouts' distinct prompts and samples of each
@@ -190,7 +190,7 @@ def calibrate(model_ref: str, *, dtype: str, threads: int, device: str) -> dict:
     data_dir = get_settings().resolved_data_dir
     tokenizer = load_tokenizer(model_ref, data_dir)
     mixed = dtype == BF16_AUTOCAST  # float32 weights, bfloat16 matmuls, as a run has them
-    model = load_causal_lm(model_ref, data_dir, dtype="float32" if mixed else dtype).to(target)
+    model = load_causal_lm(model_ref, data_dir, dtype=weights_dtype(dtype)).to(target)
     loaded, cpu = time.perf_counter(), time.process_time()
     measure = _Measure(model, tokenizer, target)
     with bf16_compute(mixed):

@@ -18,6 +18,15 @@ from contextvars import ContextVar
 
 import torch
 
+from studio.run_config import BF16_AUTOCAST
+
+
+def weights_dtype(setting: str) -> str:
+    """The weights' dtype of an explicit `engine.dtype` (not auto): float32 under
+    bfloat16-autocast, else the setting itself."""
+    return "float32" if setting == BF16_AUTOCAST else setting
+
+
 _BF16_ON_CPU: ContextVar[bool] = ContextVar("bf16_on_cpu", default=False)
 
 

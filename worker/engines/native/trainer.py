@@ -55,7 +55,11 @@ from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, up
 from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
-from worker.engines.native.precision import bf16_compute, store_frozen_projections_in_bf16
+from worker.engines.native.precision import (
+    bf16_compute,
+    store_frozen_projections_in_bf16,
+    weights_dtype,
+)
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 from worker.lora import add_adapters, inner, load_adapters
 from worker.tools import build_tools
@@ -244,9 +248,7 @@ class Trainer:
         device = torch.device("cuda" if use_cuda else "cpu")
         if self.config.engine.dtype == "auto":
             return device, torch.bfloat16 if use_cuda else torch.float32
-        if self.mixed:
-            return device, torch.float32
-        return device, getattr(torch, self.config.engine.dtype)
+        return device, getattr(torch, weights_dtype(self.config.engine.dtype))
 
     def setup(self) -> None:
         cfg = self.config
