@@ -166,6 +166,17 @@ def _latest(session: Session, *conditions) -> DeviceCalibration | None:
                         .order_by(DeviceCalibration.id.desc())).first()
 
 
+def _last_measured(session: Session, config: RunConfig) -> DeviceCalibration | None:
+    """The queue's last finished calibration of the run's model, threads and precision (`auto`
+    resolved on the device each one measured): the figures for a queue with no worker now."""
+    rows = session.exec(select(DeviceCalibration).where(
+        DeviceCalibration.model == config.model, DeviceCalibration.threads == config.engine.threads,
+        DeviceCalibration.queue == config.queue, DeviceCalibration.state == RunState.succeeded)
+        .order_by(DeviceCalibration.id.desc()))
+    return next((row for row in rows
+                 if row.dtype == resolved_dtype(config.engine.dtype, row.device["kind"])), None)
+
+
 def _pending(session: Session, config: RunConfig, dtype: str) -> DeviceCalibration | None:
     """A calibration of the run's model, threads and dtype waiting or measuring on its queue."""
     lost = utcnow() - LOST_AFTER
@@ -256,8 +267,7 @@ def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
     with session_scope(settings.sqlalchemy_url) as session:
         same = (DeviceCalibration.model == config.model, DeviceCalibration.threads == threads)
         if not devices:
-            row = _latest(session, *same, DeviceCalibration.queue == queue,
-                          DeviceCalibration.state == RunState.succeeded)
+            row = _last_measured(session, config)
             if row is None:
                 return _not_ready("unavailable", f"no time estimate: no worker listens on "
                                   f"queue {queue} (start one: `studio up`, or `studio worker "

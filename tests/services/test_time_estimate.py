@@ -4,6 +4,7 @@ the service that finds a queue's calibration, queues one, and says why an estima
 from __future__ import annotations
 
 import pytest
+from sqlmodel import delete
 
 from studio import db
 from studio.run_config import RunConfig
@@ -15,7 +16,7 @@ from studio.services.estimates import (
     steps_per_stage,
     worst_case_response,
 )
-from studio.tables import Run, RunState
+from studio.tables import Run, RunState, WorkerHeartbeat
 from tests.support.actors import admin
 from tests.support.calibrated import CPU, FIGURES, measured, worker_with
 
@@ -152,8 +153,14 @@ def test_a_run_in_bf16_autocast_is_estimated_from_a_calibration_in_bf16_autocast
     measured(settings, queued["id"], figures={**FIGURES, "rates": faster})
     ready = calibrations.time_estimate(settings, mixed, stages())
     assert ready["state"] == "ready" and "bfloat16-autocast" in ready["message"]
-    assert ready["total_seconds"] < calibrations.time_estimate(
-        settings, config(), stages())["total_seconds"]
+    full = calibrations.time_estimate(settings, config(), stages())
+    assert ready["total_seconds"] < full["total_seconds"]
+    with db.session_scope(settings.sqlalchemy_url) as session:  # the worker is gone
+        session.exec(delete(WorkerHeartbeat))
+    for run, seen in ((mixed, ready), (config(), full)):
+        last = calibrations.time_estimate(settings, run, stages())
+        assert "no worker listens on queue cpu now" in last["message"]
+        assert last["total_seconds"] == pytest.approx(seen["total_seconds"])
 
 
 @pytest.mark.parametrize(("tools", "words"), [
