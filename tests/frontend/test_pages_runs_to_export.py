@@ -279,22 +279,23 @@ CHOSEN = ("(s) => [document.querySelector(s + ' input').value,"
 
 def _choose(page, dropdown: str, run_name: str, tries: int = 3) -> None:
     """Pick a run by name whatever its state in the label, and see it shown as chosen,
-    picking it again (as a user would) when it did not show within 10 s. CI on a loaded
-    machine dropped a pick twice, likely the tab's choices refresh landing around the click;
-    it never happened here. An option already marked selected is not clicked again (in a
-    multiselect that would take it out)."""
+    picking it again (as a user would) when it did not show within 10 s. The tab's refresh
+    of its choices on opening re-renders the list: on a loaded machine (CI) it landed around
+    the click, dropping a pick twice and once closing the list under the option being
+    clicked. So a click that cannot land in 5 s opens the list again. An option already
+    marked selected is not clicked again (in a multiselect that would take it out)."""
     def shown():
         return any(f" {run_name} · " in t for t in page.evaluate(CHOSEN, dropdown))
 
     for _ in range(tries):
         page.click(f"{dropdown} input")
         option = page.get_by_role("option", name=re.compile(f" {run_name} · "))
-        if option.get_attribute("aria-selected") != "true":
-            option.click()
         try:
+            if option.get_attribute("aria-selected", timeout=5_000) != "true":
+                option.click(timeout=5_000)
             wait_for(shown, 10, f"{run_name} to show as chosen")
             return
-        except AssertionError:
+        except (AssertionError, PlaywrightTimeout):
             page.keyboard.press("Escape")
     raise AssertionError(f"{run_name} not chosen after {tries} picks: {dropdown} shows "
                          f"{page.evaluate(CHOSEN, dropdown)}")
