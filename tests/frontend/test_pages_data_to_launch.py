@@ -345,8 +345,7 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
         assert pair[side]["state"] == "succeeded", pair[side]["error"]
         assert pair[side]["metrics"]["questions"] == 60
     ui.open("Evaluate")
-    ui.page.click("#evaluate-run input")
-    ui.page.get_by_role("option", name=re.compile(" quick-start · ")).click()
+    ui.choose_run("#evaluate-run", "quick-start")
     ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
     (cells,) = ui.table_rows("#evaluate-table")
     assert cells[:2] == ["demo-heldout", "60"], cells

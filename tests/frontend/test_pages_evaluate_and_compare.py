@@ -9,8 +9,6 @@ overrides. Screenshots go to artifacts/screenshots/.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from sqlmodel import select
 
@@ -138,10 +136,7 @@ def test_evaluate_splits_failures_base_beside_trained_and_opens_their_questions(
 def test_compare_shows_every_run_s_column_and_no_overridden_default(ui):
     ui.open("Compare")
     for name in ("first-try-3-2-0", "second-try-3-2-0-lower-lr"):
-        field = ui.page.locator("#compare-runs input").first
-        field.click()
-        field.fill(name)  # the list shows this run alone, however busy the page is
-        ui.page.get_by_role("option", name=re.compile(f" {name} · ")).click()
+        ui.choose_run("#compare-runs", name)
     ui.page.keyboard.press("Escape")
     ui.wait_text("#compare-config", "grpo.lr")
     rows = {cells[1]: cells[2:] for cells in ui.table_rows("#compare-config")}
@@ -175,10 +170,7 @@ def test_evaluate_follows_the_evaluations_a_run_queues_at_its_end(ui):
     run_id = stored_run(settings, model, "just-ended", 6, 1e-4, evaluate_at_end=True)
     ui.open("Live run")
     ui.open("Evaluate")
-    field = ui.page.locator("#evaluate-run input").first
-    field.click()
-    field.fill("just-ended")
-    ui.page.get_by_role("option", name=re.compile(" just-ended · ")).click()
+    ui.choose_run("#evaluate-run", "just-ended")
     ui.wait_text("#evaluate-notes", "fills in then, without a reload")
     # the page's timer ticks while nothing is queued yet (the walk's order): it must go on
     ui.page.wait_for_timeout(3_000 * evaluate.REFRESH_SECONDS)

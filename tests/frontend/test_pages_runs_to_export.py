@@ -272,46 +272,17 @@ def test_a_run_launched_meanwhile_does_not_take_the_live_page_from_its_run(studi
         studio.api.post(f"/runs/{launched}/cancel")
 
 
-CHOSEN = ("(s) => [document.querySelector(s + ' input').value,"
-          " ...[...document.querySelectorAll(s + ' .token')].map(t => t.innerText)]")
-"""A dropdown's chosen labels: a single choice shows in its input, multiple ones as tokens."""
-
-
-def _choose(page, dropdown: str, run_name: str, tries: int = 3) -> None:
-    """Pick a run by name whatever its state in the label, and see it shown as chosen,
-    picking it again (as a user would) when it did not show within 10 s. The tab's refresh
-    of its choices on opening re-renders the list: on a loaded machine (CI) it landed around
-    the click, dropping a pick twice and once closing the list under the option being
-    clicked. So a click that cannot land in 5 s opens the list again. An option already
-    marked selected is not clicked again (in a multiselect that would take it out)."""
-    def shown():
-        return any(f" {run_name} · " in t for t in page.evaluate(CHOSEN, dropdown))
-
-    for _ in range(tries):
-        page.click(f"{dropdown} input")
-        option = page.get_by_role("option", name=re.compile(f" {run_name} · "))
-        try:
-            if option.get_attribute("aria-selected", timeout=5_000) != "true":
-                option.click(timeout=5_000)
-            wait_for(shown, 10, f"{run_name} to show as chosen")
-            return
-        except (AssertionError, PlaywrightTimeout):
-            page.keyboard.press("Escape")
-    raise AssertionError(f"{run_name} not chosen after {tries} picks: {dropdown} shows "
-                         f"{page.evaluate(CHOSEN, dropdown)}")
-
-
 def test_compare_overlays_two_runs_and_marks_config_differences(studio, page):
     ui = studio.ui
     ui.open("Compare")
     for name in ("ui-trained", "ui-long"):
-        _choose(page, "#compare-runs", name)
+        ui.choose_run("#compare-runs", name)
     page.keyboard.press("Escape")
     try:
         page.wait_for_function(PLOT_POINTS, arg=["#compare-plot", 1], timeout=60_000)
     except PlaywrightTimeout:
         ui.screenshot("compare-timeout")
-        raise AssertionError(f"no curves: chosen {page.evaluate(CHOSEN, '#compare-runs')}"
+        raise AssertionError(f"no curves: chosen {ui.chosen('#compare-runs')}"
                              f", message {page.locator('#compare-message').inner_text()!r}"
                              ) from None
     names = page.evaluate("() => document.querySelector('#compare-plot .js-plotly-plot')"
@@ -334,7 +305,7 @@ def test_evaluate_the_trained_run_against_its_base_model(studio, page):
     wait_for(lambda: studio.run(studio.trained)["state"] == "succeeded", 600,
              "the trained run to finish")
     ui.open("Evaluate")
-    _choose(page, "#evaluate-run", "ui-trained")
+    ui.choose_run("#evaluate-run", "ui-trained")
     ui.wait_value("#evaluate-base textarea", "tiny")
     page.fill("#evaluate-limit textarea", "2")
     page.get_by_text("Protocol").click()
@@ -356,7 +327,7 @@ def test_export_a_zip_with_its_model_card_and_download_it(studio, page, tmp_path
     wait_for(lambda: studio.run(studio.trained)["state"] == "succeeded", 600,
              "the trained run to finish")
     ui.open("Export")
-    _choose(page, "#export-run", "ui-trained")
+    ui.choose_run("#export-run", "ui-trained")
     card = ui.wait_text("#export-card", "Intended use and limits", timeout=60)
     assert "ui-trained" in card and "Curriculum" in card
 
@@ -451,11 +422,11 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
         page.wait_for_function(PLOT_POINTS, arg=["#live-plot", 1000], timeout=60_000)
 
     def switch_run():
-        _choose(page, "#live-run", "ui-long")
+        studio.ui.choose_run("#live-run", "ui-long")
         page.wait_for_function(PLOT_POINTS, arg=["#live-plot", 1000], timeout=60_000)
 
     def back_to_the_short_run():
-        _choose(page, "#live-run", "ui-trained")
+        studio.ui.choose_run("#live-run", "ui-trained")
         page.wait_for_function("() => document.querySelector('#live-plot .js-plotly-plot')"
                                ".data[0].x.length < 1000", timeout=60_000)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.conftest import free_port
 from tests.support.browser import chromium, sign_in
@@ -78,6 +79,36 @@ class StudioUI:
         # the option of this dropdown's own list: another list may still be closing
         listbox = self.page.locator(f"#{field.get_attribute('aria-controls')}")
         listbox.get_by_role("option", name=option, exact=True).click()
+
+    def chosen(self, dropdown: str) -> list[str]:
+        """A dropdown's chosen labels: a single choice shows in its input, several as tokens."""
+        return self.page.evaluate(
+            "(s) => [document.querySelector(s + ' input').value,"
+            " ...[...document.querySelectorAll(s + ' .token')].map(t => t.innerText)]", dropdown)
+
+    def choose_run(self, dropdown: str, run_name: str, tries: int = 3) -> None:
+        """Pick a run by name whatever its state in the label, and see it shown as chosen,
+        picking it again (as a user would) when it did not show within 10 s. A tab refreshes
+        its run choices when opened, which re-renders the list: on a loaded machine (CI) that
+        landed around the click, dropping a pick twice and once closing the list under the
+        option being clicked. So a click that cannot land in 5 s opens the list again. An
+        option already marked selected is not clicked again (in a multiselect that would
+        take it out)."""
+        def shown():
+            return any(f" {run_name} · " in label for label in self.chosen(dropdown))
+
+        for _ in range(tries):
+            self.page.click(f"{dropdown} input")
+            option = self.page.get_by_role("option", name=re.compile(f" {re.escape(run_name)} · "))
+            try:
+                if option.get_attribute("aria-selected", timeout=5_000) != "true":
+                    option.click(timeout=5_000)
+                wait_for(shown, 10, f"{run_name} to show as chosen")
+                return
+            except (AssertionError, PlaywrightTimeout):
+                self.page.keyboard.press("Escape")
+        raise AssertionError(f"{run_name} not chosen after {tries} picks: {dropdown} shows "
+                             f"{self.chosen(dropdown)}")
 
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
