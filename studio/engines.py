@@ -84,6 +84,10 @@ def _verl_problems(config: RunConfig) -> list[str]:
     if paused:
         problems.append(f"sentinel.{paused[0]}.action: the verl backend cannot pause at a "
                         "checkpoint yet; use warn or backend: native")
+    if config.engine.dtype != "auto":
+        problems.append(f"engine.dtype: the verl backend trains in veRL's own precision "
+                        f"(bfloat16 on its GPUs), not '{config.engine.dtype}'; leave it auto "
+                        "or use backend: native")
     if config.lora is not None and config.lora.dropout:
         problems.append("lora.dropout: veRL's LoRA has no dropout; use 0 or backend: native")
     bound = type(grpo).model_fields["dynamic_sampling_max_batches"].default

@@ -94,6 +94,8 @@ def test_hydra_values_round_trip_through_the_override_grammar(verl, tmp_path):
      "multiple of the GPUs"),
     ({"verl": {"gpus_per_node": 4, "tensor_parallel": 3}}, "verl.tensor_parallel"),
     ({"verl": {"overrides": ["no-equals-sign"]}}, "verl: overrides[0]"),
+    ({"engine": {"dtype": "bfloat16-autocast"}}, "engine.dtype: the verl backend trains in "
+                                                 "veRL's own precision"),
 ])
 def test_configs_the_verl_backend_cannot_run_are_refused_with_the_field(extra, message):
     data = {"name": "x", "backend": "verl", "data": {"corpus": "c", "train": "t"}, **extra}
