@@ -170,19 +170,14 @@ def one_hop_metrics(settings, evaluation_id: int) -> dict:
     """An evaluation's figures over the demo's one-hop questions alone (its records name each
     question; qa.jsonl says how many hops it takes)."""
     from studio.demo import QA
-    from studio.method.rollouts import tool_use
+    from studio.method.rollouts import answer_metrics
     from studio.services.evaluation_files import evaluation_records_path
 
     one_hop = {row["id"] for row in map(json.loads, QA.read_text().splitlines())
                if row["hops"] == 1}
     records = [json.loads(line) for line in evaluation_records_path(
         settings, evaluation_id).read_text().splitlines()]
-    records = [r for r in records if r["id"] in one_hop]
-    metrics = {key: sum(r[key] for r in records) / max(len(records), 1)
-               for key in ("em", "subem", "f1")}
-    return {**metrics, **tool_use([r["prediction"] for r in records],
-                                  [r["search_calls"] for r in records]),
-            "questions": len(records)}
+    return answer_metrics([r for r in records if r["id"] in one_hop])
 
 
 def print_table(results: dict[str, dict]) -> None:

@@ -74,6 +74,16 @@ def tool_use(answers: list[str | None], tool_calls: list[int]) -> dict[str, floa
             "answer_rate": _mean([1.0 if a else 0.0 for a in answers])}
 
 
+def answer_metrics(records: list[dict]) -> dict[str, float]:
+    """What an evaluation reports over its records (a whole set or a part of one): mean EM,
+    SubEM, F1, accuracy and format, the tool use (`tool_use`) and the question count."""
+    metrics = {key: _mean([r[key] for r in records])
+               for key in ("em", "subem", "f1", "acc", "format")}
+    return {**metrics, **tool_use([r["prediction"] for r in records],
+                                  [r["search_calls"] for r in records]),
+            "questions": len(records)}
+
+
 def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> dict[str, float]:
     """The method's per-step figures: reward, its parts, each penalty's rate, tool use."""
     scores = [r.score for r in rewards]

@@ -8,6 +8,7 @@ from studio.method.reward import PENALTY_NAMES, RewardBreakdown
 from studio.method.rollouts import (
     Rollout,
     Segment,
+    answer_metrics,
     reward_turns,
     rollout_metrics,
     rollout_segments,
@@ -48,6 +49,19 @@ def test_each_figure_is_written_once_under_one_name():
     assert metrics["valid_search_rate"] == pytest.approx(1 / 3)
     assert metrics["answer_rate"] == pytest.approx(2 / 3)
     assert metrics[f"penalty_{penalty}"] == pytest.approx(1 / 3)
+
+
+def test_an_evaluations_figures_are_means_over_its_records_and_none_is_zero():
+    records = [{"em": 1.0, "subem": 1.0, "f1": 1.0, "acc": 1.0, "format": 1.0,
+                "prediction": "Paris", "search_calls": 2},
+               {"em": 0.0, "subem": 1.0, "f1": 0.5, "acc": 0.0, "format": 0.0,
+                "prediction": None, "search_calls": 0}]
+    metrics = answer_metrics(records)
+    assert metrics == pytest.approx({"em": 0.5, "subem": 1.0, "f1": 0.75, "acc": 0.5,
+                                     "format": 0.5, "search_calls": 1.0,
+                                     "valid_search_rate": 0.5, "answer_rate": 0.5,
+                                     "questions": 2})
+    assert answer_metrics([])["questions"] == 0 and answer_metrics([])["em"] == 0.0
 
 
 def test_stored_segments_count_tokens_and_style_the_models_tags():

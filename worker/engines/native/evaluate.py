@@ -22,7 +22,7 @@ from studio.method.exemplars import Exemplar
 from studio.method.failures import failure_label, label_split
 from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
 from studio.method.reward import score
-from studio.method.rollouts import tool_counts, tool_use
+from studio.method.rollouts import answer_metrics, tool_counts
 from studio.method.tags import search_queries
 from studio.method.tools import Tool, specs
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
@@ -72,17 +72,11 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
         if on_progress:
             on_progress(len(records), len(rows))
 
-    def mean(key: str) -> float:
-        return float(statistics.fmean(r[key] for r in records)) if records else 0.0
-
-    metrics = {key: mean(key) for key in ("em", "subem", "f1", "acc", "format")}
-    metrics.update(tool_use([r["prediction"] for r in records],
-                            [r["search_calls"] for r in records]))
+    metrics = answer_metrics(records)
     metrics["tool_calls"] = {
         t.name: float(statistics.fmean(r["tool_calls"].get(t.name, 0) for r in records))
         if records else 0.0 for t in tool_specs}
     if any(tool.can_fail for tool in tools):
         metrics["code_errors"] = sum(r["code_errors"] for r in records)
-    metrics["questions"] = len(records)
     metrics["labels"] = label_split(r["label"] for r in records)
     return {"metrics": metrics, "records": records}
