@@ -123,16 +123,16 @@ def test_the_icrl_effect_benchmarks_one_hop_figures_keep_the_one_hop_questions(t
     rows = [json.loads(line) for line in QA.read_text().splitlines()]
     one_hop = next(r["id"] for r in rows if r["hops"] == 1)
     two_hop = next(r["id"] for r in rows if r["hops"] == 2)
-    records = [{"id": one_hop, "em": 1.0, "subem": 1.0, "f1": 1.0, "prediction": "x",
-                "search_calls": 2},
-               {"id": two_hop, "em": 0.0, "subem": 0.0, "f1": 0.0, "prediction": None,
-                "search_calls": 0}]
+    records = [{"id": one_hop, "em": 1.0, "subem": 1.0, "f1": 1.0, "acc": 1.0, "format": 1.0,
+                "prediction": "x", "search_calls": 2},
+               {"id": two_hop, "em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.0,
+                "prediction": None, "search_calls": 0}]
     path = evaluation_records_path(settings, 7)
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert _load("icrl_effect").one_hop_metrics(settings, 7) == {
-        "em": 1.0, "subem": 1.0, "f1": 1.0, "search_calls": 2.0, "valid_search_rate": 1.0,
-        "answer_rate": 1.0, "questions": 1}
+        "em": 1.0, "subem": 1.0, "f1": 1.0, "acc": 1.0, "format": 1.0, "search_calls": 2.0,
+        "valid_search_rate": 1.0, "answer_rate": 1.0, "questions": 1}
 
 
 def test_the_icrl_effect_benchmark_runs_only_the_arms_asked_for(tmp_path, capsys):
