@@ -14,7 +14,11 @@ quick-start preset (`studio.services.presets`) unless a flag changes it:
 
 * ``base``: the model, untrained;
 * ``curriculum``: the preset's run as it is (exemplars 3 -> 2 -> 0 by default);
-* ``exemplar-free``: the same run with no exemplar at any step (Search-R1's start).
+* ``exemplar-free``: the same run with no exemplar at any step (Search-R1's start);
+* ``mixed``: the curriculum run with ``guidance.mode: mixed`` (studio.method.guidance):
+  part of each group sampled with the stage's exemplars as a hint, every rollout trained
+  on the prompt without them; ``--share``, ``--shaping``, ``--gamma`` and ``--when`` set
+  its guidance. ``curriculum`` is then the ``shown`` arm.
 
 ``--pack calc`` asks the same of the calculator: the arithmetic pack (`studio demo --calc`)
 instead of the demo world, `tools: [calculator]`, no corpus, numeric answer matching, and
@@ -55,8 +59,8 @@ sys.path.insert(0, str(ROOT))
 from tests.support.actors import admin  # noqa: E402
 
 CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate", "zero_shot_acc",
-          "zero_shot_valid_search_rate")
-ARMS = ("base", "curriculum", "exemplar-free")
+          "zero_shot_valid_search_rate", "guided_acc", "guided_valid_search_rate")
+ARMS = ("base", "curriculum", "mixed", "exemplar-free")
 TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
               "calc": ("calculator", "calc", "calc-heldout")}
 """--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
@@ -111,13 +115,20 @@ def arm_configs(args, settings) -> dict[str, dict]:
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
     if args.dtype:
         config["engine"]["dtype"] = args.dtype
+    if args.call_bonus is not None:
+        config["reward"] = {**config.get("reward", {}), "call_bonus": args.call_bonus}
+    config["guidance"] = {"mode": "shown"}
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
     free["curriculum"] = {"stages": [{"exemplars": 0, "steps": total}]}
+    mixed = json.loads(json.dumps(config))
+    mixed["guidance"] = {"mode": "mixed", "share": args.share, "shaping": args.shaping,
+                         "gamma": args.gamma, "when": args.when}
     curriculum = "-".join(str(s["exemplars"]) for s in config["curriculum"]["stages"])
     soft = f"-soft{args.soft:g}" if args.soft is not None else ""
     config["name"], free["name"] = f"icrl-effect-{curriculum}{soft}", "icrl-effect-exemplar-free"
-    return {"curriculum": config, "exemplar-free": free}
+    mixed["name"] = f"icrl-effect-{curriculum}-mixed"
+    return {"curriculum": config, "mixed": mixed, "exemplar-free": free}
 
 
 def child(argv: list[str], data_dir: Path, log: Path) -> None:
@@ -183,7 +194,9 @@ def one_hop_metrics(settings, evaluation_id: int) -> dict:
 def print_table(results: dict[str, dict]) -> None:
     print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | tool errors |")
     print("|---|---|---|---|---|---|---|---|")
-    labels = {"base": "base (no training)", "curriculum": "trained, exemplar curriculum",
+    labels = {"base": "base (no training)",
+              "curriculum": "trained, exemplar curriculum (guidance shown)",
+              "mixed": "trained, exemplar curriculum (guidance mixed)",
               "exemplar-free": "trained, exemplar-free"}
     for arm, m in results.items():
         print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
@@ -262,6 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "of the pack's, stored as the exemplar set 'bench-exemplars'")
     parser.add_argument("--format-weight", type=float, dest="format_weight",
                         help="the reward's format weight (method.md: 0.2; 0 rewards accuracy only)")
+    parser.add_argument("--share", type=float, default=0.5,
+                        help="mixed arm: the share of each group sampled with the exemplars")
+    parser.add_argument("--shaping", choices=("none", "luffy"), default="none",
+                        help="mixed arm: how the hinted rollouts' tokens are weighted")
+    parser.add_argument("--gamma", type=float, default=0.1, help="mixed arm: luffy's gamma")
+    parser.add_argument("--when", choices=("always", "all-failed"), default="always",
+                        help="mixed arm: hint every question, or only those whose unhinted "
+                        "rollouts all failed")
+    parser.add_argument("--call-bonus", type=float, dest="call_bonus",
+                        help="reward.call_bonus of the trained arms (default: off)")
     parser.add_argument("--layout", choices=("chat", "inline"),
                         help="exemplars as chat turns or inline in one message (the paper's)")
     parser.add_argument("--top-k", type=int, dest="top_k",

@@ -26,6 +26,7 @@ from studio.engines import engine_named
 from studio.escaping import name_problem
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.exemplars import Exemplar
+from studio.method.guidance import GuidanceMode, Shaping, When, guided_count, max_call_bonus
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
 from studio.method.protocol import Limits
 from studio.method.reward import AnswerMatch
@@ -100,6 +101,34 @@ class CurriculumSpec(_Strict):
         spec["adaptive"] = self.adaptive.model_dump() if self.adaptive else None
         spec["soft"] = self.soft.model_dump() if self.soft else None
         return Curriculum.from_dict(spec)
+
+
+class GuidanceSpec(_Strict):
+    """How a stage's exemplars reach the model (studio.method.guidance)."""
+
+    mode: GuidanceMode = Field(
+        default="shown", title="How exemplars teach",
+        description="shown: every rollout sees the stage's exemplars and learns on that prompt "
+        "(the paper's way). mixed: part of each question's answers are written with the "
+        "exemplars as a hint and the rest without, and all of them learn on the prompt without "
+        "exemplars, so the model learns to use the tool without being shown. Stages with 0 "
+        "exemplars are the same in both.")
+    share: float = Field(
+        default=0.5, gt=0, lt=1, title="Share of answers that see the exemplars",
+        description="mixed: the share of each question's answers written with the exemplars "
+        "(rounded to whole answers, at least one of each kind)")
+    shaping: Shaping = Field(
+        default="none", title="Weighting of the hinted answers",
+        description="mixed: none treats a hinted answer like any other; luffy weighs each of "
+        "its words by p / (p + gamma) of its probability without the hint (LUFFY), unclipped, "
+        "so words the model finds very unlikely without the hint move it less")
+    gamma: float = Field(default=0.1, gt=0, le=10, title="luffy's gamma",
+                         description="The gamma of luffy shaping (0.1 in LUFFY)")
+    when: When = Field(
+        default="always", title="Which questions get the hint",
+        description="always: every question of a stage with exemplars; all-failed: only a "
+        "question whose answers without the hint were all wrong in the same step "
+        "(Guide-GRPO's rule); the others get answers without the hint instead")
 
 
 class PromptSpec(_Strict):
@@ -283,6 +312,20 @@ class RewardSpec(_Strict):
         description="exact: the answer's words must equal a gold answer's (method.md). numeric: "
         "for number answers, the answer must hold one number equal to the gold one, however it "
         "is written (12 = 12.0 = $12 = 12 apples, 1,200 = 1200, 0.5 = .5 = 1/2).")
+    call_bonus: float = Field(
+        default=0.0, ge=0, lt=1, title="Reward for a tool call that worked",
+        description="Added once to an answer that made at least one well-formed tool call "
+        "whose result came back (0: off). It must stay below the right-answer share minus "
+        "the good-form share, so that a right answer always beats a wrong one.")
+
+    @model_validator(mode="after")
+    def _right_beats_wrong(self) -> RewardSpec:
+        cap = max_call_bonus(self.acc_weight, self.format_weight)
+        if self.call_bonus and not self.call_bonus < cap:
+            raise ValueError(f"call_bonus: {self.call_bonus:g} would let a wrong answer that "
+                             f"called the tool score as much as a right one; keep it below "
+                             f"acc_weight - format_weight ({cap:g})")
+        return self
 
 
 class EngineSpec(_Strict):
@@ -519,6 +562,7 @@ class RunConfig(_Strict):
     queue: Literal["cpu", "gpu"] = "cpu"
     data: DataSpec
     curriculum: CurriculumSpec = Field(default_factory=CurriculumSpec)
+    guidance: GuidanceSpec = Field(default_factory=GuidanceSpec)
     prompt: PromptSpec = Field(default_factory=PromptSpec)
     grpo: GrpoSpec = Field(default_factory=GrpoSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)
@@ -564,6 +608,21 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _curriculum_is_valid(self) -> RunConfig:
         self.curriculum.build()
+        return self
+
+    @model_validator(mode="after")
+    def _mixed_groups_hold_both(self) -> RunConfig:
+        """A mixed group needs a hinted and an unhinted answer; a soft curriculum already
+        mixes zero-shot questions in by its own rule."""
+        if self.guidance.mode != "mixed":
+            return self
+        if self.grpo.group_size < 2:
+            raise ValueError("guidance.mode: mixed needs grpo.group_size of at least 2 (a "
+                             "group holds answers with and without the hint)")
+        if self.curriculum.soft is not None:
+            raise ValueError("guidance.mode: mixed does not combine with curriculum.soft; "
+                             "remove one of them")
+        guided_count(self.guidance.share, self.grpo.group_size)
         return self
 
     @model_validator(mode="after")

@@ -315,7 +315,10 @@ class Rollout(SQLModel, table=True):
     group_index: int = 0
     sample_index: int = 0
     stage: int = 0
-    exemplars: int = 0
+    exemplars: int = 0  # shown in the prompt it was sampled with
+    # a rollout sampled with exemplars as a hint and trained on the prompt without them
+    # (guidance.mode: mixed): the indices of those exemplars in the run's set; else None
+    hint_exemplars: list | None = _json()
     question: str = Field(sa_column=Column(Text, nullable=False))
     golden_answers: list | None = _json()
     segments: list | None = _json()  # [{"source": "model"|"env", "kind", "text", "tokens"}]

@@ -269,8 +269,10 @@ class RewardBreakdown:
     f1: float
     answer: str | None
     penalties: dict[str, float] = field(default_factory=dict)
+    call_bonus: float = 0.0  # what `reward.call_bonus` added (before the clip)
 
     def to_dict(self) -> dict[str, object]:
+        bonus = {"call_bonus": self.call_bonus} if self.call_bonus else {}
         return {
             "score": self.score,
             "acc": self.acc,
@@ -280,6 +282,7 @@ class RewardBreakdown:
             "f1": self.f1,
             "answer": self.answer,
             "penalties": dict(self.penalties),
+            **bonus,
         }
 
 
@@ -295,6 +298,8 @@ def score(
     format_weight: float = 0.2,
     tools: Sequence[ToolSpec] = DEFAULT_TOOLS,
     answer_match: AnswerMatch = "exact",
+    call_bonus: float = 0.0,
+    working_calls: int = 0,
 ) -> RewardBreakdown:
     """Score one response: ``clip(acc_weight * acc + format_weight * fmt, 0, 1)``.
 
@@ -304,8 +309,14 @@ def score(
     prompt.  acc = 1 on exact match or the multi-answer rule, else 0; with
     ``answer_match="numeric"`` acc = EM = :func:`numeric_match`, SubEM and F1 their
     numeric forms (:func:`numeric_substring_match`, :func:`numeric_token_f1`).
+
+    ``call_bonus`` (the studio's option, off by default; run config ``reward.call_bonus``)
+    is added inside the clip when ``working_calls`` (tool calls whose result came back
+    without an error) is at least one; the run config keeps it below ``acc_weight -
+    format_weight`` so that a right answer always beats a wrong one.
     """
-    for name, w in (("acc_weight", acc_weight), ("format_weight", format_weight)):
+    for name, w in (("acc_weight", acc_weight), ("format_weight", format_weight),
+                    ("call_bonus", call_bonus)):
         if not isinstance(w, (int, float)) or not math.isfinite(w):
             raise ValueError(f"{name} must be a finite number, got {w!r}")
     golds = (
@@ -316,8 +327,9 @@ def score(
     fmt = round(_clip01(1.0 - sum(penalties.values())), 12)
     acc = accuracy(answer, golds, answer_match)
     numeric = answer_match == "numeric"
+    bonus = call_bonus if working_calls > 0 else 0.0
     return RewardBreakdown(
-        score=round(_clip01(acc_weight * acc + format_weight * fmt), 12),
+        score=round(_clip01(acc_weight * acc + format_weight * fmt + bonus), 12),
         acc=acc,
         format=fmt,
         em=acc if numeric else exact_match(answer, golds),
@@ -325,6 +337,7 @@ def score(
         f1=(numeric_token_f1 if numeric else token_f1)(answer, golds),
         answer=answer,
         penalties=penalties,
+        call_bonus=bonus,
     )
 
 

@@ -117,6 +117,12 @@ def tool_counts(rollout: Rollout) -> tuple[dict[str, int], int]:
     return calls, failed
 
 
+def working_calls(rollout: Rollout) -> int:
+    """Tool calls whose result came back without an error (what `reward.call_bonus` needs)."""
+    calls, failed = tool_counts(rollout)
+    return sum(calls.values()) - failed
+
+
 def rollout_segments(rollout: Rollout, prefix: str,
                      tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> list[dict]:
     """The stored form: per source segment its exact token count, and the tag parts to style

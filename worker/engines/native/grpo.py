@@ -52,6 +52,7 @@ from typing import get_args
 
 import torch
 
+from studio.method.guidance import SHAPINGS
 from studio.run_config import GrpoSpec, KlEstimator, LossAggMode
 from worker.engines.native.logprobs import (
     forward_scores,
@@ -109,6 +110,10 @@ class GrpoConfig:
     :data:`KL_ESTIMATORS`), ``kl_in`` (``loss``: the KL is a loss term;
     ``reward``: the caller put it in the reward, the loss only logs it),
     ``ppo_epochs`` (passes of :func:`update_step` over the batch).
+
+    Guided rollouts (``PolicyBatch.guided``; run config ``guidance``):
+    ``guided_shaping`` "none" scores them like the others; "luffy" replaces
+    their policy term by ``-A * p / (p + luffy_gamma)``, unclipped (LUFFY).
     """
 
     clip: float = 0.2
@@ -126,6 +131,8 @@ class GrpoConfig:
     kl_estimator: str = "k3"
     kl_in: str = "loss"
     ppo_epochs: int = 1
+    guided_shaping: str = "none"
+    luffy_gamma: float = 0.1
 
     @classmethod
     def from_spec(cls, spec: GrpoSpec, **engine: object) -> GrpoConfig:
@@ -168,6 +175,11 @@ class GrpoConfig:
             raise ValueError(f"kl_in must be 'loss' or 'reward', got {self.kl_in!r}")
         if self.ppo_epochs < 1:
             raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        if self.guided_shaping not in SHAPINGS:
+            raise ValueError(f"guided_shaping must be one of {SHAPINGS}, "
+                             f"got {self.guided_shaping!r}")
+        if not self.luffy_gamma > 0:
+            raise ValueError(f"luffy_gamma must be > 0, got {self.luffy_gamma}")
 
 
 # --------------------------------------------------------------------------
@@ -226,6 +238,7 @@ def grpo_loss(
     entropy: torch.Tensor | None = None,
     num_tokens: float | None = None,
     num_sequences: float | None = None,
+    guided: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss + ``kl_coef`` * KL - ``entropy_coef`` * entropy, aggregated over the mask.
 
@@ -243,6 +256,11 @@ def grpo_loss(
     it is GSPO's (:func:`_sequence_ratio`, veRL's ``compute_policy_loss_gspo``,
     no dual clip). The KL term is :func:`kl_estimate` of ``kl_estimator``,
     in the loss only when ``kl_in`` is "loss" (else it is only logged).
+
+    ``guided`` (``[N]`` bool) with ``guided_shaping`` "luffy": those rows' policy
+    term is ``-A * p / (p + luffy_gamma)`` with ``p = exp(logp)``, no clip
+    (:func:`studio.method.guidance.luffy_weight`); their tokens count as never
+    clipped.
 
     Aggregation (veRL's ``agg_loss``; the policy, KL and entropy terms alike):
     ``token-mean`` = sum over scored tokens / ``num_tokens``;
@@ -290,6 +308,11 @@ def grpo_loss(
         bound = -adv * config.dual_clip
         dual = (adv < 0) & (pg > bound)
         pg = torch.where(adv < 0, torch.minimum(pg, bound), pg)
+    if guided is not None and config.guided_shaping == "luffy" and bool(guided.any()):
+        shaped_rows = guided.to(torch.bool).unsqueeze(1) & valid
+        p = torch.exp(torch.where(valid, logp, zero))
+        pg = torch.where(shaped_rows, -adv * p / (p + config.luffy_gamma), pg)
+        clipped = torch.where(shaped_rows, unclipped, clipped)
     per_token = pg
 
     use_kl = ref_logp is not None and config.kl_coef > 0
@@ -474,6 +497,7 @@ def update_step(
                     entropy=entropy if want_entropy else None,
                     num_tokens=max(mb_tokens, 1.0),
                     num_sequences=max(mb_sequences, 1.0),
+                    guided=None if batch.guided is None else batch.guided[rows].to(device),
                 )
                 loss.backward()
                 if not want_entropy:  # logged, not in the loss

@@ -36,6 +36,9 @@ class PolicyBatch:
     :func:`make_batch`; when ``None`` the response is taken to start at the
     first token with mask 1, which is right for rollouts since the model
     always writes a response's first token).
+    ``guided``: ``[N]`` bool, True for a rollout sampled with exemplars as a hint
+    and trained on the prompt without them (``studio.method.guidance``); None
+    when the step guided none.
     """
 
     input_ids: torch.Tensor
@@ -43,6 +46,7 @@ class PolicyBatch:
     loss_mask: torch.Tensor
     advantages: torch.Tensor
     prompt_lengths: torch.Tensor | None = None
+    guided: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -56,6 +60,7 @@ class PolicyBatch:
             loss_mask=self.loss_mask[index],
             advantages=self.advantages[index],
             prompt_lengths=None if self.prompt_lengths is None else self.prompt_lengths[index],
+            guided=None if self.guided is None else self.guided[index],
         )
 
 

@@ -36,9 +36,15 @@ from studio.method.grpo import (
     sequence_kl,
     zero_spread_share,
 )
+from studio.method.guidance import guided_count, needs_guidance
 from studio.method.prompt import derive_seed
 from studio.method.reward import RewardBreakdown, overlong_penalty, score
-from studio.method.rollouts import Rollout, rollout_metrics, rollout_segments
+from studio.method.rollouts import (
+    Rollout,
+    rollout_metrics,
+    rollout_segments,
+    working_calls,
+)
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.method.tools import specs, using_words
@@ -143,6 +149,7 @@ class StepPrompts:
     ids: list[list[int]]  # one per question (not yet repeated per sample)
     exemplars: list[int]  # per question, how many exemplars its prompt shows
     cut: int = 0  # prompts longer than grpo.max_prompt_tokens, cut from the left
+    shown: list[tuple[int, ...]] = field(default_factory=list)  # per question, which ones
 
 
 def question_exemplars(config: RunConfig, curriculum: Curriculum, step: int, k: int,
@@ -161,29 +168,33 @@ def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: l
     cut (`studio.services.run_validation`). `draw`: the step, or (step, round) for dynamic
     sampling's later rounds; it seeds the exemplar samples."""
     limit = config.grpo.max_prompt_tokens
-    ids, cut = [], 0
+    ids, shown, cut = [], [], 0
     for i, (row, k) in enumerate(zip(rows, ks, strict=True)):
         prompt = config.build_prompt(row.question, data.exemplars, k,
                                      sample_seed=derive_seed(config.seed, draw, i))
         prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
         ids.append(prompt_ids[-limit:])
-    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, list(ks), cut)
+        shown.append(prompt.exemplar_indices)
+    return StepPrompts(rows, config.prompt.assistant_prefix or "", ids, list(ks), cut, shown)
 
 
 @dataclass
 class StepSample:
-    """Whole groups of a step's rollouts: per question its row and prompt, per rollout
-    (`group` of them per question, in order) the rollout, its reward and its overlong
-    penalty (`studio.method.reward.overlong_penalty`; 0 when off)."""
+    """Whole groups of a step's rollouts: per question its row and the prompt its rollouts
+    train on, per rollout (`group` of them per question, in order) the rollout, its reward,
+    its overlong penalty (`studio.method.reward.overlong_penalty`; 0 when off) and, for a
+    rollout sampled with exemplars as a hint (`guidance.mode: mixed`), which exemplars it
+    saw (None: it was sampled on the prompt it trains on)."""
 
     group: int
     rows: list[QARow] = field(default_factory=list)
     prompt_ids: list[list[int]] = field(default_factory=list)
-    exemplars: list[int] = field(default_factory=list)  # per question
+    exemplars: list[int] = field(default_factory=list)  # per question, in the trained prompt
     rollouts: list[Rollout] = field(default_factory=list)
     rewards: list[RewardBreakdown] = field(default_factory=list)
     overlong: list[float] = field(default_factory=list)
+    hints: list[tuple[int, ...] | None] = field(default_factory=list)  # per rollout
     prompts_cut: int = 0
 
     @property
@@ -196,7 +207,8 @@ class StepSample:
         return [r.score + o for r, o in zip(self.rewards, self.overlong, strict=True)]
 
     def extend(self, other: StepSample) -> None:
-        for name in ("rows", "prompt_ids", "exemplars", "rollouts", "rewards", "overlong"):
+        for name in ("rows", "prompt_ids", "exemplars", "rollouts", "rewards", "overlong",
+                     "hints"):
             getattr(self, name).extend(getattr(other, name))
         self.prompts_cut += other.prompts_cut
 
@@ -207,11 +219,20 @@ class StepSample:
                           [self.prompt_ids[q] for q in indices],
                           [self.exemplars[q] for q in indices],
                           [self.rollouts[i] for i in rollouts], [self.rewards[i] for i in rollouts],
-                          [self.overlong[i] for i in rollouts])
+                          [self.overlong[i] for i in rollouts], [self.hints[i] for i in rollouts])
 
     def zero_shot(self) -> StepSample:
         """The groups whose prompts showed no exemplar."""
         return self.groups([q for q, k in enumerate(self.exemplars) if k == 0])
+
+    def figures(self, guided: bool) -> dict[str, float]:
+        """`rollout_metrics` of the rollouts sampled with a hint (`guided`) or without one;
+        empty when there are none."""
+        picked = [i for i, hint in enumerate(self.hints) if (hint is not None) == guided]
+        if not picked:
+            return {}
+        return rollout_metrics([self.rollouts[i] for i in picked],
+                               [self.rewards[i] for i in picked])
 
 
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
@@ -262,7 +283,8 @@ class Trainer:
                      determinism=determinism_settings())
         resume = self.folder.latest_checkpoint()
         self._load_policy(resume, dtype)
-        self.grpo = GrpoConfig.from_spec(cfg.grpo)
+        self.grpo = GrpoConfig.from_spec(cfg.grpo, guided_shaping=cfg.guidance.shaping,
+                                         luffy_gamma=cfg.guidance.gamma)
         self.rollout_config = RolloutConfig(**asdict(cfg.grpo.limits()),
                                             temperature=cfg.grpo.temperature,
                                             top_p=cfg.grpo.top_p, top_k_passages=cfg.grpo.top_k)
@@ -355,6 +377,8 @@ class Trainer:
         batch = make_batch(prompt_ids, [r.response_ids for r in trained.rollouts],
                            [r.response_mask for r in trained.rollouts],
                            [0.0] * len(trained.rollouts), tokenizer.pad_token_id)
+        if any(hint is not None for hint in trained.hints):
+            batch = replace(batch, guided=torch.tensor([h is not None for h in trained.hints]))
         ref_logp = self._reference_logprobs(batch)
         logged = self._logged(len(trained.rollouts))
         sampling = self._sampling_logprobs(batch, ref_logp, logged)
@@ -376,6 +400,7 @@ class Trainer:
                                                           sampled.group_ids)
         metrics.update(self._shaping_metrics(sampled, trained, kl_penalties, rounds))
         metrics.update(self._zero_shot_metrics(sampled, k))
+        metrics.update(self._guidance_metrics(sampled))
         metrics.update({key: float(v) for key, v in update.items()})
         metrics.update({"stage": self.controller.stage, "exemplars": k,
                         "prompt_tokens": statistics.fmean(len(ids) for ids in sampled.prompt_ids),
@@ -414,7 +439,10 @@ class Trainer:
 
     def _sample_round(self, step: int, k: int, round_: int) -> StepSample:
         """One batch of questions rolled out and scored; round 0 is the step's own batch
-        (`questions_for_step`, seeded by the step as without dynamic sampling)."""
+        (`questions_for_step`, seeded by the step as without dynamic sampling). With
+        `guidance.mode: mixed` and exemplars in the stage, part of each group is sampled
+        with them as a hint and every rollout trains on the prompt without them
+        (`_guided_rollouts`)."""
         cfg, tokenizer, g = self.config, self.tokenizer, self.config.grpo
         n = len(self.data.questions)
         if round_ == 0:
@@ -427,22 +455,74 @@ class Trainer:
         prompts = build_step_prompts(cfg, tokenizer, self.data, rows, ks, draw)
         rolling_out, scoring, _ = STEP_PHASES
         self.recorder.phase(rolling_out, step)
-        rollouts = generate_rollouts(
-            self.model, tokenizer, [ids for ids in prompts.ids for _ in range(g.group_size)],
-            self.tools, self.rollout_config,
-            generator=torch.Generator(self.device).manual_seed(derive_seed(cfg.seed, draw, "roll")),
-            eos_token_id=tokenizer.eos_token_id)
+        if cfg.guidance.mode == "mixed" and k > 0:
+            trained = build_step_prompts(cfg, tokenizer, self.data, rows, [0] * len(rows), draw)
+            rollouts, hints = self._guided_rollouts(prompts, trained, draw)
+        else:
+            trained = prompts
+            rollouts = self._rollouts([ids for ids in prompts.ids for _ in range(g.group_size)],
+                                      draw)
+            hints = [None] * len(rollouts)
         self.recorder.phase(scoring, step)
         limit = self.rollout_config.max_response_tokens
         return StepSample(
-            g.group_size, rows, prompts.ids, prompts.exemplars, rollouts,
-            [score(prompts.prefix + r.response_text, rows[i // g.group_size].golden_answers,
-                   acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight,
-                   answer_match=cfg.reward.answer_match, tools=self.tool_specs)
-             for i, r in enumerate(rollouts)],
+            g.group_size, rows, trained.ids, trained.exemplars, rollouts,
+            self._scores(rollouts, [rows[i // g.group_size] for i in range(len(rollouts))]),
             [overlong_penalty(len(r.response_ids), limit, g.overlong_buffer, g.overlong_penalty)
              for r in rollouts],
-            prompts.cut)
+            hints, prompts.cut)
+
+    def _rollouts(self, prompt_ids: list[list[int]], draw, *what) -> list[Rollout]:
+        """Rollouts of `prompt_ids` (one each), seeded by the draw (and `what`)."""
+        return generate_rollouts(
+            self.model, self.tokenizer, prompt_ids, self.tools, self.rollout_config,
+            generator=torch.Generator(self.device).manual_seed(
+                derive_seed(self.config.seed, draw, "roll", *what)),
+            eos_token_id=self.tokenizer.eos_token_id)
+
+    def _scores(self, rollouts: list[Rollout], rows: list[QARow]) -> list[RewardBreakdown]:
+        """Each rollout's reward against its question's gold answers (method.md, "The
+        reward"; with `reward.call_bonus`, the calls whose result came back count)."""
+        cfg = self.config
+        prefix = cfg.prompt.assistant_prefix or ""
+        return [score(prefix + r.response_text, row.golden_answers,
+                      acc_weight=cfg.reward.acc_weight, format_weight=cfg.reward.format_weight,
+                      answer_match=cfg.reward.answer_match, tools=self.tool_specs,
+                      call_bonus=cfg.reward.call_bonus, working_calls=working_calls(r))
+                for r, row in zip(rollouts, rows, strict=True)]
+
+    def _guided_rollouts(self, hinted: StepPrompts, plain: StepPrompts,
+                         draw) -> tuple[list[Rollout], list[tuple[int, ...] | None]]:
+        """Each group's rollouts, the guided ones first (`studio.method.guidance`): with
+        `when: always`, `guided_count` of them sampled on the prompt with the stage's
+        exemplars and the rest on `plain` (the prompt without, which all of them train on);
+        with `when: all-failed`, the unguided part first, then the guided part on `hinted`
+        only for a question whose unguided rollouts were all wrong, on `plain` for the
+        others. Also, per rollout, the exemplars it saw (None: none)."""
+        guidance, group = self.config.guidance, self.config.grpo.group_size
+        guided = guided_count(guidance.share, group)
+        questions = range(len(plain.ids))
+        if guidance.when == "always":
+            rollouts = self._rollouts(
+                [ids for q in questions
+                 for ids in [hinted.ids[q]] * guided + [plain.ids[q]] * (group - guided)], draw)
+            hints = [h for q in questions
+                     for h in [hinted.shown[q]] * guided + [None] * (group - guided)]
+            return rollouts, hints
+        unguided = self._rollouts([plain.ids[q] for q in questions
+                                   for _ in range(group - guided)], draw)
+        accuracies = [r.acc for r in self._scores(
+            unguided, [plain.rows[q] for q in questions for _ in range(group - guided)])]
+        hint = [needs_guidance(accuracies[q * (group - guided):(q + 1) * (group - guided)])
+                for q in questions]
+        second = self._rollouts([(hinted if hint[q] else plain).ids[q] for q in questions
+                                 for _ in range(guided)], draw, "guided")
+        rollouts, hints = [], []
+        for q in questions:
+            rollouts += second[q * guided:(q + 1) * guided]
+            rollouts += unguided[q * (group - guided):(q + 1) * (group - guided)]
+            hints += [hinted.shown[q] if hint[q] else None] * guided + [None] * (group - guided)
+        return rollouts, hints
 
     def _sampling_logprobs(self, batch, ref_logp: torch.Tensor | None,
                            logged: int) -> tuple[torch.Tensor | None, torch.Tensor | None, int]:
@@ -503,6 +583,20 @@ class Trainer:
             out.update({f"zero_shot_{key}": figures[key] for key in ZERO_SHOT_FIGURES})
         return out
 
+    def _guidance_metrics(self, sampled: StepSample) -> dict[str, float]:
+        """In a mixed-guidance run, every step: the share of rollouts sampled with a hint,
+        and the figures of the unhinted rollouts (`zero_shot_*`, all of a step without
+        exemplars) and of the hinted ones (`guided_*`) apart: the habit forming without
+        the exemplars before they go."""
+        if self.config.guidance.mode != "mixed":
+            return {}
+        out = {"guided_share": statistics.fmean(h is not None for h in sampled.hints)}
+        for prefix, guided in (("zero_shot", False), ("guided", True)):
+            figures = sampled.figures(guided)
+            out.update({f"{prefix}_{key}": figures[key] for key in ZERO_SHOT_FIGURES
+                        if key in figures})
+        return out
+
     def _reference_logprobs(self, batch) -> torch.Tensor | None:
         if self.config.grpo.kl_coef == 0:
             return None
@@ -546,7 +640,10 @@ class Trainer:
         group, prefix = self.config.grpo.group_size, self.config.prompt.assistant_prefix or ""
         return [RolloutRow(
             run_id=self.run_id, step=step, group_index=i // group, sample_index=i % group,
-            stage=self.controller.stage, exemplars=trained.exemplars[i // group],
+            stage=self.controller.stage,
+            exemplars=len(trained.hints[i]) if trained.hints[i] is not None
+            else trained.exemplars[i // group],
+            hint_exemplars=None if trained.hints[i] is None else list(trained.hints[i]),
             question=trained.rows[i // group].question,
             golden_answers=trained.rows[i // group].golden_answers,
             segments=rollout_segments(trained.rollouts[i], prefix, self.tool_specs),
