@@ -35,10 +35,12 @@ two cores). Then each model is evaluated zero-shot on the pack's held-out questi
 protocol the preset's own end-of-run evaluation uses
 (`studio.services.evaluations.run_protocol`: k = 0, temperature 0.1, the run's
 instruction, at most `<think>` pre-filled, the run's token budgets). Prints the
-table (valid-search rate, answer rate, EM, SubEM, F1, search calls), writes the training
-curves as OUT.png and OUT.html and everything as OUT.json, and saves each trained arm's
-final model as a Hugging Face folder (merged when the run used LoRA), printing its path:
-`studio eval --model FOLDER` evaluates it on any other corpus.
+table (valid-search rate, answer rate, EM, SubEM, F1, search calls, tool errors, and the
+questions per failure label in the words of the evaluation's tool: with the calculator
+"wrong expression", "copied wrong", ...), writes the training curves as OUT.png and
+OUT.html and everything as OUT.json, and saves each trained arm's final model as a Hugging
+Face folder (merged when the run used LoRA), printing its path: `studio eval --model FOLDER`
+evaluates it on any other corpus.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,10 +64,18 @@ from tests.support.actors import admin  # noqa: E402
 CURVES = ("valid_search_rate", "reward_mean", "acc", "answer_rate", "zero_shot_acc",
           "zero_shot_valid_search_rate", "guided_acc", "guided_valid_search_rate")
 ARMS = ("base", "curriculum", "mixed", "exemplar-free")
+DEFAULT_ARMS = ("base", "curriculum", "exemplar-free")
 TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
               "calc": ("calculator", "calc", "calc-heldout")}
 """--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
 PACKS = ("demo", "span", *TOOL_PACKS)
+PRESET_PACKS = {"quick-start": "demo", "search-tour": "span", "calculator": "calc"}
+"""Each ready-made run's own pack: --pack's default with --preset."""
+
+
+def pack_of(args) -> str:
+    """The pack the arms train on: --pack, else the preset's own."""
+    return args.pack or PRESET_PACKS[args.preset]
 EXEMPLAR_SET = "bench-exemplars"
 SEARCH_PRESET = "quick-start"
 """The preset whose protocol --cross-search evaluates with (the search demo's)."""
@@ -73,9 +84,9 @@ SEARCH_PRESET = "quick-start"
 def arm_configs(args, settings) -> dict[str, dict]:
     """The two trained arms' run configs: the preset with this run's flags, and its
     exemplar-free twin (every stage at 0 exemplars, the same total steps)."""
-    from studio.services.presets import QUICK_START, preset_config
+    from studio.services.presets import preset_config
 
-    config = preset_config(QUICK_START, settings)
+    config = preset_config(args.preset, settings)
     if args.stages:
         config["curriculum"] = {"stages": [
             {"exemplars": int(k), "steps": int(n)}
@@ -100,16 +111,8 @@ def arm_configs(args, settings) -> dict[str, dict]:
         config["prompt"]["layout"] = args.layout
     if args.format_weight is not None:
         config["reward"] = {**config.get("reward", {}), "format_weight": args.format_weight}
-    if args.pack in TOOL_PACKS:
-        tool, train, heldout = TOOL_PACKS[args.pack]
-        config["tools"] = [tool]
-        config["data"] = {"train": train, "exemplars": train, "eval": [heldout]}
-        config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
-    if args.pack == "span":
-        from studio.services import demo
-
-        config["data"] = {**config["data"], "train": demo.SPAN_NAME,
-                          "eval": [demo.SPAN_HELDOUT_NAME]}
+    if pack_of(args) != PRESET_PACKS[args.preset]:
+        retarget(config, pack_of(args))
     if args.exemplars:
         config["data"]["exemplars"] = EXEMPLAR_SET
     config["engine"]["evaluate_at_end"] = False  # the bench evaluates every arm itself
@@ -117,7 +120,7 @@ def arm_configs(args, settings) -> dict[str, dict]:
         config["engine"]["dtype"] = args.dtype
     if args.call_bonus is not None:
         config["reward"] = {**config.get("reward", {}), "call_bonus": args.call_bonus}
-    config["guidance"] = {"mode": "shown"}
+    config.setdefault("guidance", {"mode": "shown"})
     total = sum(stage["steps"] for stage in config["curriculum"]["stages"])
     free = json.loads(json.dumps(config))
     free["curriculum"] = {"stages": [{"exemplars": 0, "steps": total}]}
@@ -129,6 +132,20 @@ def arm_configs(args, settings) -> dict[str, dict]:
     config["name"], free["name"] = f"icrl-effect-{curriculum}{soft}", "icrl-effect-exemplar-free"
     mixed["name"] = f"icrl-effect-{curriculum}-mixed"
     return {"curriculum": config, "mixed": mixed, "exemplar-free": free}
+
+
+def retarget(config: dict, pack: str) -> None:
+    """`config` moved onto another pack's questions (and tool)."""
+    if pack in TOOL_PACKS:
+        tool, train, heldout = TOOL_PACKS[pack]
+        config["tools"] = [tool]
+        config["data"] = {"train": train, "exemplars": train, "eval": [heldout]}
+        config["reward"] = {**config.get("reward", {}), "answer_match": "numeric"}
+    elif pack == "span":
+        from studio.services import demo
+
+        config["data"] = {**config["data"], "train": demo.SPAN_NAME,
+                          "eval": [demo.SPAN_HELDOUT_NAME]}
 
 
 def child(argv: list[str], data_dir: Path, log: Path) -> None:
@@ -191,17 +208,31 @@ def one_hop_metrics(settings, evaluation_id: int) -> dict:
     return answer_metrics([r for r in records if r["id"] in one_hop])
 
 
-def print_table(results: dict[str, dict]) -> None:
-    print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | tool errors |")
-    print("|---|---|---|---|---|---|---|---|")
+def label_counts(metrics: dict, tools: Sequence[str]) -> str:
+    """An evaluation's questions per failure label, in its tools' words ("correct 21 · wrong
+    expression 30"), the labels no question got left out; "–" without labels."""
+    from studio.method.failures import label_set
+    from studio.method.tools import named_specs
+
+    counts = metrics.get("labels") or {}
+    return " · ".join(f"{label.title} {counts[label.key]}"
+                      for label in label_set(named_specs(tools)) if counts.get(label.key)) or "–"
+
+
+def print_table(results: dict[str, dict], tools: Sequence[str] = ("search",)) -> None:
+    """One row per arm: tool use, scores, and where the answers went (the failure labels of
+    the evaluation's `tools`)."""
+    print("| model | valid-call rate | answer rate | EM | SubEM | F1 | tool calls | tool errors "
+          "| labels |")
+    print("|---|---|---|---|---|---|---|---|---|")
     labels = {"base": "base (no training)",
-              "curriculum": "trained, exemplar curriculum (guidance shown)",
-              "mixed": "trained, exemplar curriculum (guidance mixed)",
+              "curriculum": "trained, exemplar curriculum",
+              "mixed": "trained, exemplar curriculum, mixed guidance",
               "exemplar-free": "trained, exemplar-free"}
     for arm, m in results.items():
         print(f"| {labels[arm]} | {m['valid_search_rate']:.2f} | {m['answer_rate']:.2f} | "
               f"{m['em']:.3f} | {m['subem']:.3f} | {m['f1']:.3f} | {m['search_calls']:.2f} | "
-              f"{m.get('code_errors', '–')} |")
+              f"{m.get('code_errors', '–')} | {label_counts(m, tools)} |")
     print()
 
 
@@ -293,12 +324,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=("float32", "bfloat16-autocast"),
                         help="the runs' engine.dtype (default: the preset's, float32 on a CPU)")
     parser.add_argument("--model", help="default: the preset's (the bundled SmolLM2)")
+    parser.add_argument("--preset", default="quick-start", choices=tuple(PRESET_PACKS),
+                        help="the ready-made run the arms start from (studio.services.presets; "
+                        "default quick-start); its stored results come from --preset NAME "
+                        "--arms base,curriculum --out studio/demo/measured/NAME/seedN")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--arms", default=",".join(ARMS),
-                        help=f"which arms to run, comma-separated (default: {','.join(ARMS)}); "
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help=f"which arms to run, comma-separated, of {', '.join(ARMS)} "
+                        f"(default: {','.join(DEFAULT_ARMS)}); "
                         "a seed sweep of the curriculum alone: --arms curriculum")
-    parser.add_argument("--pack", choices=PACKS, default="demo",
-                        help="demo: search on the demo world; span: search, on its short-span "
+    parser.add_argument("--pack", choices=PACKS,
+                        help="default: the preset's own (quick-start: demo, search-tour: span, "
+                        "calculator: calc). demo: search on the demo world; span: search, on "
+                        "its short-span "
                         "questions; math: python on the math pack; calc: the calculator on the "
                         "arithmetic pack")
     parser.add_argument("--soft", type=float, metavar="START",
@@ -321,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return run_child(args)
+    args.pack = pack_of(args)
     asked = args.arms.split(",")
     if set(asked) - set(ARMS):
         parser.error(f"--arms: a comma-separated choice of {', '.join(ARMS)}")
@@ -404,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
             for part in ("step", "rollout", "reference", "update"))
             + f"; median response {statistics.median(r['response_length'] for r in rows):.0f}"
             " tokens\n")
-    print_table(results)
+    print_table(results, (protocol or {}).get("tools", ("search",)))
     if searched:
         print(f"The same models, zero-shot on {next(iter(searched.values()))['questions']} "
               "held-out questions of the search demo, with the search tool:\n")
@@ -418,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     plot_png(curves, out.with_suffix(".png"))
     plot_html(curves, out.with_suffix(".html"))
     out.with_suffix(".json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "configs": configs,
+        {"args": {k: str(v) for k, v in vars(args).items()}, "held_out": heldout,
+         "command": " ".join(["bench/icrl_effect.py", *(argv or sys.argv[1:])]),
+         "date": time.strftime("%Y-%m-%d"), "configs": configs,
          "results": results, "search_results": searched,
          "search_one_hop_results": one_hop, "curves": curves,
          "models": {k: str(v) for k, v in folders.items()},

@@ -31,6 +31,16 @@ LIVE_PANELS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Tool calls per rollout", [("search_calls", "tool calls")]),
     ("Masked fraction (tool output, not trained on)", [("masked_fraction", "masked")]),
 ]
+GUIDANCE_HALVES = (("zero_shot", "Answers without exemplars"),
+                   ("guided", "Answers with the exemplars as a hint"))
+"""A mixed-guidance run's rollouts in two halves, by the prefix of their step metrics (a soft
+curriculum's zero-shot questions have the first too)."""
+HALF_FIGURES = (("valid_search_rate", "tool-call rate"), ("answer_rate", "answer rate"),
+                ("acc", "accuracy"))
+HALF_PANELS: list[tuple[str, list[tuple[str, str]]]] = [
+    (title, [(f"{prefix}_{key}", label) for key, label in HALF_FIGURES])
+    for prefix, title in GUIDANCE_HALVES]
+"""The live run's panels of each half, side by side, drawn when a run records them."""
 PENALTY_PREFIX = "penalty_"
 WARNING_PANEL = 4  # the tool-calls panel: premature termination shows there first
 PALETTE = ["#2563eb", "#16a34a", "#ea580c", "#9333ea", "#0891b2", "#ca8a04", "#db2777",
@@ -72,7 +82,8 @@ def _grid(titles: list[str], top: float = 30, untitled: frozenset[int] = frozens
         x0, y1 = col * (panel_w + h_gap), 1 - row * (panel_h + v_gap)
         n = _suffix(index)
         layout[f"xaxis{n}"] = {"domain": [x0, x0 + panel_w], "anchor": f"y{n}"}
-        layout[f"yaxis{n}"] = {"domain": [y1 - panel_h, y1], "anchor": f"x{n}",
+        # (the bottom row's edge sums to about 0, and plotly refuses -1e-16)
+        layout[f"yaxis{n}"] = {"domain": [max(0.0, y1 - panel_h), y1], "anchor": f"x{n}",
                                "rangemode": "tozero", "exponentformat": "none",
                                "separatethousands": True}
         if index not in untitled:
@@ -129,12 +140,23 @@ def _legends(layout: dict, index: int, title: str, count: int, first: int) -> li
     return ids
 
 
+def half_metrics(recorded) -> list[tuple[str, str]]:
+    """(metric key, panel title) of each half's figures among the `recorded` keys, the two
+    halves of a figure one after the other (side by side in a grid of two columns)."""
+    return [(f"{prefix}_{key}", f"{label.capitalize()}: {title.lower()}")
+            for key, label in HALF_FIGURES for prefix, title in GUIDANCE_HALVES
+            if f"{prefix}_{key}" in recorded]
+
+
 def live_figure(rows: list[dict], events: list[dict], empty_note: str = "") -> dict:
-    """The live run's panels, with stage boundaries and warnings marked on each; without rows,
-    `empty_note` (say when the first point comes) over panels with no axes."""
+    """The live run's panels, with stage boundaries and warnings marked on each (and each
+    half's panels where the rows have them: `HALF_PANELS`); without rows, `empty_note` (say
+    when the first point comes) over panels with no axes."""
     panels = [(title, lines or [(k, k[len(PENALTY_PREFIX):].replace("_", " "))
                                 for k in penalty_keys(rows)])
               for title, lines in LIVE_PANELS]
+    panels += [(title, lines) for title, lines in HALF_PANELS
+               if any(key in row for row in rows for key, _ in lines)]
     # (plotly shows no legend, title included, of curves without points)
     with_legend = frozenset(i for i, (_, lines) in enumerate(panels) if len(lines) > 1 and rows)
     top = 30 + 16 * LEGEND_ROWS if with_legend & set(range(COLUMNS)) else 30

@@ -38,6 +38,7 @@ COLOR_MAP = {
     **dict.fromkeys(RESULT_LABELS.values(), "#ca8a04"),
     PREFIX: "#6b7280",
 }
+HINT_QUESTION_CHARS = 60  # of an exemplar's question in a guided rollout's header
 SOURCE_NAMES = {"prompt": "assistant prefix (from the prompt)", "model": "model",
                 "env": "environment"}
 
@@ -85,17 +86,42 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return f"{value:+.2f}" if signed else f"{value:.2f}"
 
 
+def cut_short(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line[:limit] + ("…" if len(line) > limit else "")
+
+
+def guided_line(rollout: dict) -> str:
+    """For a rollout sampled with exemplars as a hint (guidance `mixed`): which exemplars it
+    saw (from 1, with their questions cut short where the run's snapshot has them) and that
+    it learned on the prompt without them; empty for any other rollout."""
+    hint = rollout.get("hint_exemplars")
+    if not hint:
+        return ""
+    questions = rollout.get("hint_questions") or [None] * len(hint)
+    seen = ", ".join(f"{i + 1}" + (f" ({markdown_text(cut_short(q, HINT_QUESTION_CHARS))})"
+                                   if q else "")
+                     for i, q in zip(hint, questions, strict=True))
+    return (f"**Guided:** written with exemplar{'s' if len(hint) != 1 else ''} {seen} of the "
+            "run's set as a hint; it learned on the prompt without them.")
+
+
 def header_markdown(rollout: dict) -> str:
-    """Step, stage, exemplars, reward and its breakdown, advantage, question and gold answers."""
+    """Step, stage, exemplars (for a guided rollout, which ones it saw as a hint), reward and
+    its breakdown, advantage, question and gold answers."""
     b = rollout.get("breakdown") or {}
     penalties = b.get("penalties") or {}
     penalty_text = ", ".join(f"{markdown_text(name.replace('_', ' '))} −{value:g}"
                              for name, value in penalties.items()) or "none"
     gold = " / ".join(markdown_text(a) for a in rollout.get("golden_answers") or []) or "–"
+    guided = guided_line(rollout)
+    where = "as a hint" if guided else "in the prompt"
     return (
         f"**Step {shown_step(rollout['step'])}** · stage {rollout['stage'] + 1} · "
-        f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} in the prompt"
+        f"{rollout['exemplars']} exemplar{'s' if rollout['exemplars'] != 1 else ''} {where}"
         f" · group {rollout['group']}, sample {rollout['sample']} · rollout #{rollout['id']}  \n"
+        + (f"{guided}  \n" if guided else "") +
         f"**Reward {_fmt(rollout['reward'])}** (accuracy {_fmt(b.get('acc'))}, "
         f"format {_fmt(b.get('format'))}; penalties: {penalty_text}) · "
         f"**advantage {_fmt(rollout['advantage'], signed=True)}**  \n"
@@ -110,9 +136,8 @@ def token_rows(rollout: dict) -> list[list]:
     for n, (segment, parts) in enumerate(segment_parts(rollout), start=1):
         kinds = list(dict.fromkeys(part["kind"] for part in parts))
         trained = {"model": "yes", "env": "no (masked)", "prompt": "no (prompt)"}[segment["source"]]
-        preview = " ".join(segment["text"].split())
         rows.append([n, SOURCE_NAMES[segment["source"]], ", ".join(kinds), segment["tokens"],
-                     trained, preview[:90] + ("…" if len(preview) > 90 else "")])
+                     trained, cut_short(segment["text"], 90)])
     return rows
 
 

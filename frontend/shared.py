@@ -46,6 +46,9 @@ class Shared:
     """Switch pages with `switch_to(page_id)` as the value of the `switch` outputs."""
     curriculum: gr.State = field(default_factory=lambda: gr.State(None))
     """The curriculum designed on the Curriculum page (`RunConfig.curriculum` as a dict)."""
+    guidance: gr.State = field(default_factory=lambda: gr.State(None))
+    """How the exemplars teach, as the Launch page's fields hold it ({config path: value} of
+    `curriculum.GUIDANCE_PATHS`; None before they change): the Curriculum page says it."""
     focus_run: gr.State = field(default_factory=lambda: gr.State(None))
     """The id of the run the user last chose to follow (*Watch it* after a launch, *Open live
     view* on Runs): the Live run page opens it (None before)."""

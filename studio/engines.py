@@ -95,6 +95,24 @@ def _verl_problems(config: RunConfig) -> list[str]:
         problems.append("grpo.dynamic_sampling_max_batches: the verl backend cannot bound "
                         "the sampling rounds (veRL's trainer resamples until the batch is "
                         f"full); leave it at {bound} or use backend: native")
+    return problems + _verl_guidance_problems(config.guidance)
+
+
+def _verl_guidance_problems(guidance) -> list[str]:
+    """veRL's V1 trainer samples a group's answers at once (no second phase after scoring
+    the first), and its policy losses see log-probs, advantages and the mask but no
+    per-answer field that could mark a guided answer (docs/verl.md, "Guided ICRL")."""
+    if guidance.mode != "mixed":
+        return []
+    problems = []
+    if guidance.when != "always":
+        problems.append(f"guidance.when: '{guidance.when}' needs the unguided answers scored "
+                        "before the guided ones are sampled, which the verl backend cannot do "
+                        "within a step; use always or backend: native")
+    if guidance.shaping != "none":
+        problems.append(f"guidance.shaping: '{guidance.shaping}' needs to know in the loss "
+                        "which answers were guided, which veRL's policy losses are not told; "
+                        "use none or backend: native")
     return problems
 
 

@@ -108,7 +108,7 @@ class GuidanceSpec(_Strict):
 
     mode: GuidanceMode = Field(
         default="shown", title="How exemplars teach",
-        description="shown: every rollout sees the stage's exemplars and learns on that prompt "
+        description="shown: every answer sees the stage's exemplars and learns on that prompt "
         "(the paper's way). mixed: part of each question's answers are written with the "
         "exemplars as a hint and the rest without, and all of them learn on the prompt without "
         "exemplars, so the model learns to use the tool without being shown. Stages with 0 "

@@ -235,8 +235,34 @@ def test_the_icrl_effect_benchmarks_top_k_reaches_both_arms_and_the_evaluation(t
     bench = _load("icrl_effect")
     args = bench.build_parser().parse_args(["--top-k", "1", "--seed", "1"])
     configs = bench.arm_configs(args, Settings(data_dir=tmp_path))
-    assert [c["grpo"]["top_k"] for c in configs.values()] == [1, 1]
+    assert {arm: c["grpo"]["top_k"] for arm, c in configs.items()} == {
+        "curriculum": 1, "mixed": 1, "exemplar-free": 1}
     assert run_protocol(RunConfig.model_validate(configs["curriculum"]))["top_k"] == 1
+
+
+def test_the_icrl_effect_benchmarks_arms_differ_from_their_preset_only_in_what_they_name(
+        tmp_path):
+    """`--preset NAME`: the curriculum arm is the preset's run (so its stored results count
+    for the preset, studio.services.presets.measured_runs); the mixed arm is the same run
+    with the mixed guidance the flags set; the exemplar-free arm shows no exemplar."""
+    from studio.services import presets
+    from studio.settings import Settings
+
+    bench = _load("icrl_effect")
+    settings = Settings(data_dir=tmp_path)
+    for name in presets.RUN_PRESETS:
+        args = bench.build_parser().parse_args(["--preset", name, "--seed", "2",
+                                                "--shaping", "luffy"])
+        configs = bench.arm_configs(args, settings)
+        assert presets.same_run(configs["curriculum"], presets.RUN_PRESETS[name]), name
+        assert configs["curriculum"]["seed"] == 2
+        assert configs["mixed"]["guidance"] == {"mode": "mixed", "share": 0.5,
+                                                "shaping": "luffy", "gamma": 0.1,
+                                                "when": "always"}
+        assert {s["exemplars"] for s in configs["exemplar-free"]["curriculum"]["stages"]} == {0}
+    calc = bench.arm_configs(bench.build_parser().parse_args(["--pack", "calc", "--lr", "1e-3"]),
+                             settings)
+    assert not presets.same_run(calc["curriculum"], presets.RUN_PRESETS[presets.CALCULATOR])
 
 
 @pytest.mark.parametrize("pack", ["demo", "calc"])

@@ -92,6 +92,10 @@ def test_the_rollout_header_and_token_table_show_hostile_text_as_text():
     table = Parsed(MARKDOWN.render(token_table(rollout)))
     assert set(table.tags) == {"table", "thead", "tbody", "tr", "th", "td"}
     assert HOSTILE[:90] in table.text
+    guided = Parsed(MARKDOWN.render(header_markdown(
+        {**rollout, "hint_exemplars": [0], "hint_questions": [HOSTILE]})))  # an exemplar's
+    assert set(guided.tags) == {"p", "strong", "br"}
+    assert f"exemplar 1 ({' '.join(HOSTILE.split())[:60]}" in guided.text
 
 
 def test_messages_and_toasts_show_hostile_text_as_text():

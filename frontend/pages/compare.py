@@ -1,6 +1,8 @@
-"""Compare: the curves of several runs overlaid on one step axis, and their configs side by
-side with the settings that differ marked (and listed first); a setting a run's own config
-overrides (the preset beside explicit stages) says "not used", and one no run uses is left out."""
+"""Compare: the curves of several runs overlaid on one step axis (after the chosen ones, the
+answers without and with the exemplars as a hint apart, where a run recorded them: mixed
+guidance), and their configs side by side with the settings that differ marked (and listed
+first); a setting a run's own config overrides (the preset beside explicit stages) says "not
+used", and one no run uses is left out."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import gradio as gr
 import pandas as pd
 
 from frontend import shared
-from frontend.charts import compare_figure, plot_value
+from frontend.charts import compare_figure, half_metrics, plot_value
 from frontend.components import toast_user_errors
 from frontend.run_picker import run_dropdown_update, run_label
 from studio.services import run_history
@@ -29,6 +31,14 @@ EMPTY = "Choose two or more runs above to overlay their curves and compare their
 DIFFERS = "≠"
 NOT_USED = "not used"
 SETTING_WIDTH = 22  # % of the table; the runs share what the marks and settings leave
+
+
+def drawn_panels(metric_keys: list[str] | None, recorded) -> list[tuple[str, str]]:
+    """(metric key, panel title) of each panel drawn: the chosen curves (or the default ones)
+    that the runs recorded, then the answers without and with the exemplars as a hint, apart,
+    where a run recorded them (`half_metrics`)."""
+    return [(k, METRICS[k]) for k in metric_keys or DEFAULT_METRICS if k in recorded] + \
+        half_metrics(recorded)
 
 
 def stages_words(stages: list[dict]) -> str:
@@ -103,15 +113,14 @@ def build(settings: Settings) -> None:
             return EMPTY, gr.Plot(visible=False), gr.Dataframe(visible=False)
         found = run_history.compare_runs(settings, [int(i) for i in run_ids])
         labels = [run_label(r) for r in found["runs"]]
-        keys = [k for k in metric_keys or DEFAULT_METRICS if k in found["series"]]
         missing = [METRICS[k] for k in metric_keys or [] if k not in found["series"]]
         note = f"Not recorded by these runs yet: {', '.join(missing)}." if missing else ""
-        figure = compare_figure(labels, found["steps"], found["series"],
-                                [(k, METRICS[k]) for k in keys])
+        panels = drawn_panels(metric_keys, found["series"])
+        figure = compare_figure(labels, found["steps"], found["series"], panels)
         table_value = config_table(labels, found["configs"], found["differences"],
                                    differences_only, found["unused"])
         run_width = f"{(94 - SETTING_WIDTH) / len(labels):.0f}%"  # cells add padding
-        return note, gr.Plot(plot_value(figure), visible=bool(keys)), \
+        return note, gr.Plot(plot_value(figure), visible=bool(panels)), \
             gr.Dataframe(table_value, visible=True,
                          column_widths=["3%", f"{SETTING_WIDTH}%", *[run_width] * len(labels)])
 

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from frontend.shared import current
 from studio.escaping import markdown_text
-from studio.run_config import AdaptiveSpec, CurriculumSpec
-from studio.services import curricula
+from studio.run_config import AdaptiveSpec, CurriculumSpec, config_field
+from studio.services import curricula, run_history
 from studio.settings import Settings
 
 TITLE = "Curriculum"
@@ -41,6 +41,11 @@ METRIC_WORDS = {
     "reward_mean": "total reward",
 }
 RULE_KEYS = ("metric", "direction", "threshold", "window", "min_steps", "max_steps")
+GUIDANCE_SHOWN = ("guidance.mode", "guidance.share")
+GUIDANCE_OPTIONS = ("guidance.shaping", "guidance.gamma", "guidance.when", "reward.call_bonus")
+GUIDANCE_PATHS = GUIDANCE_SHOWN + GUIDANCE_OPTIONS
+"""How a stage's exemplars teach (`RunConfig.guidance`) and the call bonus: fields of the
+Launch page (the options folded away there), put in words here beside the curriculum."""
 MAX_EXEMPLARS = 8
 MAX_STAGE_STEPS = 2000
 DEFAULT_STEPS = CurriculumSpec().steps_per_stage
@@ -173,6 +178,28 @@ def summary(design: dict, described: dict) -> str:
     return "\n".join(lines)
 
 
+def guidance_words(guidance: dict | None) -> str:
+    """The guidance the Launch page's fields hold (`GUIDANCE_PATHS` -> value; None: the
+    defaults) in the fields' own words: the mode and what it does, then the options that do
+    something with it (`run_history.unused_keys`: a mixed run's, luffy's gamma with luffy)."""
+    values = {path: config_field(path).default for path in GUIDANCE_PATHS} | (guidance or {})
+    config: dict[str, dict] = {}
+    for path, value in values.items():
+        section, key = path.split(".")
+        config.setdefault(section, {})[key] = value
+    unused = run_history.unused_keys(config)
+    mode = config_field("guidance.mode")
+    lines = [f"**{mode.title}: {markdown_text(values['guidance.mode'])}** (set on the "
+             f"**Launch** page). {markdown_text(mode.description)}", ""]
+    lines += [f"- {markdown_text(config_field(p).title)}: {markdown_text(_as_text(values[p]))}"
+              for p in GUIDANCE_PATHS[1:] if p not in unused]
+    return "\n".join(lines)
+
+
+def _as_text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def render(design: dict | None, selected: int):
     """Everything drawn from the design: table, chart, summary, the stage and rule controls."""
     design = design or default_design()
@@ -190,7 +217,7 @@ def render(design: dict | None, selected: int):
 
 
 def build(settings: Settings) -> None:
-    design = current().curriculum
+    design, guidance = current().curriculum, current().guidance
     rule = AdaptiveSpec()
     gr.Markdown(INTRO)
     with gr.Row():
@@ -234,6 +261,7 @@ def build(settings: Settings) -> None:
         with gr.Column(scale=3):
             chart = gr.Plot(label="Exemplar count over training", elem_id="curriculum-chart")
             notes = gr.Markdown(elem_id="curriculum-notes")
+            guidance_notes = gr.Markdown(guidance_words(None), elem_id="curriculum-guidance")
 
     rule_inputs = [adaptive, metric, direction, threshold, window, min_steps, max_steps]
     drawn = [table, chart, notes, selected, exemplars, steps, adaptive, adaptive_box,
@@ -259,3 +287,4 @@ def build(settings: Settings) -> None:
     up.click(lambda d, s: move_stage(d, s, -1), [design, selected], [design, selected])
     down.click(lambda d, s: move_stage(d, s, +1), [design, selected], [design, selected])
     gr.on([c.input for c in rule_inputs], set_adaptive, [design, *rule_inputs], design)
+    guidance.change(guidance_words, guidance, guidance_notes, show_progress="hidden")

@@ -9,7 +9,6 @@ from frontend import shared
 from frontend.components import counted_from_one, picker, plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update
 from studio.escaping import markdown_text
-from studio.method.failures import LABELS, MEANINGS, TITLES
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
@@ -25,10 +24,8 @@ NO_RUN = ("### Nothing to evaluate yet\nA run can be evaluated once it has writt
           "checkpoint (every `engine.checkpoint_every` steps and at its end). Launch one on "
           "**Launch**, or follow it on **Live run**.")
 LABEL_HEADERS = ["QA set", "what happened", "base", "trained"]
-LABELS_HELP = ("Each question gets one label, checked in this order (click a row to see its "
-               "questions):\n" + "\n".join(f"- **{TITLES[key]}**: {markdown_text(MEANINGS[key])}"
-                                            for key in LABELS))
 EXAMPLES = 5  # questions shown per label and model
+RESULT_CHARS = 80  # of a call's result, in an example
 REFRESH_SECONDS = 3
 COMING = ("The run evaluates its base and trained models when it ends: this table fills in "
           "then, without a reload.")
@@ -125,35 +122,71 @@ def table_rows(pairs: list[dict]) -> list[list]:
     return rows
 
 
-def _label_cell(evaluation: dict | None, label: str) -> str:
-    shares = {s["label"]: s for s in evaluations.label_shares((evaluation or {}).get("metrics"))}
-    found = shares.get(label)
-    return f"{found['count']} ({100 * found['share']:.0f}%)" if found else ""
+def _pair_shares(pair: dict) -> dict[str, dict[str, dict]]:
+    """Per side, its label shares by label (none for a side without a labelled evaluation)."""
+    return {side: {s["label"]: s for s in evaluations.label_shares(pair[side])}
+            for side in ("base", "trained")}
+
+
+def _label_cell(share: dict | None) -> str:
+    return f"{share['count']} ({100 * share['share']:.0f}%)" if share else ""
 
 
 def label_rows(pairs: list[dict]) -> list[list]:
-    """Per QA set with a labelled evaluation, one row per label: how many questions (and what
-    share) of base and of trained got it."""
-    return [[pair["qa_set"], TITLES[label], _label_cell(pair["base"], label),
-             _label_cell(pair["trained"], label)]
-            for pair in pairs
-            if any(e and evaluations.label_shares(e["metrics"])
-                   for e in (pair["base"], pair["trained"]))
-            for label in LABELS]
+    """Per QA set with a labelled evaluation, one row per label of its tools (base's, then
+    any other of trained's): how many questions (and what share) of base and of trained got
+    it."""
+    rows = []
+    for pair in pairs:
+        shares = _pair_shares(pair)
+        titles = {label: share["title"] for side in shares.values()
+                  for label, share in side.items()}
+        rows += [[pair["qa_set"], title, _label_cell(shares["base"].get(label)),
+                  _label_cell(shares["trained"].get(label))] for label, title in titles.items()]
+    return rows
 
 
-def _one_line(text: object) -> str:
-    return markdown_text(" ".join(str(text).split()))
+def labels_help(pairs: list[dict]) -> str:
+    """The legend of the split: each label its evaluations give, in plain words (those of
+    their tools, each once); empty when none has labels."""
+    lines = dict.fromkeys(f"- **{share['title']}**: {markdown_text(share['meaning'])}"
+                          for pair in pairs for side in _pair_shares(pair).values()
+                          for share in side.values())
+    if not lines:
+        return ""
+    return ("Each question gets one label, checked in this order (click a row to see its "
+            "questions):\n" + "\n".join(lines))
 
 
-def examples_markdown(settings: Settings, pair: dict, side: str, label: str) -> str:
-    """The first questions of one side's evaluation with `label`: question, gold answers,
-    the model's answer and its searches, every one escaped."""
+def _one_line(text: object, most: int | None = None) -> str:
+    """`text` on one line, escaped; cut to `most` characters (an ellipsis marks the cut)."""
+    line = " ".join(str(text).split())
+    if most is not None and len(line) > most:
+        line = line[:most] + "…"
+    return markdown_text(line)
+
+
+def call_line(call: dict) -> str:
+    """One call of an example: its tool, its input and what came back ("calculator: 3458 +
+    6582 - 922 → 10040"), the result cut to `RESULT_CHARS`; the input alone when no result
+    was kept."""
+    said = f"{_one_line(call['tool'])}: {_one_line(call['input'])}"
+    if call["result"] is None:
+        return said
+    return f"{said} → {_one_line(call['result'], RESULT_CHARS)}"
+
+
+def examples_markdown(settings: Settings, pair: dict, side: str, label: str,
+                      title: str) -> str:
+    """The first questions of one side's evaluation with `label` (shown as `title`): question,
+    gold answers, the model's answer and each call with its result, every one escaped."""
     evaluation = pair[side]
-    head = f"#### {side.capitalize()} model: {TITLES[label]}"
-    shares = evaluations.label_shares((evaluation or {}).get("metrics"))
+    head = f"#### {side.capitalize()} model: {title}"
+    shares = evaluations.label_shares(evaluation)
     if not shares:
         return f"{head}\nNo finished evaluation with labels."
+    if label not in {s["label"] for s in shares}:
+        return f"{head}\nIts tools give no such label."
     questions = evaluations.labelled_questions(settings, evaluation["id"], label, EXAMPLES)
     if not questions:
         return f"{head}\nNo question got this label."
@@ -161,7 +194,7 @@ def examples_markdown(settings: Settings, pair: dict, side: str, label: str) -> 
              f"  **Gold answer:** {' · '.join(_one_line(g) for g in q['golden_answers'])}  \n"
              f"  **Model's answer:** "
              f"{'*none*' if q['prediction'] is None else _one_line(q['prediction'])}  \n"
-             f"  **Searches:** {' · '.join(_one_line(x) for x in q['searches']) or '*none*'}"
+             f"  **Calls:** {' · '.join(call_line(c) for c in q['calls']) or '*none*'}"
              for q in questions]
     count = next(s["count"] for s in shares if s["label"] == label)
     return f"{head} ({len(questions)} of {count})\n" + "\n".join(items)
@@ -206,7 +239,7 @@ def build(settings: Settings) -> None:
     gr.Markdown("### Where the answers went wrong")
     labels = gr.Dataframe(headers=LABEL_HEADERS, interactive=False, wrap=True,
                           elem_id="evaluate-labels")
-    gr.Markdown(LABELS_HELP, elem_id="evaluate-labels-help")
+    legend = gr.Markdown(elem_id="evaluate-labels-help")
     with gr.Row():
         examples = {side: gr.Markdown(elem_id=f"evaluate-examples-{side}")
                     for side in ("base", "trained")}
@@ -217,26 +250,28 @@ def build(settings: Settings) -> None:
     def has_checkpoint(r: dict) -> bool:
         return bool(r["checkpoint_dir"])
 
-    def results(request: gr.Request, run_id, model=None) -> tuple[list, list, str, list, bool]:
+    def results(request: gr.Request, run_id, model=None
+                ) -> tuple[list, list, str, list, str, bool]:
         """The table as the signed-in user sees it (twice: shown, and kept to compare), the
         notes (why a score is 0, or that the run's own evaluations are still to come), the
-        split by failure label, and whether the table will still change (an evaluation in it
-        moves, or the run's are to come)."""
+        split by failure label and its legend, and whether the table will still change (an
+        evaluation in it moves, or the run's are to come)."""
         pairs = evaluations.base_vs_trained(settings, int(run_id), model or None,
                                             signed_in(settings, request))
         rows = table_rows(pairs)
         to_come = evaluations.evaluations_to_come(settings, int(run_id))
         notes_now = "\n\n".join(filter(None, (COMING * to_come, zero_notes(pairs))))
-        return rows, rows, notes_now, label_rows(pairs), moving(pairs) or to_come
+        return (rows, rows, notes_now, label_rows(pairs), labels_help(pairs),
+                moving(pairs) or to_come)
 
     def table_now(request: gr.Request, run_id, model, previous):
         """`results`, with the tables and notes skipped when the rows did not change."""
         if run_id is None:
-            return gr.skip(), previous, gr.skip(), gr.skip(), False
-        rows, kept, notes_now, split, live = results(request, run_id, model)
+            return gr.skip(), previous, gr.skip(), gr.skip(), gr.skip(), False
+        rows, kept, notes_now, split, help_now, live = results(request, run_id, model)
         if rows == previous:
-            return gr.skip(), previous, gr.skip(), gr.skip(), live
-        return rows, kept, notes_now, split, live
+            return gr.skip(), previous, gr.skip(), gr.skip(), gr.skip(), live
+        return rows, kept, notes_now, split, help_now, live
 
     def refresh(current, focus, model, previous, request: gr.Request):
         """Fresh choices; with none chosen (a new tab, a reload) the run in focus, else the
@@ -248,30 +283,30 @@ def build(settings: Settings) -> None:
         if current is None and ids:
             update["value"] = next((r for r in (focus, evaluations.latest_evaluated_run(settings))
                                     if r in ids), ids[0])
-        rows, kept, notes_now, split, live = table_now(request, current, model, previous)
+        *now, live = table_now(request, current, model, previous)
         return update, gr.update(visible=not update["choices"]), \
             gr.update(choices=[q["name"] for q in qa_sets.list_qa_sets(settings)]), \
             picker([c["name"] for c in corpora.list_corpora(settings)
-                    if c["status"] == "ready"]), rows, kept, notes_now, split, \
-            timer.start(timer.page, live)
+                    if c["status"] == "ready"]), *now, timer.start(timer.page, live)
 
+    filled = [table, sent, notes, labels, legend]  # what `results` fills, in its order
     shared.on_show(refresh, inputs=[run, common.focus_run, base_model, sent],
-                   outputs=[run, empty, sets, corpus, table, sent, notes, labels, timer.timer],
+                   outputs=[run, empty, sets, corpus, *filled, timer.timer],
                    show_progress="hidden")
 
     @toast_user_errors
     def pick_run(page, run_id, request: gr.Request):
         if run_id is None:
-            return gr.skip(), gr.skip(), gr.skip(), [], [], "", [], "", "", gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), [], [], "", [], "", "", "", gr.skip()
         config = runs.get_run(settings, int(run_id))["config"]
         data = config["data"]
-        rows, kept, notes_now, split, live = results(request, run_id)
-        return (config["model"], data["eval"] or [data["train"]], data["corpus"], rows, kept,
-                notes_now, split, "", "", timer.start(page, live))
+        *now, live = results(request, run_id)
+        return (config["model"], data["eval"] or [data["train"]], data["corpus"], *now, "",
+                "", timer.start(page, live))
 
     run.change(pick_run, inputs=[common.shown, run],
-               outputs=[base_model, sets, corpus, table, sent, notes, labels,
-                        examples["base"], examples["trained"], timer.timer])
+               outputs=[base_model, sets, corpus, *filled, examples["base"],
+                        examples["trained"], timer.timer])
 
     @toast_user_errors
     def show_examples(run_id, model, event: gr.SelectData):
@@ -280,12 +315,14 @@ def build(settings: Settings) -> None:
         if run_id is None:
             return gr.skip(), gr.skip()
         qa_set, title = event.row_value[:2]
-        label = next((key for key, value in TITLES.items() if value == title), None)
         pair = next((p for p in evaluations.base_vs_trained(settings, int(run_id), model or None)
                      if p["qa_set"] == qa_set), None)
-        if label is None or pair is None:  # the table changed under the click
+        label = next((key for side in _pair_shares(pair).values()
+                      for key, share in side.items() if share["title"] == title),
+                     None) if pair else None
+        if label is None:  # the table changed under the click
             return gr.skip(), gr.skip()
-        return tuple(examples_markdown(settings, pair, side, label) for side in examples)
+        return tuple(examples_markdown(settings, pair, side, label, title) for side in examples)
 
     labels.select(show_examples, inputs=[run, base_model],
                   outputs=[examples["base"], examples["trained"]])
@@ -301,12 +338,12 @@ def build(settings: Settings) -> None:
             corpus=corpus_name, limit=question_limit(questions),
             protocol={"max_turn_tokens": int(tokens), "max_turns": int(turns)}, queue=on_queue)
         return (f"Queued {len(created)} evaluations on the **{on_queue}** queue; the table "
-                "fills in as they finish.", *results(request, run_id, model)[:4],
+                "fills in as they finish.", *results(request, run_id, model)[:-1],
                 gr.Timer(active=True))
 
     start.click(launch, inputs=[run, base_model, sets, corpus, limit, queue, turn_tokens,
                                 max_turns],
-                outputs=[message, table, sent, notes, labels, timer.timer])
+                outputs=[message, *filled, timer.timer])
 
     @toast_user_errors
     def cancel(run_id, model, request: gr.Request):
@@ -316,13 +353,13 @@ def build(settings: Settings) -> None:
                                                    int(run_id), model or None)
         return (f"Cancelled {count} evaluation{'s' * (count != 1)}." if count
                 else "No evaluation of this run is queued or running."), \
-            *results(request, run_id, model)[:4]
+            *results(request, run_id, model)[:-1]
 
-    stop.click(cancel, inputs=[run, base_model], outputs=[message, table, sent, notes, labels])
+    stop.click(cancel, inputs=[run, base_model], outputs=[message, *filled])
 
     def tick(page, run_id, model, previous, request: gr.Request):
         *now, live = table_now(request, run_id, model, previous)
         return *now, timer.follow(page, live)
 
     timer.timer.tick(tick, inputs=[common.shown, run, base_model, sent],
-                     outputs=[table, sent, notes, labels, timer.timer], show_progress="hidden")
+                     outputs=[*filled, timer.timer], show_progress="hidden")

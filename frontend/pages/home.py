@@ -6,6 +6,7 @@ import gradio as gr
 
 from studio.escaping import code_span, markdown_text
 from studio.queue import QUEUE_JOBS
+from studio.services import presets
 from studio.services.health import NO_WORKER, health, start_a_worker
 from studio.settings import Settings
 
@@ -13,12 +14,17 @@ TITLE = "Home"
 
 INTRO = """
 # ICRL Studio
-Teach a language model to use a search tool over your own documents with
-**in-context reinforcement learning**: a few worked examples in the prompt
-start the training, and a curriculum removes them (3 → 2 → 0) until the model
-searches on its own.
+Teach a language model to use a tool with **in-context reinforcement learning**: a few
+worked examples in the prompt start the training, and a curriculum removes them
+(3 → 2 → 0) until the model uses the tool on its own. The tools:
+- **search**: a search engine over your own documents, for questions they answer;
+- **calculator**: arithmetic handed to an exact calculator;
+- **python**: short programs run in a sandbox, for questions that need computing.
 
-**Getting started**
+**Quick start:** on the **Launch** page choose the ready-made run `{quick_start}` and press
+**Launch this ready-made run**: {quick_start_words}
+
+**Getting started with your own data**
 1. **Data**: upload your documents, questions and worked examples, or load the demo pack.
 2. **Exemplars**: check the worked examples and see the prompt the model will read.
 3. **Curriculum**: choose how many examples each part of the training shows (3 → 2 → 0).
@@ -49,8 +55,15 @@ def status_markdown(settings: Settings) -> str:
     return "\n".join(lines)
 
 
+def intro() -> str:
+    """The page's opening, with what the quick start did when measured (its stored results:
+    `presets.expectation`)."""
+    return INTRO.format(quick_start=presets.CALCULATOR,
+                        quick_start_words=markdown_text(presets.expectation(presets.CALCULATOR)))
+
+
 def build(settings: Settings) -> None:
-    gr.Markdown(INTRO)
+    gr.Markdown(intro())
     status = gr.Markdown(lambda: status_markdown(settings), elem_id="studio-status")
     refresh = gr.Button("Refresh status", size="sm")
     refresh.click(lambda: status_markdown(settings), outputs=status)

@@ -3,7 +3,8 @@
 The form edits a run config (the same schema as the run YAML and the API): a
 base config (the defaults, or an uploaded YAML, so keys the form does not show
 are kept) with the form's values laid over it. The curriculum comes from the
-Curriculum page through the shared state.
+Curriculum page through the shared state; the guidance fields beside it go the other way
+(the Curriculum page puts them in words).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from frontend.components import (
     signed_in,
     table,
 )
-from frontend.pages.curriculum import default_design
+from frontend.pages.curriculum import GUIDANCE_PATHS, GUIDANCE_SHOWN, default_design
 from frontend.shared import current, on_show, switch_to
 from studio.base_models import DEFAULT_MODEL, packaged_model
 from studio.engines import ENGINES
@@ -67,7 +68,7 @@ is needed: it stores the demo pack if it is missing.
 
 def preset_expectation(name: str) -> str:
     """What a ready-made run did when it was measured, beside its choice."""
-    return f"**What to expect:** {presets.EXPECTATIONS[name]}"
+    return f"**What to expect:** {presets.expectation(name)}"
 
 MODEL_SOURCES = {
     "shelf": "A model on the shelf: the bundled SmolLM2-135M-Instruct (small, runs on a CPU) "
@@ -133,7 +134,13 @@ def _form_setting(path: str) -> Setting:
                    optional=type(None) in get_args(field.annotation))
 
 
-SETTINGS = [_form_setting(path) for path in FORM_SETTINGS + GRPO_OPTIONS] + SENTINEL_SETTINGS
+GUIDANCE_SETTINGS = [_form_setting(path) for path in GUIDANCE_PATHS]
+"""How the exemplars teach, beside the curriculum; its options (after `GUIDANCE_SHOWN`) and
+the call bonus folded away."""
+GUIDANCE_WORDS = ("**Guidance**: how each stage's exemplars teach (the curriculum above says "
+                  "how many a stage shows).")
+SETTINGS = ([_form_setting(path) for path in FORM_SETTINGS + GRPO_OPTIONS] + SENTINEL_SETTINGS
+            + GUIDANCE_SETTINGS)
 SENTINEL_WORDS = ("The **collapse sentinel** watches signs that training is breaking down "
                   "before the reward shows it. *warn* marks the step on the curves; *pause* "
                   "also stops the run at a checkpoint, and *Resume* continues it. Windows and "
@@ -334,9 +341,10 @@ def stage_time(stage: dict) -> str:
 def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.QUICK_START
                          ) -> str:
     """A ready-made run's stages and time on its queue's worker, before it is launched."""
-    if not presets.data_ready(settings):
-        return ("*Estimate:* the demo pack is not stored yet; load it on the **Data** page to "
-                "see the quick start's time here, or launch: the quick start stores it first.")
+    if not presets.data_ready(settings, name):
+        return (f"*Estimate:* the {presets.PACKS[name]} pack is not stored yet; load it on the "
+                "**Data** page to see this run's time here, or launch: the run stores it "
+                "first.")
     try:
         report = run_validation.validate_run(
             settings, actor, presets.preset_config(name, settings))
@@ -499,6 +507,13 @@ def build(settings: Settings) -> None:
                 exemplars = gr.Dropdown(label="Exemplar set", allow_custom_value=True,
                                         elem_id="launch-exemplars")
             curriculum = gr.Markdown(elem_id="launch-curriculum")
+            gr.Markdown(GUIDANCE_WORDS)
+            guidance = [setting_field(s, get_path(defaults, s.path))
+                        for s in GUIDANCE_SETTINGS[:len(GUIDANCE_SHOWN)]]
+            with gr.Accordion("Guidance options and the call bonus", open=False,
+                              elem_id="guidance-options"):
+                guidance += [setting_field(s, get_path(defaults, s.path))
+                             for s in GUIDANCE_SETTINGS[len(GUIDANCE_SHOWN):]]
             with gr.Row():
                 backend = gr.Radio([(e.label, e.name) for e in ENGINES.values()],
                                    value=defaults["backend"], label="Training backend")
@@ -528,6 +543,7 @@ def build(settings: Settings) -> None:
                 gr.Markdown(SENTINEL_WORDS)
                 values += [setting_field(s, get_path(defaults, s.path))
                            for s in SENTINEL_SETTINGS]
+            values += guidance  # (beside the curriculum, on the left)
             gr.Markdown(LORA_WORDS)
             use_lora, lora_rank, lora_alpha = lora_fields(None)
             with gr.Row(equal_height=True):
@@ -577,6 +593,10 @@ def build(settings: Settings) -> None:
     name.change(lambda *now: name_note(settings, *now), named, name_hint, show_progress="hidden")
     gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
           curriculum)
+    # every field's value once the last change is in (a loaded YAML changes several)
+    gr.on([field.change for field in guidance],
+          lambda *now: dict(zip(GUIDANCE_PATHS, now, strict=True)), guidance, shared.guidance,
+          trigger_mode="always_last", show_progress="hidden")
     on_show(lambda: shelf_table(settings), outputs=shelf)
     lr = values[[s.path for s in SETTINGS].index("grpo.lr")]
     use_lora.input(lr_for_lora, [use_lora, lr], lr)  # the user's tick, not a loaded YAML's

@@ -16,6 +16,7 @@ from studio.api.routes import (
     exports,
     qa_sets,
     run_history,
+    run_presets,
     run_streams,
     runs,
     system,
@@ -51,7 +52,7 @@ def create_api(settings: Settings) -> FastAPI:
     protected = [Depends(current_user)]
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
     for module in (system, corpora, qa_sets, exemplar_sets, demo, curricula, run_history,
-                   run_streams, runs, exports, calibrations, users):
+                   run_streams, run_presets, runs, exports, calibrations, users):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
 
     @app.exception_handler(UserError)

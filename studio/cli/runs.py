@@ -81,8 +81,10 @@ def _exit_with(run: dict) -> None:
 
 ConfigFile = typer.Argument(None, help="A run YAML file (or --preset).")
 Preset = typer.Option(None, "--preset", help="A ready-made run instead of a file: quick-start "
-                      "(search on the demo pack) or search-tour (search on its short-span "
-                      "questions); the demo pack is stored if missing; the default model.")
+                      "(search on the demo pack), search-tour (search on its short-span "
+                      "questions) or calculator (arithmetic with the calculator, guided); the "
+                      "pack it trains on is stored if missing; the default model. "
+                      "GET /api/v1/run-presets says what each did when measured.")
 
 
 def _run_config(settings: Settings, config: Path | None, preset: str | None

@@ -66,4 +66,4 @@ def max_call_bonus(acc_weight: float, format_weight: float) -> float:
     """The call bonus must stay below this (``acc_weight - format_weight``) so that a right
     answer always beats a wrong one: the worst right answer scores ``acc_weight`` (no
     format, no call), the best wrong one ``format_weight + bonus``."""
-    return acc_weight - format_weight
+    return round(acc_weight - format_weight, 12)  # 0.8 - 0.2 is 0.6000000000000001

@@ -5,13 +5,14 @@ prompt's instruction names it beside the tool's tags, `studio.method.prompt.inst
 `execute` (a batch of inputs to one result each: the native engine runs a round's calls of
 a tool in one batch, the veRL agent loop one at a time) and `observation` (a result as the
 text the environment inserts, in the tool's result tag), the words the launch checks, the
-warnings and the model card use (`results`, `using`, `card`), and `for_run` (how it is built
-from what a run offers). Register it with `@register_tool`: the run config accepts its name,
-both engines drive it through the protocol (`studio.method.protocol`) as they drive search,
-and the viewer colours its calls. Executing is the backend's business (a BM25 index, the
-studio's /retrieve, a sandbox): a tool receives it when it is built (`ToolBackends`), so
-this module does no I/O itself. The calculator has no
-backend: its evaluator is pure (`studio.method.arithmetic`).
+warnings and the model card use (`results`, `using`, `card`), the failure labels an
+evaluation with it gives a wrong answer (`misses`, `holds_answer`: `studio.method.failures`),
+and `for_run` (how it is built from what a run offers). Register it with `@register_tool`:
+the run config accepts its name, both engines drive it through the protocol
+(`studio.method.protocol`) as they drive search, and the viewer colours its calls.
+Executing is the backend's business (a BM25 index, the studio's /retrieve, a sandbox): a
+tool receives it when it is built (`ToolBackends`), so this module does no I/O itself. The
+calculator has no backend: its evaluator is pure (`studio.method.arithmetic`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from .arithmetic import Calculation, calculate
 from .tags import (
@@ -49,6 +50,43 @@ class ToolCard:
     example: str  # the question of the usage example (for the run's first tool)
 
 
+@dataclass(frozen=True)
+class FailureLabel:
+    """One way an evaluated answer went (`studio.method.failures`): the key its question's
+    record stores, the title a page shows, and what it means in plain words."""
+
+    key: str
+    title: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class ToolMisses:
+    """How an evaluation with this tool alone names a wrong answer, in the order
+    `studio.method.failures` checks them after `correct` and `format_miss`: answered without
+    calling it, every call failed (None for a tool whose calls never fail), no result held a
+    gold answer, a result held one and the answer is still wrong."""
+
+    no_call: FailureLabel
+    call_failed: FailureLabel | None
+    result_miss: FailureLabel
+    answer_miss: FailureLabel
+
+    @classmethod
+    def generic(cls, using: str, results: str, can_fail: bool) -> ToolMisses:
+        """The labels of a tool that names none of its own, and of an evaluation with several
+        tools (`using`, `results`: the tools' words, "searching or running Python")."""
+        return cls(
+            FailureLabel("no_call", "no call",
+                         f"the model answered without {using}, and the answer is wrong"),
+            FailureLabel("call_failed", "call failed", "every tool call the model made came "
+                         "back as an error") if can_fail else None,
+            FailureLabel("result_miss", "result miss", f"the model's tool calls worked, but "
+                         f"nothing in the {results} it got back holds the gold answer"),
+            FailureLabel("reasoning_miss", "reasoning miss", f"the {results} the model got "
+                         "back held the gold answer, yet its answer is wrong"))
+
+
 class Tool(ABC):
     spec: ClassVar[ToolSpec]
     description: ClassVar[str]
@@ -61,6 +99,17 @@ class Tool(ABC):
     using: ClassVar[str]
     """Using it, in words ("searching"): the warnings of premature termination name it."""
     card: ClassVar[ToolCard]
+    misses: ClassVar[ToolMisses | None] = None
+    """Its own failure labels (`failure_labels`); None: the generic ones."""
+    holds_answer: ClassVar[Literal["contains", "is"]] = "contains"
+    """When a result holds a gold answer (the failure labels ask): `contains`, as SubEM finds
+    one in a prediction (a passage, a program's output); `is`, as acc matches a prediction (a
+    calculator's value), each by the evaluation's answer matching."""
+
+    @classmethod
+    def failure_labels(cls) -> ToolMisses:
+        """What an evaluation with this tool alone calls each wrong answer."""
+        return cls.misses or ToolMisses.generic(cls.using, cls.results, cls.can_fail)
 
     @classmethod
     def for_run(cls, backends: ToolBackends) -> Tool:
@@ -91,6 +140,8 @@ def register_tool(cls: type[Tool]) -> type[Tool]:
     name = cls.spec.name
     if TOOLS.get(name, cls) is not cls:
         raise ValueError(f"tool '{name}' is registered already ({TOOLS[name].__qualname__})")
+    if (cls.failure_labels().call_failed is not None) != cls.can_fail:
+        raise ValueError(f"tool '{name}': a 'call failed' label exactly when its calls can fail")
     TOOLS[name] = cls
     return cls
 
@@ -115,6 +166,14 @@ class SearchTool(Tool):
         "question answering over the documents it\n  was trained to search, with the tag "
         "protocol above and a search tool that returns passages", "search queries",
         "Which river flows through the capital of the country where the author was born?")
+    misses = ToolMisses(
+        FailureLabel("no_search", "no search",
+                     "the model answered without ever searching, and the answer is wrong"),
+        None,
+        FailureLabel("retrieval_miss", "retrieval miss", "the model searched, but no passage "
+                     "it got back contains the gold answer"),
+        FailureLabel("reasoning_miss", "reasoning miss", "a passage the model got back "
+                     "contains the gold answer, yet its answer is wrong"))
 
     def __init__(self, backend: SearchBackend, top_k: int):
         self.backend, self.top_k = backend, top_k
@@ -178,6 +237,15 @@ class PythonTool(Tool):
         "How many seconds are there in 17 days?")
     description = ("runs a Python program in a sandbox and returns what it prints (or its "
                    "error); print what you need")
+    misses = ToolMisses(
+        FailureLabel("no_call", "no call",
+                     "the model answered without running Python, and the answer is wrong"),
+        FailureLabel("call_failed", "call failed", "the model ran Python, but every program "
+                     "failed (an exception, or a time or memory limit)"),
+        FailureLabel("wrong_program", "wrong program",
+                     "a program ran, but none printed the gold answer"),
+        FailureLabel("copied_wrong", "copied wrong", "a program printed the gold answer, yet "
+                     "the model answered something else"))
 
     def __init__(self, executor: CodeExecutor):
         self.executor = executor
@@ -220,6 +288,18 @@ class CalculatorTool(Tool):
         "expressions", "What is 4837 times 29?")
     description = ("evaluates an arithmetic expression (numbers, + - * / // % ** and "
                    "parentheses) and returns its value")
+    misses = ToolMisses(
+        FailureLabel("no_call", "no call", "the model answered without calling the "
+                     "calculator, and the answer is wrong"),
+        FailureLabel("call_failed", "call failed", "the model called the calculator, but "
+                     "every expression it wrote came back as an error"),
+        FailureLabel("wrong_expression", "wrong expression", "the calculator computed the "
+                     "model's expressions, but no result is the gold answer: an expression "
+                     "was wrong or incomplete"),
+        FailureLabel("copied_wrong", "copied wrong", "a calculator result is the gold answer, "
+                     "yet the model answered something else (a slip in copying it, or a number "
+                     "from the question)"))
+    holds_answer = "is"
 
     def execute(self, inputs: list[str]) -> list[object]:
         return [calculate(expression) for expression in inputs]

@@ -86,6 +86,13 @@ def demo_pack_stored(settings: Settings) -> bool:
     return all(_existing(find, settings, name) is not None for find, name in finds)
 
 
+def calc_pack_stored(settings: Settings) -> bool:
+    """Whether the arithmetic pack's two QA sets and its exemplar set are stored."""
+    return (_existing(exemplar_sets.find_exemplar_set, settings, CALC_NAME) is not None
+            and all(_existing(qa_sets.find_qa_set, settings, name) is not None
+                    for name in CALC_QA_SETS))
+
+
 def load_demo_pack(settings: Settings, actor: Actor, *, index_now: bool = False
                    ) -> DemoPack:
     """Store what is missing of the pack, as the actor's; build the index here or queue it

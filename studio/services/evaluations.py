@@ -19,7 +19,8 @@ from studio.method import failures
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, SEARCH_ONLY, check_eval_prefix
 from studio.method.reward import ANSWER_MATCHES
-from studio.method.tools import check_tool_names
+from studio.method.tags import SEARCH_TOOL
+from studio.method.tools import FailureLabel, check_tool_names, named_specs
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig
 from studio.services import exemplar_sets, runs
@@ -448,7 +449,7 @@ def latest_evaluated_run(settings: Settings) -> int | None:
 class LabelShare(TypedDict):
     """How many of an evaluation's questions got one failure label (`studio.method.failures`)."""
 
-    label: str  # correct | format_miss | no_search | retrieval_miss | reasoning_miss
+    label: str  # a key of the evaluation's tools' labels: correct, format_miss, no_search, ...
     title: str  # the label as a page names it
     meaning: str  # the label in plain words
     count: int
@@ -463,24 +464,36 @@ class LabelledQuestion(TypedDict):
     golden_answers: list[str]
     prediction: str | None  # the model's last answer; None when it gave none
     searches: list[str]  # its search queries, in order
+    calls: list[dict]  # each call of any tool: tool, input, result (None: none kept), failed
     label: str
 
 
-def label_shares(metrics: dict | None) -> list[LabelShare]:
-    """The split of an evaluation's questions by failure label, every label in precedence
-    order; empty while it has not finished (and for one evaluated before labels were kept)."""
-    counts = (metrics or {}).get("labels")
+def evaluation_labels(evaluation: EvaluationView) -> tuple[FailureLabel, ...]:
+    """The failure labels an evaluation gives, those of its tools in the order they are
+    checked (`failures.label_set`); one labelled before the labels followed the tools has
+    search's."""
+    tools = ((evaluation["params"] or {}).get("protocol") or {}).get("tools", SEARCH_ONLY)
+    labels = failures.label_set(named_specs(tools))
+    stored = ((evaluation["metrics"] or {}).get("labels") or {})
+    return labels if set(stored) <= {label.key for label in labels} else failures.label_set()
+
+
+def label_shares(evaluation: EvaluationView | None) -> list[LabelShare]:
+    """The split of an evaluation's questions by failure label, every label of its tools in
+    precedence order; empty while it has not finished (and for one evaluated before labels
+    were kept)."""
+    counts = ((evaluation or {}).get("metrics") or {}).get("labels")
     if not counts:
         return []
     total = sum(counts.values()) or 1
-    return [{"label": label, "title": failures.TITLES[label],
-             "meaning": failures.MEANINGS[label], "count": counts.get(label, 0),
-             "share": counts.get(label, 0) / total} for label in failures.LABELS]
+    return [{"label": label.key, "title": label.title, "meaning": label.meaning,
+             "count": counts.get(label.key, 0), "share": counts.get(label.key, 0) / total}
+            for label in evaluation_labels(evaluation)]
 
 
 def label_split(settings: Settings, evaluation_id: int) -> list[LabelShare]:
     """`label_shares` of one evaluation (404 when there is none)."""
-    return label_shares(get_evaluation(settings, evaluation_id)["metrics"])
+    return label_shares(get_evaluation(settings, evaluation_id))
 
 
 def evaluation_records(settings: Settings, evaluation_id: int, limit: int = 50) -> list[dict]:
@@ -496,12 +509,14 @@ def evaluation_records(settings: Settings, evaluation_id: int, limit: int = 50) 
 
 def labelled_questions(settings: Settings, evaluation_id: int, label: str,
                        limit: int = 5) -> list[LabelledQuestion]:
-    """The first `limit` questions of an evaluation with `label`, in the QA set's order:
-    question, gold answers, the model's answer and its searches (as stored, unescaped)."""
-    if label not in failures.LABELS:
+    """The first `limit` questions of an evaluation with `label` (one of its tools'), in the
+    QA set's order: question, gold answers, the model's answer, its searches and its calls
+    (as stored, unescaped; a record from before calls were kept lists its searches, without
+    their results)."""
+    keys = [known.key for known in evaluation_labels(get_evaluation(settings, evaluation_id))]
+    if label not in keys:
         raise InvalidInput(f"label: '{label}' is not a failure label; use one of "
-                           f"{', '.join(failures.LABELS)}")
-    get_evaluation(settings, evaluation_id)
+                           f"{', '.join(keys)}")
     path = evaluation_records_path(settings, evaluation_id)
     if limit < 1 or not path.exists():
         return []
@@ -510,7 +525,10 @@ def labelled_questions(settings: Settings, evaluation_id: int, label: str,
         for line in lines:
             record = json.loads(line)
             if record.get("label") == label:
-                found.append({key: record[key] for key in LabelledQuestion.__annotations__})
+                searches = [{"tool": SEARCH_TOOL.name, "input": query, "result": None,
+                             "failed": False} for query in record["searches"]]
+                found.append({**{key: record[key] for key in LabelledQuestion.__annotations__
+                                 if key != "calls"}, "calls": record.get("calls", searches)})
                 if len(found) == limit:
                     break
     return found

@@ -17,7 +17,12 @@ beside it what it did when it was measured (`EXPECTATIONS`).
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
+from studio import demo as demo_files
+from studio.method.tools import using_words
+from studio.run_config import RunConfig
 from studio.services import demo
 from studio.services.access import Actor
 from studio.services.errors import InvalidInput
@@ -25,6 +30,7 @@ from studio.settings import Settings
 
 QUICK_START = "quick-start"
 SEARCH_TOUR = "search-tour"
+CALCULATOR = "calculator"
 
 RUN_PRESETS: dict[str, dict] = {
     QUICK_START: {
@@ -52,6 +58,29 @@ RUN_PRESETS[SEARCH_TOUR] = {
 """quick-start on the short-span questions, with the curriculum and learning rate of the
 calculator world's runs (docs/engine.md, "The calculator world")."""
 RUN_PRESETS[SEARCH_TOUR]["grpo"]["lr"] = 2.0e-4
+RUN_PRESETS[CALCULATOR] = {
+    "name": CALCULATOR, "tools": ["calculator"],
+    "data": {"train": demo.CALC_NAME, "eval": [demo.CALC_HELDOUT_NAME],
+             "exemplars": demo.CALC_NAME},
+    "curriculum": {"stages": [{"exemplars": 3, "steps": 6}, {"exemplars": 2, "steps": 6},
+                              {"exemplars": 1, "steps": 10}]},
+    "guidance": {"mode": "mixed", "share": 0.5, "when": "all-failed"},
+    "prompt": {"layout": "chat", "assistant_prefix": "<think>"},
+    "grpo": {"batch_size": 2, "group_size": 4, "lr": 2.0e-4, "warmup_ratio": 0.1,
+             "temperature": 0.5, "max_turns": 2, "max_turn_tokens": 48,
+             "max_response_tokens": 256, "max_obs_tokens": 200},
+    "reward": {"answer_match": "numeric"},
+    "lora": {"rank": 16, "alpha": 32},
+    "engine": {"checkpoint_every": 8, "evaluate_at_end": True},
+    "seed": 0,
+}
+"""Arithmetic with the calculator (the arithmetic pack, `studio demo --calc`): guided ICRL
+(studio.method.guidance), half of each group sampled with the stage's exemplars as a hint
+for the questions the model gets wrong without them, every answer learning on the prompt
+without exemplars."""
+
+PACKS = {QUICK_START: "demo", SEARCH_TOUR: "demo", CALCULATOR: "calc"}
+"""The demo pack each preset trains on (`studio.services.demo`), stored when it launches."""
 
 
 def _steps(name: str) -> int:
@@ -64,24 +93,11 @@ DESCRIPTIONS = {
     SEARCH_TOUR: f"search on the demo world's short-span questions (a date, a count or a name "
                  f"in one passage), 3 -> 2 -> 0 exemplars, {_steps(SEARCH_TOUR)} small steps with "
                  "LoRA; ends with base against trained on the held-out span and demo questions",
+    CALCULATOR: f"arithmetic with a calculator (the arithmetic pack), exemplars 3 -> 2 -> 1 "
+                f"shown as a hint to half the answers of a question the model gets wrong, "
+                f"{_steps(CALCULATOR)} small steps with LoRA; ends with base against trained "
+                "on the pack's held-out questions",
 }
-
-EXPECTATIONS = {
-    QUICK_START: "the bundled 135M model learns the reply's format and searches while "
-                 "exemplars are in its prompt, but in most runs (4 seeds of 5) it stops "
-                 "searching once they go, and it does not yet answer from what it finds; "
-                 "teaching the tool itself takes a larger model (docs/engine.md, "
-                 "\"The ICRL effect\").",
-    SEARCH_TOUR: "with 3 exemplars the bundled model searches in 90-96% of rollouts, but it "
-                 "cannot read what it finds: 4-12% of them close an answer, almost none "
-                 "right; as the exemplars go it stops searching, and zero-shot it searched on "
-                 "no held-out question on any of 3 seeds (EM 0). It shows the exemplars' "
-                 "effect while they are in the prompt, not a learned habit (docs/engine.md, "
-                 "\"The search ICRL effect\").",
-}
-"""What each preset did when it was measured (3 seeds, bench/icrl_effect.py), shown beside it:
-a user learns what a laptop run can show before spending half an hour on it."""
-
 
 def preset_config(name: str, settings: Settings) -> dict:
     """Preset `name`'s run config (a dict the run schema takes) for the studio's default model
@@ -91,14 +107,98 @@ def preset_config(name: str, settings: Settings) -> dict:
     return {**copy.deepcopy(RUN_PRESETS[name]), "model": settings.default_model}
 
 
-def data_ready(settings: Settings) -> bool:
-    """Whether the data the presets name (the demo pack) is stored."""
+def data_ready(settings: Settings, name: str = QUICK_START) -> bool:
+    """Whether the data preset `name` trains on is stored."""
+    if PACKS[name] == "calc":
+        return demo.calc_pack_stored(settings)
     return demo.demo_pack_stored(settings)
 
 
 def prepare_preset(settings: Settings, actor: Actor, name: str) -> dict:
-    """The preset's config, with the data it names stored (the demo pack, indexed now, the
+    """The preset's config, with the data it names stored (its demo pack, indexed now, the
     actor's where it stores it)."""
     config = preset_config(name, settings)
-    demo.load_demo_pack(settings, actor, index_now=True)
+    if PACKS[name] == "calc":
+        demo.load_calc_pack(settings, actor)
+    else:
+        demo.load_demo_pack(settings, actor, index_now=True)
     return config
+
+
+# --- what each preset did when it was measured --------------------------------------------
+
+MEASURED = Path(demo_files.__file__).parent / "measured"
+"""`bench/icrl_effect.py` results of the presets, one folder a preset, one JSON a seed (the
+bench's OUT.json): the one source of what a preset is said to do."""
+
+_NOT_THE_RUN = ("name", "seed", "model")
+"""Config keys a measured run may differ in from the preset and still be the preset's run."""
+
+
+def same_run(measured: dict, preset: dict) -> bool:
+    """Whether a measured arm's config is the preset's (whatever the bench set apart from
+    the run itself: its name, seed, model and the end-of-run evaluation the bench does on
+    its own), every omitted key at its default."""
+    def canonical(config: dict) -> dict:
+        parsed = RunConfig.model_validate({**config, "name": "x", "seed": 0,
+                                           "model": "m"}).model_dump(mode="json")
+        parsed["engine"].pop("evaluate_at_end")
+        return parsed
+    return canonical(measured) == canonical(preset)
+
+
+def measured_runs(name: str) -> list[dict]:
+    """Per seed (in seed order), what preset `name` did when measured: `seed`, `results`
+    (per held-out QA set the preset's zero-shot evaluation, and the untrained model's where
+    measured), `minutes` and `command`. Only a measured arm whose config is the preset's
+    counts; [] when none is stored."""
+    out = []
+    for path in sorted((MEASURED / name).glob("*.json")):
+        stored = json.loads(path.read_text())
+        arm = next((arm for arm, config in stored["configs"].items()
+                    if arm in stored["results"] and same_run(config, RUN_PRESETS[name])), None)
+        if arm is None:
+            continue
+        out.append({"seed": int(stored["args"]["seed"]), "arm": stored["results"][arm],
+                    "base": stored["results"].get("base"), "held_out": stored["held_out"],
+                    "minutes": stored["minutes"]["all"], "command": stored["command"],
+                    "date": stored.get("date")})
+    return sorted(out, key=lambda run: run["seed"])
+
+
+def _percents(values: list[float]) -> str:
+    return ", ".join(f"{v:.0%}" for v in values)
+
+
+def expectation(name: str) -> str:
+    """What preset `name` did when measured, in words, from its stored results
+    (`measured_runs`): never typed by hand."""
+    runs = measured_runs(name)
+    if not runs:
+        return ("not measured with these settings yet: bench/icrl_effect.py's results for "
+                "it are not stored (docs/engine.md has what earlier settings did).")
+    tools = using_words(RUN_PRESETS[name].get("tools", ["search"]))
+    first = runs[0]
+    held_out = f"{first['arm']['questions']} held-out questions ({first['held_out']})"
+    words = (f"measured on {len(runs)} seed{'s' * (len(runs) > 1)} (2 CPU cores, "
+             f"bench/icrl_effect.py): zero-shot on {held_out}, the trained model used its "
+             f"tool ({tools}) on {_percents([r['arm']['valid_search_rate'] for r in runs])} "
+             f"of them and answered {_percents([r['arm']['em'] for r in runs])} right (EM)")
+    bases = [r["base"] for r in runs if r["base"]]
+    if bases:
+        words += (f"; the untrained model: {_percents([b['valid_search_rate'] for b in bases])}"
+                  f" and {_percents([b['em'] for b in bases])}")
+    minutes = [r["minutes"] for r in runs]
+    return words + (f". Each run took {min(minutes):.0f}-{max(minutes):.0f} minutes with its "
+                    "evaluation (docs/engine.md, \"Guided ICRL\").")
+
+
+def listing(settings: Settings) -> list[dict]:
+    """Every ready-made run: its name, tools, what it is, the data it needs (stored when it
+    launches), its config and what it did when measured."""
+    return [{"name": name, "tools": config.get("tools", ["search"]),
+             "description": DESCRIPTIONS[name], "pack": PACKS[name],
+             "data_ready": data_ready(settings, name),
+             "config": preset_config(name, settings),
+             "expectation": expectation(name), "measured": measured_runs(name)}
+            for name, config in RUN_PRESETS.items()]

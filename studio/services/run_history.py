@@ -18,6 +18,7 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 
 from studio.db import session_scope
 from studio.engines import ENGINES
+from studio.method.exemplars import Exemplar
 from studio.method.token_arrays import TokenArrays, token_view
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
@@ -32,8 +33,8 @@ MAX_COMPARED_RUNS = 20
 # A rollout without its segments: what a list, a table row or the live stream shows.
 ROLLOUT_SUMMARY_COLUMNS = (
     Rollout.id, Rollout.step, Rollout.group_index, Rollout.sample_index, Rollout.stage,
-    Rollout.exemplars, Rollout.question, Rollout.golden_answers, Rollout.reward,
-    Rollout.breakdown, Rollout.advantage, Rollout.created_at,
+    Rollout.exemplars, Rollout.hint_exemplars, Rollout.question, Rollout.golden_answers,
+    Rollout.reward, Rollout.breakdown, Rollout.advantage, Rollout.created_at,
 )
 
 
@@ -69,7 +70,10 @@ class RolloutSummary(TypedDict):
     group: int
     sample: int
     stage: int
-    exemplars: int
+    exemplars: int  # in the prompt it was sampled with
+    # a guided rollout (guidance.mode: mixed): the exemplars it saw as a hint, by their index
+    # in the run's exemplar set; it trained on the prompt without them. None: not guided
+    hint_exemplars: list[int] | None
     question: str
     golden_answers: list | None
     reward: float
@@ -83,6 +87,8 @@ class RolloutDetail(RolloutSummary):
 
     segments: list[dict]  # {source, kind, text, tokens, trained}
     tokens: dict[str, int]
+    hint_questions: list[str] | None  # the question of each of `hint_exemplars`, as the run's
+    # plan snapshot has it (None: not guided, or a run stored before plans)
 
 
 class RolloutPage(TypedDict):
@@ -141,8 +147,9 @@ def event_view(row) -> EventView:
 def rollout_summary(row) -> RolloutSummary:
     return {"id": row.id, "step": row.step, "group": row.group_index,
             "sample": row.sample_index, "stage": row.stage, "exemplars": row.exemplars,
-            "question": row.question, "golden_answers": row.golden_answers,
-            "reward": row.reward, "breakdown": row.breakdown, "advantage": row.advantage}
+            "hint_exemplars": row.hint_exemplars, "question": row.question,
+            "golden_answers": row.golden_answers, "reward": row.reward,
+            "breakdown": row.breakdown, "advantage": row.advantage}
 
 
 def _check_limit(limit: int, most: int) -> None:
@@ -298,9 +305,11 @@ def rollout_page(settings: Settings, run_id: int, filters: RolloutFilter = Rollo
                               .limit(limit + 1)).scalars().all()
         found = {r.id: r for r in session.execute(
             select(*columns).where(Rollout.id.in_(ids[:limit])))} if ids else {}
-    page = [found[i] for i in ids[:limit] if i in found]
-    items = [_with_segments(rollout_summary(r), r.segments) if segments else rollout_summary(r)
-             for r in page]
+        page = [found[i] for i in ids[:limit] if i in found]
+        shown = _exemplar_questions(session, run_id) if segments and any(
+            r.hint_exemplars for r in page) else []
+    items = [_with_segments(rollout_summary(r), r.segments, shown) if segments
+             else rollout_summary(r) for r in page]
     if segments and tokens:
         items = [{**item, "token_view": _token_view(r)} for item, r in zip(items, page,
                                                                           strict=True)]
@@ -316,8 +325,11 @@ def run_rollouts(settings: Settings, run_id: int, step: int | None = None,
                         limit=limit, segments=True)["items"]
 
 
-def _with_segments(summary: RolloutSummary, segments: list | None) -> RolloutDetail:
-    """Each segment marked `trained` (model tokens) or not (prompt, environment), with token sums.
+def _with_segments(summary: RolloutSummary, segments: list | None,
+                   exemplar_questions: list[str]) -> RolloutDetail:
+    """Each segment marked `trained` (model tokens) or not (prompt, environment), with token
+    sums, and a guided rollout's hint exemplars' questions (from `exemplar_questions`, the
+    run's snapshot).
 
     The environment's segments are what the loss ignores; their token counts are the
     loss mask's, so a viewer can highlight exactly the masked spans.
@@ -327,7 +339,17 @@ def _with_segments(summary: RolloutSummary, segments: list | None) -> RolloutDet
     for s in marked:
         source = s.get("source", "env")
         tokens[source] = tokens.get(source, 0) + int(s.get("tokens") or 0)
-    return {**summary, "segments": marked, "tokens": tokens}
+    hint = summary["hint_exemplars"]
+    known = hint and exemplar_questions and all(i < len(exemplar_questions) for i in hint)
+    return {**summary, "segments": marked, "tokens": tokens,
+            "hint_questions": [exemplar_questions[i] for i in hint] if known else None}
+
+
+def _exemplar_questions(session: Session, run_id: int) -> list[str]:
+    """The questions of the exemplars the run's plan snapshots, in the set's order (the
+    indices of `hint_exemplars`); empty for a run stored before plans."""
+    plan = session.execute(select(Run.plan).where(Run.id == run_id)).scalar_one_or_none()
+    return [Exemplar.coerce(e).question for e in (plan or {}).get("exemplars", [])]
 
 
 def _token_view(row) -> dict:
@@ -346,7 +368,8 @@ def _rollout_row(session: Session, run_id: int, rollout_id: int) -> Rollout:
 def rollout_detail(settings: Settings, run_id: int, rollout_id: int) -> RolloutDetail:
     with session_scope(settings.sqlalchemy_url) as session:
         row = _rollout_row(session, run_id, rollout_id)
-        return _with_segments(rollout_summary(row), row.segments)
+        shown = _exemplar_questions(session, run_id) if row.hint_exemplars else []
+        return _with_segments(rollout_summary(row), row.segments, shown)
 
 
 def rollout_tokens(settings: Settings, run_id: int, rollout_id: int) -> RolloutTokens:
@@ -386,7 +409,8 @@ def unused_keys(config: dict | None) -> set[str]:
     them), every setting of an engine's own section (`verl.`) on another backend, and a GRPO
     option's companion while the option is off (the sampling bound without dynamic
     sampling, the overlong penalty without its buffer, the KL estimator and place without a
-    KL coefficient)."""
+    KL coefficient, the guidance's options in a `shown` run and luffy's gamma without
+    luffy)."""
     flat = _flatten(config)
     curriculum = (config or {}).get("curriculum") or {}
     unused = ({"curriculum.preset", "curriculum.steps_per_stage"} if curriculum.get("stages")
@@ -400,6 +424,11 @@ def unused_keys(config: dict | None) -> set[str]:
         unused.add("grpo.overlong_penalty")
     if flat.get("grpo.kl_coef") == 0:
         unused |= {"grpo.kl_estimator", "grpo.kl_in"}
+    shown = flat.get("guidance.mode", "shown") == "shown"
+    if shown:
+        unused |= {"guidance.share", "guidance.shaping", "guidance.when"}
+    if shown or flat.get("guidance.shaping") != "luffy":
+        unused.add("guidance.gamma")
     return unused & set(flat)
 
 

@@ -186,6 +186,8 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
     ("POST", f"{R}/demo"): ("create", lambda w, r: (f"{R}/demo", {})),
     ("POST", f"{R}/demo/math"): ("create", lambda w, r: (f"{R}/demo/math", {})),
     ("POST", f"{R}/demo/calc"): ("create", lambda w, r: (f"{R}/demo/calc", {})),
+    # ready-made runs
+    ("GET", f"{R}/run-presets"): ("read", lambda w, r: (f"{R}/run-presets", {})),
     # curricula
     ("GET", f"{R}/curricula/presets"): ("read", lambda w, r: (f"{R}/curricula/presets", {})),
     ("GET", f"{R}/curricula/presets/{{name}}"): ("read", lambda w, r: (

@@ -3,15 +3,18 @@ through the API, as the Evaluate and Curriculum pages use them through the servi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
 from frontend.server import create_app
 from studio import db
 from studio.db import session_scope
-from studio.method.failures import LABELS
+from studio.method.failures import label_set
 from studio.services import auth, evaluations
 from studio.services.demo import load_demo_pack
+from studio.services.evaluation_files import evaluation_records_path
 from studio.settings import Settings
 from studio.tables import Evaluation, QASet, Run, RunState
 from tests.support.actors import admin, user
@@ -122,14 +125,19 @@ def api_on_any_db(any_db_url, tmp_path):
         yield Api(settings, client, token)
 
 
-def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
-    api = api_on_any_db
+def stored_qa_set(api: Api, name: str, rows: int) -> int:
+    """A QA set's row (its questions are the labelled evaluations' own); its id."""
     with session_scope(api.settings.sqlalchemy_url) as session:
-        qa = QASet(name="held", source_filename="held.jsonl", content_hash="0",
-                   source_format="jsonl", num_rows=5)
+        qa = QASet(name=name, source_filename=f"{name}.jsonl", content_hash="0",
+                   source_format="jsonl", num_rows=rows)
         session.add(qa)
         session.flush()
-        qa_id = qa.id
+        return qa.id
+
+
+def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
+    api = api_on_any_db
+    qa_id = stored_qa_set(api, "held", 5)
     labels = ["retrieval_miss", "correct", "retrieval_miss", "no_search", "format_miss"]
     done = finished_evaluation(api.settings, qa_id, labels, model_ref="base")
 
@@ -144,6 +152,8 @@ def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
     assert [q["id"] for q in missed] == ["1", "3"]
     assert missed[0] == {"id": "1", "question": "Question 1? ", "golden_answers": ["gold 1"],
                          "prediction": "wrong 1 ", "searches": ["query 1 "],
+                         "calls": [{"tool": "search", "input": "query 1 ", "failed": False,
+                                    "result": "Doc 1(Title: Page 1) passage 1 "}],
                          "label": "retrieval_miss"}
     assert [q["id"] for q in api.get(f"/evaluations/{done}/labels/retrieval_miss",
                                      params={"limit": 1}).json()] == ["1"]
@@ -153,7 +163,7 @@ def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
     wrong = api.get(f"/evaluations/{done}/labels/wrong_answer")
     assert wrong.status_code == 422
     assert wrong.json()["detail"] == ("label: 'wrong_answer' is not a failure label; use one of "
-                                      + ", ".join(LABELS))
+                                      + ", ".join(label.key for label in label_set()))
     too_many = api.get(f"/evaluations/{done}/labels/correct", params={"limit": 0})
     assert too_many.status_code == 422 and too_many.json()["detail"].startswith("limit: ")
     assert api.get(f"/evaluations/{done + 1}/labels").status_code == 404
@@ -167,3 +177,40 @@ def test_an_evaluation_s_failure_labels_and_their_questions(api_on_any_db):
         queued_id = queued.id
     assert api.get(f"/evaluations/{queued_id}/labels").json() == []
     assert api.get(f"/evaluations/{queued_id}/labels/correct").json() == []
+
+
+def test_an_evaluation_s_labels_follow_its_tools(api_on_any_db):
+    """A calculator evaluation is split by the calculator's labels and refuses search's; one
+    labelled before the labels followed the tools keeps search's, its searches as its calls."""
+    api = api_on_any_db
+    qa_id = stored_qa_set(api, "sums", 3)
+    done = finished_evaluation(api.settings, qa_id, ["wrong_expression", "no_call",
+                                                     "copied_wrong"],
+                               model_ref="base", tool="calculator")
+    split = api.get(f"/evaluations/{done}/labels").json()
+    assert [(s["label"], s["title"], s["count"]) for s in split] == [
+        ("correct", "correct", 0), ("format_miss", "format miss", 0), ("no_call", "no call", 1),
+        ("call_failed", "call failed", 0), ("wrong_expression", "wrong expression", 1),
+        ("copied_wrong", "copied wrong", 1)]
+    assert "calculator" in split[2]["meaning"]
+    (wrong,) = api.get(f"/evaluations/{done}/labels/wrong_expression").json()
+    assert wrong["calls"][0]["tool"] == "calculator"
+    refused = api.get(f"/evaluations/{done}/labels/no_search")
+    assert refused.status_code == 422 and refused.json()["detail"].endswith(
+        "use one of correct, format_miss, no_call, call_failed, wrong_expression, copied_wrong")
+
+    before = finished_evaluation(api.settings, qa_id, ["no_search", "retrieval_miss"],
+                                 model_ref="base")
+    with session_scope(api.settings.sqlalchemy_url) as session:
+        old = session.get(Evaluation, before)
+        old.params = {**old.params, "protocol": {"tools": ["calculator"]}}
+        session.add(old)
+    records = evaluation_records_path(api.settings, before)
+    records.write_text("".join(
+        json.dumps({key: value for key, value in json.loads(line).items() if key != "calls"})
+        + "\n" for line in records.read_text().splitlines()))
+    assert [s["label"] for s in api.get(f"/evaluations/{before}/labels").json()] == [
+        label.key for label in label_set()]
+    (missed,) = api.get(f"/evaluations/{before}/labels/retrieval_miss").json()
+    assert missed["calls"] == [{"tool": "search", "input": "query 2 ", "result": None,
+                                "failed": False}]

@@ -11,9 +11,11 @@ from fastapi.testclient import TestClient
 
 from studio import db
 from studio.api.app import create_api
+from studio.method.exemplars import Exemplar
 from studio.method.token_arrays import TokenArrays
 from studio.run_config import parse_run_config
 from studio.services import auth, run_history
+from studio.services.run_plans import DataRef, RunPlan
 from studio.settings import Settings
 from studio.tables import Rollout, Run, RunEvent, RunMetric
 
@@ -137,6 +139,34 @@ def test_rollout_detail_marks_what_the_loss_ignores(api):
     assert missing.status_code == 404 and f"rollout {rollout_id}" in missing.json()["detail"]
     bad = client.get(f"/runs/{run_id}/rollouts", params={"cursor": "nope"})
     assert bad.status_code == 422 and "cursor" in bad.json()["detail"]
+
+
+def test_a_guided_rollout_says_which_exemplars_it_saw_with_their_questions(api):
+    """`hint_exemplars` (indices into the run's exemplar snapshot) in a page and in one
+    rollout; the detail adds their questions from the run's plan; not guided: None."""
+    settings, client = api
+    exemplars = [Exemplar(f"question {i}", "<answer>a</answer>") for i in range(3)]
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        run = Run(name="g", config=config("g"), plan=RunPlan(
+            config=parse_run_config(config("g")), corpus=None,
+            train=DataRef(id=1, name="t", content_hash="h"),
+            exemplars=[e.to_dict() for e in exemplars]).model_dump(mode="json"))
+        session.add(run)
+        session.flush()
+        guided = Rollout(run_id=run.id, step=0, exemplars=2, hint_exemplars=[2, 0],
+                         question="q", segments=[])
+        plain = Rollout(run_id=run.id, step=0, question="q", segments=[])
+        session.add_all([guided, plain])
+        session.flush()
+        run_id, ids = run.id, (guided.id, plain.id)
+    page = client.get(f"/runs/{run_id}/rollouts").json()["items"]
+    assert {r["id"]: r["hint_exemplars"] for r in page} == {ids[0]: [2, 0], ids[1]: None}
+    detail = client.get(f"/runs/{run_id}/rollouts/{ids[0]}").json()
+    assert (detail["exemplars"], detail["hint_exemplars"], detail["hint_questions"]) == (
+        2, [2, 0], ["question 2", "question 0"])
+    assert client.get(f"/runs/{run_id}/rollouts/{ids[1]}").json()["hint_questions"] is None
+    cards = run_history.rollout_page(settings, run_id, segments=True)["items"]  # Live run's
+    assert [r["hint_questions"] for r in cards] == [None, ["question 2", "question 0"]]
 
 
 def test_a_rollouts_token_arrays_are_served_per_token_and_an_older_rollout_has_none(api):

@@ -226,6 +226,51 @@ def test_the_grpo_variants_accordion_sets_each_option_and_an_empty_box_unsets_on
     assert all(launch.config_field(p).description for p in launch.GRPO_OPTIONS)
 
 
+def test_the_launch_form_carries_the_guidance_block_and_the_call_bonus():
+    """Beside the curriculum: the mode and share shown, the other options folded away, each
+    labelled and explained by its own field; the launched config carries them."""
+    form = [launch.default_config(), None, "r", "shelf", "", "c", "t", None, "", "native",
+            "cpu", "chat", ["calculator"], False, None, None, *[None] * len(launch.SETTINGS)]
+    paths = [s.path for s in launch.SETTINGS]
+    chosen = {"guidance.mode": "mixed", "guidance.share": 0.25, "guidance.shaping": "luffy",
+              "guidance.gamma": 0.2, "guidance.when": "all-failed", "reward.call_bonus": 0.1}
+    for path, value in chosen.items():
+        form[16 + paths.index(path)] = value
+    config = parse_run_config(launch.assemble(*form))
+    assert config.guidance.model_dump() == {
+        "mode": "mixed", "share": 0.25, "shaping": "luffy", "gamma": 0.2, "when": "all-failed"}
+    assert config.reward.call_bonus == 0.1
+    fields = {s.path: s for s in launch.GUIDANCE_SETTINGS}
+    assert list(fields) == list(chosen) and curriculum.GUIDANCE_SHOWN == (
+        "guidance.mode", "guidance.share")
+    assert (fields["guidance.mode"].label, fields["guidance.mode"].choices) == (
+        config_field("guidance.mode").title, ("shown", "mixed"))
+    assert fields["guidance.when"].choices == ("always", "all-failed")
+    assert all(s.explain == config_field(s.path).description for s in fields.values())
+    form[16 + paths.index("guidance.mode")] = None  # an empty field: the base's, shown
+    assert parse_run_config(launch.assemble(*form)).guidance.mode == "shown"
+
+
+def test_the_curriculum_page_says_the_guidance_with_the_options_that_apply():
+    def line(path: str, value: str) -> str:
+        return f"- {markdown_text(config_field(path).title)}: {markdown_text(value)}"
+
+    shown = curriculum.guidance_words(None)
+    mode = config_field("guidance.mode")
+    assert shown.startswith(f"**{mode.title}: shown** (set on the **Launch** page). "
+                            f"{markdown_text(mode.description)}")
+    assert shown.splitlines()[2:] == [line("reward.call_bonus", "0")], "the rest: mixed only"
+    mixed = {"guidance.mode": "mixed", "guidance.share": 0.5, "guidance.shaping": "none",
+             "guidance.gamma": 0.1, "guidance.when": "always", "reward.call_bonus": 0.1}
+    assert curriculum.guidance_words(mixed).splitlines()[2:] == [
+        line("guidance.share", "0.5"), line("guidance.shaping", "none"),
+        line("guidance.when", "always"), line("reward.call_bonus", "0.1")]
+    luffy = curriculum.guidance_words({**mixed, "guidance.shaping": "luffy"})
+    assert line("guidance.gamma", "0.1") in luffy.splitlines()
+    hostile = curriculum.guidance_words({**mixed, "guidance.when": "<b>x</b>"})
+    assert "<b>" not in hostile
+
+
 def test_the_form_picks_the_precision_among_the_configs_own_values():
     form = [launch.default_config(), None, "r", "shelf", "", "c", "t", None, "", "native", "cpu",
             "chat", ["search"], False, None, None, *[None] * len(launch.SETTINGS)]

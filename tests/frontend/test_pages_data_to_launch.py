@@ -386,6 +386,11 @@ def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(
         if ticked(ui, "#launch-tools", tool):
             ui.page.locator("#launch-tools label", has_text=tool).click()
     ui.page.fill("#run-name textarea", "calc-only")
+    # guided by the exemplars: the mode beside the curriculum, the call bonus folded away
+    assert "How exemplars teach" in ui.page.locator("#setting-guidance-mode").inner_text()
+    ui.page.check("#setting-guidance-mode input[value=mixed]")
+    ui.page.click("#guidance-options .label-wrap")
+    ui.page.fill("#setting-reward-call_bonus input", "0.1")
     ui.page.click("#estimate")
     ui.wait_text("#estimate-note", "Counted with the tokenizer of")
     estimate = ui.table_rows("#stage-estimate")  # a stage per row of the chosen curriculum
@@ -396,7 +401,15 @@ def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(
     saved = yaml.safe_load(ui.page.request.get(link).text())
     assert saved["tools"] == ["calculator"] and saved["data"]["corpus"] is None
     assert (saved["data"]["train"], saved["data"]["exemplars"]) == ("calc", "calc")
+    assert saved["guidance"] == {"mode": "mixed", "share": 0.5, "shaping": "none",
+                                 "gamma": 0.1, "when": "always"}
+    assert saved["reward"]["call_bonus"] == 0.1
     ui.screenshot("launch-calculator")
+    ui.open("Curriculum")  # says the guidance in words
+    told = ui.wait_text("#curriculum-guidance", "How exemplars teach: mixed")
+    assert "Reward for a tool call that worked: 0.1" in told
+    ui.open("Launch")
+    ui.page.check("#setting-guidance-mode input[value=shown]")  # as the next tests expect
 
 
 def ticked(ui: StudioUI, group: str, choice: str) -> bool:

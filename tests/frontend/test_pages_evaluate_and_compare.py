@@ -118,7 +118,8 @@ def test_evaluate_splits_failures_base_beside_trained_and_opens_their_questions(
     ui.page.locator("#evaluate-labels [role=gridcell]", has_text="retrieval miss").click()
     trained = ui.wait_text("#evaluate-examples-trained", "Question 41?")
     for shown in ("Trained model: retrieval miss (5 of 12)", "Gold answer: gold 41",
-                  f"Model's answer: wrong 41 {HOSTILE}", f"Searches: query 41 {HOSTILE}",
+                  f"Model's answer: wrong 41 {HOSTILE}",
+                  f"Calls: search: query 41 {HOSTILE} → Doc 1(Title: Page 41) passage 41 <img",
                   "Question 45?"):
         assert shown in trained, (shown, trained)
     assert "Question 46?" not in trained

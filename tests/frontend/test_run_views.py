@@ -13,6 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from frontend.charts import (
+    HALF_PANELS,
     LIVE_PANELS,
     MODEBAR_WIDTH,
     compare_figure,
@@ -20,13 +21,14 @@ from frontend.charts import (
     plot_value,
 )
 from frontend.pages import evaluate
-from frontend.pages.compare import DIFFERS, NOT_USED, config_table
+from frontend.pages.compare import DIFFERS, NOT_USED, config_table, drawn_panels
 from frontend.rollout_view import (
     COLOR_MAP,
     NOT_TRAINED,
     OVERLAYS,
     PREFIX,
     RESULT_LABELS,
+    header_markdown,
     highlighted,
     overlay_html,
     overlay_legend_html,
@@ -156,6 +158,54 @@ def test_plot_value_is_the_figure_as_plotly_json():
     assert json.loads(value.plot)["data"][0]["name"] == "total"
 
 
+# a mixed-guidance run: the answers without and with the exemplars as a hint, apart; the
+# last steps show no exemplar, so none is guided there
+HALVES = [{**row, "guided_share": 0.5 if row["exemplars"] else 0.0,
+           "zero_shot_valid_search_rate": row["step"] / 11, "zero_shot_answer_rate": 1.0,
+           "zero_shot_acc": 0.1,
+           **({"guided_valid_search_rate": 0.9, "guided_answer_rate": 1.0, "guided_acc": 0.4}
+              if row["exemplars"] else {})} for row in ROWS]
+
+
+def test_a_mixed_run_draws_its_answers_without_and_with_the_hint_side_by_side():
+    figure = live_figure(HALVES, EVENTS)
+    go.Figure(figure)
+    assert sorted(panel_titles(figure)) == sorted(t for t, _ in LIVE_PANELS + HALF_PANELS)
+    assert [t for t, _ in HALF_PANELS] == ["Answers without exemplars",
+                                           "Answers with the exemplars as a hint"]
+    left, right = (len(LIVE_PANELS) + 1, len(LIVE_PANELS) + 2)  # the axes' numbers
+    assert figure["layout"][f"yaxis{left}"]["domain"] == \
+        figure["layout"][f"yaxis{right}"]["domain"], "side by side"
+    curves = {(t["name"], t["xaxis"]): t for t in figure["data"]}
+    calls = curves["tool-call rate", f"x{left}"]
+    assert calls["x"] == list(range(1, 13)) and calls["y"][-1] == 1.0
+    guided = curves["accuracy", f"x{right}"]
+    assert guided["x"] == list(range(1, 9)), "no guided answer once the exemplars are gone"
+    assert {n for n, axis in curves if axis == f"x{right}"} == {
+        "tool-call rate", "answer rate", "accuracy"}
+    assert calls["line"]["color"] == curves["tool-call rate", f"x{right}"]["line"]["color"]
+    assert sorted(panel_titles(live_figure(ROWS, EVENTS))) == sorted(
+        t for t, _ in LIVE_PANELS), "a run without them draws no such panel"
+
+
+def test_compare_draws_the_chosen_curves_then_each_half_where_a_run_has_them():
+    recorded = {"reward_mean", "acc", *HALVES[0]}
+    assert drawn_panels(["acc"], recorded) == [
+        ("acc", "Accuracy"),
+        ("zero_shot_valid_search_rate", "Tool-call rate: answers without exemplars"),
+        ("guided_valid_search_rate", "Tool-call rate: answers with the exemplars as a hint"),
+        ("zero_shot_answer_rate", "Answer rate: answers without exemplars"),
+        ("guided_answer_rate", "Answer rate: answers with the exemplars as a hint"),
+        ("zero_shot_acc", "Accuracy: answers without exemplars"),
+        ("guided_acc", "Accuracy: answers with the exemplars as a hint")]
+    assert drawn_panels(None, {"reward_mean", "acc", "kl"}) == [
+        ("reward_mean", "Reward (total)"), ("acc", "Accuracy")]
+    steps = [0, 1]
+    series = {key: [[0.5, 0.75], [None, None]] for key, _ in drawn_panels(["acc"], recorded)}
+    go.Figure(compare_figure(["#1 mixed", "#2 shown"], steps, series,
+                             drawn_panels(["acc"], recorded)))
+
+
 def test_compare_overlays_one_line_per_run_in_each_panel():
     steps = [0, 1, 2]
     series = {"reward_mean": [[0.1, 0.2, 0.3], [0.5, None, None]], "kl": [[0, 0, 0], [1, 1, None]]}
@@ -258,6 +308,23 @@ ROLLOUT = {
         Segment("env", [0] * 14, "\n\n<information>Doc 1(Title: O) a port</information>\n\n"),
         Segment("model", [0] * 5, "<answer>Ondrell</answer>")], "answer", 1), "<think>"),
 }
+
+
+def test_a_guided_rollout_says_which_exemplars_it_saw_and_that_it_learned_without_them():
+    long = "What is the sum of 3458 and 6582, less 922, written as a whole number?"
+    guided = {**ROLLOUT, "hint_exemplars": [2, 0], "hint_questions": [long, "*2* + 2?"]}
+    header = header_markdown(guided)
+    assert "2 exemplars as a hint · group 0" in header
+    line = header.splitlines()[1]
+    assert line == (
+        f"**Guided:** written with exemplars 3 ({markdown_text(long[:60])}…), "
+        f"1 ({markdown_text('*2* + 2?')}) of the run's set as a hint; it learned on the "
+        "prompt without them.  ")
+    unknown = header_markdown({**guided, "hint_questions": None})  # a run without a plan
+    assert "written with exemplars 3, 1 of the run's set as a hint" in unknown
+    for plain in (ROLLOUT, {**ROLLOUT, "hint_exemplars": None}, {**ROLLOUT, "hint_exemplars": []}):
+        assert "Guided" not in header_markdown(plain)
+        assert "2 exemplars in the prompt" in header_markdown(plain)
 
 
 def test_highlighted_spans_mark_the_environment_as_not_trained_on():
@@ -472,3 +539,33 @@ def test_the_failure_split_has_a_row_per_label_of_each_labelled_set():
         ["held", "correct", "", "1 (25%)"], ["held", "format miss", "", "2 (50%)"],
         ["held", "no search", "", "0 (0%)"], ["held", "retrieval miss", "", "1 (25%)"],
         ["held", "reasoning miss", "", "0 (0%)"]], "a set without labels has no rows"
+
+
+def test_the_failure_split_and_its_legend_speak_the_evaluation_s_tool():
+    def calculator(**labels) -> dict:
+        evaluation = _evaluation(labels={"correct": 0, "format_miss": 0, "no_call": 0,
+                                         "call_failed": 0, "wrong_expression": 0,
+                                         "copied_wrong": 0, **labels})
+        return {**evaluation, "params": {"total": 4, "protocol": {"tools": ["calculator"]}}}
+
+    pairs = [{"qa_set": "calc", "base": calculator(no_call=4),
+              "trained": calculator(correct=1, wrong_expression=2, copied_wrong=1)}]
+    assert evaluate.label_rows(pairs) == [
+        ["calc", "correct", "0 (0%)", "1 (25%)"], ["calc", "format miss", "0 (0%)", "0 (0%)"],
+        ["calc", "no call", "4 (100%)", "0 (0%)"], ["calc", "call failed", "0 (0%)", "0 (0%)"],
+        ["calc", "wrong expression", "0 (0%)", "2 (50%)"],
+        ["calc", "copied wrong", "0 (0%)", "1 (25%)"]]
+    legend = evaluate.labels_help(pairs)
+    assert "- **no call**: the model answered without calling the calculator" in legend
+    assert "search" not in legend and legend.count("**correct**") == 1
+    assert evaluate.labels_help([{"qa_set": "old", "base": _evaluation(),
+                                  "trained": None}]) == ""
+    # a call in an example: its tool, input and result, escaped, a long result cut
+    assert evaluate.call_line({"tool": "calculator", "input": "3458 + 6582", "result": "10040",
+                               "failed": False}) == "calculator: 3458 \\+ 6582 → 10040"
+    passages = evaluate.call_line({"tool": "search", "input": "<b>lamp</b>", "failed": False,
+                                   "result": "Doc 1(Title: Lamp)\n" + "moss " * 40})
+    assert passages.startswith("search: &lt;b&gt;lamp&lt;/b&gt; → Doc 1(Title\\: Lamp\\) moss")
+    assert passages.endswith("…") and passages.count("moss") < 20
+    assert evaluate.call_line({"tool": "search", "input": "q", "result": None,
+                               "failed": False}) == "search: q"

@@ -3,10 +3,13 @@ it stores itself, and says beside it what it did when it was measured."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from studio.services import presets, runs
-from tests.support.actors import admin
+from tests.support.actors import admin, user
+from tests.support.api_client import bearer
 from tests.support.tiny_model import build_tiny_model
 
 
@@ -21,7 +24,9 @@ def test_a_preset_launches_on_the_data_it_stores(settings, tmp_path, name):
     assert run["state"] == "queued" and run["name"] == name
     assert run["config"]["data"]["train"] not in run["config"]["data"]["eval"]
     assert run["config"]["engine"]["evaluate_at_end"] is True
-    assert [s["exemplars"] for s in run["config"]["curriculum"]["stages"]] == [3, 2, 0]
+    shown = [s["exemplars"] for s in run["config"]["curriculum"]["stages"]]
+    assert shown[0] == 3 and shown == sorted(shown, reverse=True)
+    assert presets.data_ready(settings, name)
 
 
 def test_the_search_tour_trains_on_short_spans_and_is_judged_on_both_held_out_sets(settings):
@@ -30,7 +35,53 @@ def test_the_search_tour_trains_on_short_spans_and_is_judged_on_both_held_out_se
     assert config["data"]["eval"] == ["demo-span-heldout", "demo-heldout"]
 
 
-def test_every_preset_says_what_it_did_when_measured():
-    assert set(presets.EXPECTATIONS) == set(presets.DESCRIPTIONS) == set(presets.RUN_PRESETS)
-    for words in presets.EXPECTATIONS.values():
-        assert "docs/engine.md" in words and "seed" in words
+def test_the_calculator_preset_trains_with_guidance_on_the_arithmetic_pack(settings):
+    config = presets.preset_config(presets.CALCULATOR, settings)
+    assert config["tools"] == ["calculator"] and config["data"]["train"] == "calc"
+    assert config["guidance"]["mode"] == "mixed"
+    assert not presets.data_ready(settings, presets.CALCULATOR)
+    presets.prepare_preset(settings, admin(settings), presets.CALCULATOR)
+    assert presets.data_ready(settings, presets.CALCULATOR)
+
+
+def _measured(seed: int, config: dict, valid: float, em: float, minutes: float) -> dict:
+    """A stored bench result as bench/icrl_effect.py writes it (the parts the presets read)."""
+    figures = {"valid_search_rate": valid, "em": em, "answer_rate": 1.0, "questions": 60}
+    return {"args": {"seed": str(seed)}, "held_out": "calc-heldout", "command": "bench ...",
+            "date": "2026-12-06", "configs": {"curriculum": config, "base": config},
+            "results": {"base": {**figures, "valid_search_rate": 0.03, "em": 0.0},
+                        "curriculum": figures}, "minutes": {"all": minutes}}
+
+
+def test_what_a_preset_did_is_written_from_its_stored_results_and_only_its_own(
+        settings, tmp_path, monkeypatch):
+    """The words beside a preset come from bench/icrl_effect.py's stored results, one file a
+    seed; a result measured with other settings than the preset's does not count."""
+    monkeypatch.setattr(presets, "MEASURED", tmp_path)
+    folder = tmp_path / presets.CALCULATOR
+    folder.mkdir()
+    own = {**presets.RUN_PRESETS[presets.CALCULATOR], "seed": 4, "name": "bench-arm",
+           "engine": {"checkpoint_every": 8, "evaluate_at_end": False}}
+    for seed, valid, em, minutes in ((0, 0.93, 0.5, 19.2), (1, 1.0, 0.25, 22.6)):
+        (folder / f"seed{seed}.json").write_text(json.dumps(
+            _measured(seed, {**own, "seed": seed}, valid, em, minutes)))
+    other = {**own, "grpo": {**own["grpo"], "lr": 1e-3}}
+    (folder / "seed2.json").write_text(json.dumps(_measured(2, other, 0.1, 0.9, 5)))
+
+    assert [run["seed"] for run in presets.measured_runs(presets.CALCULATOR)] == [0, 1]
+    words = presets.expectation(presets.CALCULATOR)
+    assert "2 seeds" in words and "60 held-out questions (calc-heldout)" in words
+    assert "93%, 100%" in words and "50%, 25% right" in words and "90%" not in words
+    assert "untrained model: 3%, 3% and 0%, 0%" in words and "19-23 minutes" in words
+    assert presets.expectation(presets.SEARCH_TOUR).startswith("not measured")
+
+
+def test_the_api_lists_every_preset_with_what_it_did_to_any_signed_in_user(api):
+    viewer = bearer(api.settings, user(api.settings, "vera", "viewer"))
+    assert api.client.get("/api/v1/run-presets").status_code == 401
+    listed = api.client.get("/api/v1/run-presets", headers=viewer)
+    assert listed.status_code == 200, listed.text
+    assert [p["name"] for p in listed.json()] == list(presets.RUN_PRESETS)
+    for preset in listed.json():
+        assert preset["expectation"] == presets.expectation(preset["name"])
+        assert preset["config"]["name"] == preset["name"] and preset["tools"]

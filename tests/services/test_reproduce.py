@@ -8,6 +8,7 @@ import json
 from importlib import metadata
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from studio.api.app import create_api
@@ -72,6 +73,26 @@ def test_two_runs_of_one_config_and_seed_on_a_cpu_give_the_same_metrics(settings
                           json={"card": "# a card without its bundle"})
     assert refused.status_code == 422
     assert refused.json()["detail"].startswith("holds no reproducibility bundle")
+
+
+def test_the_guidance_block_goes_from_the_api_and_a_yaml_file_into_the_bundle(studio):
+    """POST /runs takes the run config as it is, `studio run launch FILE` hands `create_run`
+    the file's text: each keeps the guidance block and the call bonus, and the run's
+    reproducibility bundle carries them."""
+    settings, model = studio
+    guidance = {"mode": "mixed", "share": 0.25, "shaping": "luffy", "gamma": 0.2,
+                "when": "all-failed"}
+    config = {**tiny_config(model), "guidance": guidance, "reward": {"call_bonus": 0.1}}
+    client, headers = TestClient(create_api(settings)), admin_headers(settings)
+    launched = client.post("/api/v1/runs", json=config, headers=headers)
+    assert launched.status_code == 201, launched.text
+    bundle = client.get(f"/api/v1/runs/{launched.json()['id']}/reproduce.json",
+                        headers=headers).json()
+    assert bundle["config"]["guidance"] == guidance
+    assert bundle["config"]["reward"]["call_bonus"] == 0.1
+    from_file = runs.create_run(settings, admin(settings), yaml.safe_dump(config), start=False)
+    assert from_file["config"]["guidance"] == guidance
+    assert from_file["config"]["reward"]["call_bonus"] == 0.1
 
 
 def test_a_model_card_carries_the_bundle_and_launches_the_same_run(studio):

@@ -189,8 +189,8 @@ def get_evaluation(evaluation_id: Id, settings: SettingsDep) -> EvaluationView:
 
 @router.get("/evaluations/{evaluation_id}/labels")
 def evaluation_labels(evaluation_id: Id, settings: SettingsDep) -> list[LabelShare]:
-    """Its questions split by failure label (correct, format miss, no search, retrieval miss,
-    reasoning miss); empty until it has succeeded."""
+    """Its questions split by failure label, the labels of its tools (search: correct, format
+    miss, no search, retrieval miss, reasoning miss); empty until it has succeeded."""
     return evaluations.label_split(settings, evaluation_id)
 
 
@@ -200,7 +200,7 @@ def evaluation_label_examples(evaluation_id: Id, label: str, settings: SettingsD
                                                  description="At most this many questions")
                               ) -> list[LabelledQuestion]:
     """Its first questions with `label`: question, gold answers, the model's answer, its
-    searches."""
+    searches and its calls of every tool with their results."""
     return evaluations.labelled_questions(settings, evaluation_id, label, limit)
 
 

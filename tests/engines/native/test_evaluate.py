@@ -146,8 +146,11 @@ def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
     assert result["metrics"]["labels"] == dict.fromkeys(labels, 1)
     assert result["metrics"]["acc"] == 1 / 5  # the correct share is acc
     by_label = {r["label"]: r for r in result["records"]}
-    assert by_label["no_search"]["searches"] == []
+    assert by_label["no_search"]["searches"] == [] == by_label["no_search"]["calls"]
     assert by_label["retrieval_miss"]["searches"] == ["moss lamp"]
+    assert by_label["retrieval_miss"]["calls"] == [
+        {"tool": "search", "input": "moss lamp", "failed": False, "result": "Doc 1(Title: Moss "
+         "lamp) A moss lamp is a lantern filled with glowing moss, invented by Ida Varn."}]
     assert by_label["reasoning_miss"]["prediction"] == "Serrick"
     assert by_label["format_miss"]["prediction"] is None
 
@@ -215,6 +218,11 @@ def test_an_evaluation_counts_calls_per_tool_and_code_errors(tmp_path):
     metrics = result["metrics"]
     assert metrics["tool_calls"] == {"python": 1.0, "search": 0.25}
     assert metrics["code_errors"] == 2
+    # two tools: the generic labels, each call's failure as the engine recorded it
+    assert [r["label"] for r in records] == ["correct", "result_miss", "correct", "correct"]
+    assert [[(c["tool"], c["failed"]) for c in r["calls"]] for r in records] == [
+        [("python", False)], [("python", True), ("python", False)],
+        [("search", False), ("python", True)], []]
 
 
 def test_an_evaluation_counts_the_expressions_the_calculator_refused_as_tool_errors(tmp_path):
@@ -233,6 +241,36 @@ def test_an_evaluation_counts_the_expressions_the_calculator_refused_as_tool_err
     assert records[0]["format"] > records[2]["format"]  # a <calc> call spares 'no search'
     assert result["metrics"]["tool_calls"] == {"calculator": 1.0}
     assert result["metrics"]["code_errors"] == 2
+
+
+def test_a_calculator_evaluation_keeps_each_call_and_labels_in_the_calculator_s_words(
+        tmp_path):
+    """Each record keeps every calculator call with its result and whether it failed, and
+    its label says where the answer went wrong: no call, every call refused, a wrong
+    expression, a right result not copied; the split counts the calculator's labels."""
+    gold = ["118"]  # 58 + 82 - 22
+    scripts = {"Add 58 and 82, take 22?": (gold, ["<calc>58 + 82 - 22</calc>",
+                                                  "<answer>118</answer>"]),
+               "Plus 58 and 82 minus 22?": (gold, ["<answer>140</answer>"]),
+               "Sum 58, 82 less 22?": (gold, ["<calc>58 plus 82</calc>", "<answer>140</answer>"]),
+               "58 + 82 - 22 makes?": (gold, ["<calc>58 + 82</calc>", "<answer>140</answer>"]),
+               "What is 58 + 82 - 22?": (gold, ["<calc>58 + 82 - 22</calc>",
+                                                "<answer>22</answer>"])}
+    result = scripted_evaluation(tmp_path, scripts, [CalculatorTool()])
+    records = result["records"]
+    assert [r["label"] for r in records] == ["correct", "no_call", "call_failed",
+                                             "wrong_expression", "copied_wrong"]
+    assert [r["calls"] for r in records] == [
+        [{"tool": "calculator", "input": "58 + 82 - 22", "result": "118", "failed": False}],
+        [],
+        [{"tool": "calculator", "input": "58 plus 82", "result": "Error: not an arithmetic "
+          "expression; write one such as 12 * (3 + 4)", "failed": True}],
+        [{"tool": "calculator", "input": "58 + 82", "result": "140", "failed": False}],
+        [{"tool": "calculator", "input": "58 + 82 - 22", "result": "118", "failed": False}]]
+    assert all(r["searches"] == [] for r in records)
+    assert result["metrics"]["labels"] == {
+        "correct": 1, "format_miss": 0, "no_call": 1, "call_failed": 1, "wrong_expression": 1,
+        "copied_wrong": 1}
 
 
 def test_a_search_only_evaluation_reports_search_calls_and_no_code_errors(tmp_path):

@@ -57,7 +57,8 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert cfg.reward.custom_reward_function.path == "pkg://worker.engines.verl.reward"
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
         "acc_weight": 0.8, "format_weight": 0.2, "tools": ["search"], "overlong_buffer": 0,
-        "overlong_penalty": 1.0, "max_response_tokens": 2048, "answer_match": "exact"}
+        "overlong_penalty": 1.0, "max_response_tokens": 2048, "answer_match": "exact",
+        "call_bonus": 0.0}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)
@@ -96,11 +97,25 @@ def test_hydra_values_round_trip_through_the_override_grammar(verl, tmp_path):
     ({"verl": {"overrides": ["no-equals-sign"]}}, "verl: overrides[0]"),
     ({"engine": {"dtype": "bfloat16-autocast"}}, "engine.dtype: the verl backend trains in "
                                                  "veRL's own precision"),
+    ({"guidance": {"mode": "mixed", "when": "all-failed"}},
+     "guidance.when: 'all-failed' needs the unguided answers scored before"),
+    ({"guidance": {"mode": "mixed", "shaping": "luffy"}},
+     "guidance.shaping: 'luffy' needs to know in the loss which answers were guided"),
 ])
 def test_configs_the_verl_backend_cannot_run_are_refused_with_the_field(extra, message):
     data = {"name": "x", "backend": "verl", "data": {"corpus": "c", "train": "t"}, **extra}
     with pytest.raises(RunConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_run_config(data)
+
+
+def test_mixed_guidance_runs_on_verl_guiding_always_without_shaping():
+    """What veRL can do of guidance: mixed, always, no shaping; `when` and `shaping` of a
+    shown run do nothing, so they are not refused."""
+    base = {"name": "x", "backend": "verl", "data": {"corpus": "c", "train": "t"}}
+    mixed = parse_run_config({**base, "guidance": {"mode": "mixed", "share": 0.25}})
+    assert (mixed.guidance.when, mixed.guidance.shaping) == ("always", "none")
+    shown = parse_run_config({**base, "guidance": {"when": "all-failed", "shaping": "luffy"}})
+    assert shown.guidance.mode == "shown"
 
 
 def test_a_verl_run_goes_to_the_gpu_queue_unless_told_otherwise():

@@ -140,3 +140,35 @@ def test_the_overlong_penalty_is_added_as_the_native_engine_adds_it(verl, verl_r
         compute(data_source="demo", solution_str=response,
                 ground_truth={"target": golds, "question": "q?"},
                 extra_info={k: v for k, v in info.items() if k != "response_tokens"})
+
+
+SEARCHED_WRONG = (" find it </think><search> Herring Moon Fair </search>"
+                  + format_information([("Gorsemouth", "Held in Gorsemouth.")])
+                  + "<think> got it </think><answer> Tarrowmere </answer>")
+
+
+@pytest.mark.parametrize(("bonus", "working", "added"), [(0.3, 1, 0.3), (0.3, 2, 0.3),
+                                                         (0.3, 0, 0.0), (0.0, 1, 0.0)])
+def test_the_call_bonus_is_added_for_a_call_that_worked(verl, verl_run, bonus, working, added):
+    """reward.call_bonus reaches veRL's reward function as a reward kwarg; the agent loop's
+    count of calls that worked (`working_calls`, merged into extra_info) decides it, as the
+    native engine's `score(..., call_bonus=, working_calls=)`."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    settings, run, files, model = verl_run(reward={"call_bonus": bonus})
+    _, cfg = composed(settings, run, files, model)
+    assert cfg.reward.custom_reward_function.reward_kwargs.call_bonus == bonus
+    compute = get_custom_reward_fn(cfg)
+    info = {"index": 0, "split": "train", "assistant_prefix": "<think>",
+            "response_tokens": 60, "working_calls": working}
+    truth = {"target": ["Gorsemouth"], "question": "q?"}
+    got = compute(data_source="demo", solution_str=SEARCHED_WRONG, ground_truth=truth,
+                  extra_info=info)
+    plain = score("<think>" + SEARCHED_WRONG, ["Gorsemouth"])
+    assert plain.acc == 0 and plain.score == pytest.approx(0.2)
+    assert got["score"] == pytest.approx(plain.score + added)
+    assert got.get("call_bonus") == (added if bonus else None)
+    if bonus:
+        with pytest.raises(ValueError, match="working_calls"):
+            compute(data_source="demo", solution_str=SEARCHED_WRONG, ground_truth=truth,
+                    extra_info={k: v for k, v in info.items() if k != "working_calls"})

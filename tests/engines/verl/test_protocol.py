@@ -10,9 +10,12 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
+from studio.method.guidance import guided_count
 from studio.method.protocol import Limits
+from studio.method.rollouts import working_calls
 from studio.method.tools import CalculatorTool, PythonTool, SearchTool
 from studio.retrieval import MAX_RETRIEVE_QUERIES, build_index
+from studio.run_config import parse_run_config
 from studio.sandbox import Sandbox
 from studio.services import corpora
 from studio.services.auth import issue_token
@@ -29,7 +32,7 @@ from tests.support.scripted_rollouts import (
 )
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.rollout import RolloutConfig
-from worker.engines.verl.protocol import Retriever, roll_out
+from worker.engines.verl.protocol import AgentSpec, Retriever, roll_out
 
 SCRIPTS = {
     "Reverse, search, answer?": ["<reverse> lamp </reverse>", "<search> Ida Varn </search>",
@@ -103,6 +106,7 @@ def test_a_tool_without_a_backend_runs_the_same_in_both_loops(tokenizer, name):
     env = [s for s in native.segments if s.source == "env"]
     assert [s.text for s in env] == results
     assert [(s.tool, s.failed) for s in env] == [(name, False), (name, True)]
+    assert (verl.tool_calls, verl.working_calls) == (2, 1) == (2, working_calls(native))
 
 
 def test_the_scripts_cover_every_move(tokenizer):
@@ -147,3 +151,25 @@ def test_the_retriever_sends_many_queries_in_requests_the_studio_accepts(studio,
     assert too_long.status_code == 422
     assert too_long.json()["detail"] == ("queries[0]: 5000 characters; a query may have at most "
                                          f"{MAX_QUERY_CHARS}")
+
+
+def agent_spec(**config) -> AgentSpec:
+    run_config = parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"}, **config})
+    return AgentSpec(run_config=run_config, exemplars=[], retrieve_url=None, token_file="-")
+
+
+@pytest.mark.parametrize("group", [2, 3, 4, 5, 8])
+@pytest.mark.parametrize("share", [0.1, 0.25, 0.5, 0.75, 0.9])
+def test_a_mixed_group_guides_its_first_guided_count_sessions(group, share):
+    """veRL's V1 trainer numbers a group's samples 0..n-1 (session_id): the first
+    `guided_count(share, n)` of them are guided in a stage with exemplars, none in a stage
+    without, and none in a `shown` run; all of a mixed run train without exemplars."""
+    mixed = agent_spec(guidance={"mode": "mixed", "share": share}, grpo={"group_size": group})
+    count = guided_count(share, group)
+    assert [mixed.guided(2, session, group) for session in range(group)] == \
+        [True] * count + [False] * (group - count)
+    assert not any(mixed.guided(0, session, group) for session in range(group))
+    assert mixed.trained_exemplars(2) == 0
+    shown = agent_spec(grpo={"group_size": group})
+    assert not any(shown.guided(2, session, group) for session in range(group))
+    assert shown.trained_exemplars(2) == 2

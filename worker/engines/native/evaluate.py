@@ -4,8 +4,9 @@ k = 0 exemplars, temperature 0.1, at most 512 new tokens per turn and 6 tool
 calls, top-3 passages; EM (primary), SubEM, F1, plus how the model used the
 tools: calls per tool, and with a tool whose calls can fail (python, the calculator) its tool
 errors (an `<output>` of a failed program, a `<result>` the calculator refused), stored as
-`code_errors`, the key they had when python was the only such tool. The same code evaluates
-a base model and a trained checkpoint.
+`code_errors`, the key they had when python was the only such tool. Each question's record
+keeps every call with its result and a failure label in the words of the run's tools
+(`studio.method.failures`). The same code evaluates a base model and a trained checkpoint.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import torch
 from studio.ingest import QARow
 from studio.method.evaluation import EvalConfig
 from studio.method.exemplars import Exemplar
-from studio.method.failures import failure_label, label_split
+from studio.method.failures import failure_label, label_split, tool_results
 from studio.method.prompt import PromptTemplate, build_prompt, instruction_for
 from studio.method.reward import score
 from studio.method.rollouts import answer_metrics, tool_counts
-from studio.method.tags import search_queries
+from studio.method.tags import SEARCH_TOOL
 from studio.method.tools import Tool, specs
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
@@ -31,11 +32,12 @@ from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: EvalConfig,
              on_progress: Callable[[int, int], None] | None = None,
              exemplars: Sequence[Exemplar] = ()) -> dict:
-    """Metrics over `rows` and one record per question (prediction, scores, tool use, its
-    searches, its failure label and its prompt's length); `metrics["labels"]` counts the
-    questions per label, `metrics["tool_calls"]` the calls per question of each of `tools`
-    (`config.tools`). `config.exemplars` of `exemplars` precede each question (0 in the
-    protocol)."""
+    """Metrics over `rows` and one record per question (prediction, scores, tool use, each
+    call with its result (`calls`) and the search queries among them (`searches`), its
+    failure label in the words of `tools` and its prompt's length); `metrics["labels"]`
+    counts the questions per label, `metrics["tool_calls"]` the calls per question of each of
+    `tools` (`config.tools`). `config.exemplars` of `exemplars` precede each question (0 in
+    the protocol)."""
     rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
                                    top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
@@ -59,15 +61,20 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
             reward = score(response, row.golden_answers, answer_match=config.answer_match,
                            tools=tool_specs)
             calls, failed = tool_counts(rollout)
+            failed_flags = [s.failed for s in rollout.segments if s.tool is not None]
+            results = tool_results(response, tool_specs, failed=failed_flags)
             records.append({"id": row.id, "question": row.question,
                             "golden_answers": row.golden_answers, "prediction": reward.answer,
                             "em": reward.em, "subem": reward.subem, "f1": reward.f1,
                             "acc": reward.acc, "format": reward.format,
                             "search_calls": rollout.num_tool_calls,
                             "tool_calls": calls, "code_errors": failed,
-                            "searches": search_queries(response, tool_specs),
+                            "searches": [c.input for c in results
+                                         if c.tool == SEARCH_TOOL.name],
+                            "calls": [asdict(c) for c in results],
                             "label": failure_label(response, row.golden_answers, tool_specs,
-                                                   answer_match=config.answer_match),
+                                                   answer_match=config.answer_match,
+                                                   failed=failed_flags),
                             "stop_reason": rollout.stop_reason, "prompt_tokens": len(prompt)})
         if on_progress:
             on_progress(len(records), len(rows))
@@ -78,5 +85,5 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
         if records else 0.0 for t in tool_specs}
     if any(tool.can_fail for tool in tools):
         metrics["code_errors"] = sum(r["code_errors"] for r in records)
-    metrics["labels"] = label_split(r["label"] for r in records)
+    metrics["labels"] = label_split((r["label"] for r in records), tool_specs)
     return {"metrics": metrics, "records": records}

@@ -217,6 +217,7 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "+reward.custom_reward_function.reward_kwargs.format_weight":
             config.reward.format_weight,
         "+reward.custom_reward_function.reward_kwargs.answer_match": config.reward.answer_match,
+        "+reward.custom_reward_function.reward_kwargs.call_bonus": config.reward.call_bonus,
         "+reward.custom_reward_function.reward_kwargs.tools": config.tools,
         "trainer.project_name": PROJECT_NAME,
         "trainer.experiment_name": f"run-{files.root.parent.name}",

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from studio.ingest.corpus import split_contents
 from studio.method import protocol
 from studio.method.exemplars import Exemplar
+from studio.method.guidance import guided_count
 from studio.method.prompt import derive_seed
 from studio.method.tools import Passages, Tool, run_tool
 from studio.retrieval.passages import MAX_RETRIEVE_QUERIES
@@ -74,6 +75,20 @@ class AgentSpec(BaseModel):
     def sample_seed(self, global_steps: int, index: int) -> int:
         """The seed of a question's sampled exemplars: the same for all G samples of it."""
         return derive_seed(self.run_config.seed, max(global_steps - 1, 0), index)
+
+    def trained_exemplars(self, exemplars: int) -> int:
+        """The exemplar count of the prompt a sample trains on: the stage's, or none in
+        mixed guidance (where the stage's are only a hint while sampling, `guided`)."""
+        return 0 if self.run_config.guidance.mode == "mixed" else exemplars
+
+    def guided(self, exemplars: int, session: int, group_size: int) -> bool:
+        """Whether a sample rolls out with its stage's `exemplars` as a hint and trains on the
+        prompt without them (`guidance.mode: mixed`, `studio.method.guidance`): the first
+        `guided_count` samples of each group, as the native engine orders a group. veRL's V1
+        trainer numbers a group's samples 0..n-1 (`session`, its `session_id`)."""
+        guidance = self.run_config.guidance
+        return (guidance.mode == "mixed" and exemplars > 0
+                and session < guided_count(guidance.share, group_size))
 
 
 @lru_cache(maxsize=4)
@@ -127,7 +142,8 @@ class Retriever:
 
 @dataclass
 class ProtocolRollout:
-    """One response: ids, mask and log-probs of equal length; why and after what it stopped."""
+    """One response: ids, mask and log-probs of equal length; why and after what it stopped;
+    its tool calls whose result came in, and how many of those failed (`Tool.failed`)."""
 
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
@@ -135,7 +151,13 @@ class ProtocolRollout:
     model_turns: int = 0
     env_turns: int = 0
     tool_calls: int = 0
+    failed_calls: int = 0
     stop_reason: str = "length"
+
+    @property
+    def working_calls(self) -> int:
+        """The calls whose result came back without an error (`reward.call_bonus`)."""
+        return self.tool_calls - self.failed_calls
 
     def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.response_ids += list(ids)
@@ -175,4 +197,6 @@ async def roll_out(prompt_ids: list[int], generate: Generate, tools: Sequence[To
             return out
         out.add(fitted[1], 0)
         out.env_turns += 1
-        out.tool_calls += int(move.action == "call")
+        if move.action == "call":
+            out.tool_calls += 1
+            out.failed_calls += int(move.tool.failed(result))

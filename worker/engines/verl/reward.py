@@ -14,6 +14,10 @@ the length is the response's token count, the tool's tokens included, which the 
 loop hands over as `extra_info["response_tokens"]` (veRL's reward loop merges each
 rollout's `extra_fields` into its `extra_info`). The `score` is then the penalised
 reward (what GRPO and `filter_groups` see) and `overlong_penalty` says how much.
+
+`reward.call_bonus` is the native engine's too (`studio.method.reward.score`): the agent
+loop counts the tool calls whose result came back without an error and hands the count
+over as `extra_info["working_calls"]`; `call_bonus` then says what it added.
 """
 
 from __future__ import annotations
@@ -38,18 +42,25 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
                   acc_weight: float = 0.8, format_weight: float = 0.2, overlong_buffer: int = 0,
                   overlong_penalty: float = 1.0, max_response_tokens: int = 0,
                   answer_match: AnswerMatch = "exact", tools: Sequence[str] = ("search",),
-                  **_: object) -> dict:
+                  call_bonus: float = 0.0, **_: object) -> dict:
     """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each;
-    with `overlong_buffer` also `overlong_penalty`, already added to `score`. `tools`: the
+    with `call_bonus` also `call_bonus` (what it added, inside `score`), with
+    `overlong_buffer` also `overlong_penalty`, already added to `score`. `tools`: the
     run's (their result blocks are the environment's, their calls count as tool calls)."""
     extra_info = extra_info or {}
     prefix = extra_info.get("assistant_prefix") or ""
+    if call_bonus and "working_calls" not in extra_info:
+        raise ValueError("call_bonus needs the count of tool calls that worked: the studio's "
+                         "agent loop passes extra_info['working_calls']")
     result = score(prefix + solution_str, golden_answers(ground_truth),
                    acc_weight=acc_weight, format_weight=format_weight, answer_match=answer_match,
-                   tools=named_specs(list(tools)))
+                   tools=named_specs(list(tools)), call_bonus=call_bonus,
+                   working_calls=int(extra_info.get("working_calls", 0)))
     out = {"score": result.score, "acc": result.acc, "format": result.format, "em": result.em,
            "subem": result.subem, "f1": result.f1}
     out.update({f"penalty_{name}": float(name in result.penalties) for name in PENALTY_NAMES})
+    if call_bonus:  # a key every response of the run has, as veRL's batches need
+        out["call_bonus"] = float(result.call_bonus)
     if overlong_buffer:
         if "response_tokens" not in extra_info:
             raise ValueError("overlong_buffer needs the response's token count: the studio's "

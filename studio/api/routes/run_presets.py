@@ -1,0 +1,41 @@
+"""The ready-made runs (studio.services.presets): what each is, the data it needs and what it
+did when measured, as the Launch page offers them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from studio.api.deps import SettingsDep
+from studio.services import presets
+
+router = APIRouter(tags=["runs"])
+
+
+class MeasuredSeed(BaseModel):
+    seed: int
+    held_out: str = Field(description="The held-out QA set it was evaluated on, zero-shot")
+    arm: dict = Field(description="The trained model's evaluation (valid_search_rate is the "
+                      "share of questions with a tool call that ran; em, answer_rate, ...)")
+    base: dict | None = Field(description="The untrained model's, where it was measured")
+    minutes: float = Field(description="Training and evaluation, on 2 CPU cores")
+    command: str
+    date: str | None
+
+
+class RunPreset(BaseModel):
+    name: str
+    tools: list[str]
+    description: str
+    pack: str = Field(description="The demo pack it trains on, stored when it launches")
+    data_ready: bool = Field(description="Whether that pack is stored already")
+    config: dict = Field(description="The run config it launches (POST /runs takes it)")
+    expectation: str = Field(description="What it did when measured, in words, from `measured`")
+    measured: list[MeasuredSeed]
+
+
+@router.get("/run-presets")
+def run_presets(settings: SettingsDep) -> list[RunPreset]:
+    """Every ready-made run, with what it did when measured (bench/icrl_effect.py's stored
+    results, one per seed)."""
+    return presets.listing(settings)
