@@ -328,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the ready-made run the arms start from (studio.services.presets; "
                         "default quick-start); its stored results come from --preset NAME "
                         "--arms base,curriculum --out studio/demo/measured/NAME/seedN")
+    parser.add_argument("--machine", default="2 CPU cores, nothing else running",
+                        help="what the runs shared the machine with, kept with the results (a "
+                        "preset's words quote it beside the minutes)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help=f"which arms to run, comma-separated, of {', '.join(ARMS)} "
@@ -459,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".json").write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "held_out": heldout,
          "command": " ".join(["bench/icrl_effect.py", *(argv or sys.argv[1:])]),
-         "date": time.strftime("%Y-%m-%d"), "configs": configs,
+         "date": time.strftime("%Y-%m-%d"), "machine": args.machine, "configs": configs,
          "results": results, "search_results": searched,
          "search_one_hop_results": one_hop, "curves": curves,
          "models": {k: str(v) for k, v in folders.items()},

@@ -131,8 +131,8 @@ MEASURED = Path(demo_files.__file__).parent / "measured"
 """`bench/icrl_effect.py` results of the presets, one folder a preset, one JSON a seed (the
 bench's OUT.json): the one source of what a preset is said to do."""
 
-_NOT_THE_RUN = ("name", "seed", "model")
-"""Config keys a measured run may differ in from the preset and still be the preset's run."""
+QUIET = "2 CPU cores, nothing else running"
+"""What a stored result's `machine` says when it does not say (the bench's own setting)."""
 
 
 def same_run(measured: dict, preset: dict) -> bool:
@@ -162,7 +162,7 @@ def measured_runs(name: str) -> list[dict]:
         out.append({"seed": int(stored["args"]["seed"]), "arm": stored["results"][arm],
                     "base": stored["results"].get("base"), "held_out": stored["held_out"],
                     "minutes": stored["minutes"]["all"], "command": stored["command"],
-                    "date": stored.get("date")})
+                    "date": stored.get("date"), "machine": stored.get("machine", QUIET)})
     return sorted(out, key=lambda run: run["seed"])
 
 
@@ -180,17 +180,21 @@ def expectation(name: str) -> str:
     tools = using_words(RUN_PRESETS[name].get("tools", ["search"]))
     first = runs[0]
     held_out = f"{first['arm']['questions']} held-out questions ({first['held_out']})"
-    words = (f"measured on {len(runs)} seed{'s' * (len(runs) > 1)} (2 CPU cores, "
-             f"bench/icrl_effect.py): zero-shot on {held_out}, the trained model used its "
+    words = (f"measured on {len(runs)} seed{'s' * (len(runs) > 1)} "
+             f"(bench/icrl_effect.py): zero-shot on {held_out}, the trained model used its "
              f"tool ({tools}) on {_percents([r['arm']['valid_search_rate'] for r in runs])} "
              f"of them and answered {_percents([r['arm']['em'] for r in runs])} right (EM)")
     bases = [r["base"] for r in runs if r["base"]]
     if bases:
-        words += (f"; the untrained model: {_percents([b['valid_search_rate'] for b in bases])}"
-                  f" and {_percents([b['em'] for b in bases])}")
-    minutes = [r["minutes"] for r in runs]
-    return words + (f". Each run took {min(minutes):.0f}-{max(minutes):.0f} minutes with its "
-                    "evaluation (docs/engine.md, \"Guided ICRL\").")
+        words += (f"; the untrained model used it on "
+                  f"{_percents([b['valid_search_rate'] for b in bases])} and answered "
+                  f"{_percents([b['em'] for b in bases])} right")
+    minutes = [round(r["minutes"]) for r in runs]
+    spread = f"{min(minutes)}" if min(minutes) == max(minutes) else \
+        f"{min(minutes)}-{max(minutes)}"
+    machines = sorted({r["machine"] for r in runs})
+    return words + (f". A run took {spread} minutes with its evaluation "
+                    f"({'; '.join(machines)}; docs/engine.md, \"Guided ICRL\").")
 
 
 def listing(settings: Settings) -> list[dict]:

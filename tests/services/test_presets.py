@@ -72,7 +72,7 @@ def test_what_a_preset_did_is_written_from_its_stored_results_and_only_its_own(
     words = presets.expectation(presets.CALCULATOR)
     assert "2 seeds" in words and "60 held-out questions (calc-heldout)" in words
     assert "93%, 100%" in words and "50%, 25% right" in words and "90%" not in words
-    assert "untrained model: 3%, 3% and 0%, 0%" in words and "19-23 minutes" in words
+    assert "untrained model used it on 3%, 3% and answered 0%, 0% right" in words and "19-23 minutes" in words
     assert presets.expectation(presets.SEARCH_TOUR).startswith("not measured")
 
 

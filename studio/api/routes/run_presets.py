@@ -18,7 +18,8 @@ class MeasuredSeed(BaseModel):
     arm: dict = Field(description="The trained model's evaluation (valid_search_rate is the "
                       "share of questions with a tool call that ran; em, answer_rate, ...)")
     base: dict | None = Field(description="The untrained model's, where it was measured")
-    minutes: float = Field(description="Training and evaluation, on 2 CPU cores")
+    minutes: float = Field(description="Training and evaluation")
+    machine: str = Field(description="What ran them, and what else ran beside")
     command: str
     date: str | None
 
