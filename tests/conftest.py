@@ -7,23 +7,17 @@ machine of this project, CI's too; the tests use them for real.
 from __future__ import annotations
 
 import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
-# One compute thread per test process (and the processes tests start): the suite runs in two
-# processes on two cores, and PyTorch's default of a thread per core makes matmuls wait on
-# each other (perf-notes: ~50x slower on a model of the default's size).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import psycopg
+import pytest
 
-import socket  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import psycopg  # noqa: E402
-import pytest  # noqa: E402
-
-from studio import db  # noqa: E402
-from studio.settings import Settings  # noqa: E402
-from tests.support.actors import admin  # noqa: E402
+from studio import db
+from studio.settings import Settings
+from tests.support.actors import admin
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get(

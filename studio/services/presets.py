@@ -11,7 +11,7 @@ first search result. Everything else keeps method.md's defaults (the reward incl
 `search-tour` is the same on the demo's short-span questions (one passage holds a date, a
 count or a name), with the curriculum and learning rate that formed the calculator habit;
 it is judged on the held-out span questions and the demo's held-out ones. Each preset says
-beside it what it did when it was measured (`EXPECTATIONS`).
+beside it what it did when it was measured (`expectation`, from its stored results).
 """
 
 from __future__ import annotations
