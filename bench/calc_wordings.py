@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio import db
     from studio.run_config import RunConfig
     from studio.services import evaluations, presets, qa_sets
+    from studio.services.errors import NotFound
     from studio.settings import Settings
     from worker.evaluation import run_evaluation
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = questions()
     try:
         qa_sets.find_qa_set(settings, QA_SET)
-    except Exception:  # noqa: BLE001 - not stored yet
+    except NotFound:  # not stored yet
         data = "".join(json.dumps(row) + "\n" for row in rows).encode()
         qa_sets.create_qa_set(settings, admin(settings), io.BytesIO(data), f"{QA_SET}.jsonl",
                               QA_SET, purpose="eval")

@@ -170,10 +170,10 @@ def _percents(values: list[float]) -> str:
     return ", ".join(f"{v:.0%}" for v in values)
 
 
-def expectation(name: str) -> str:
-    """What preset `name` did when measured, in words, from its stored results
-    (`measured_runs`): never typed by hand."""
-    runs = measured_runs(name)
+def expectation(name: str, runs: list[dict] | None = None) -> str:
+    """What preset `name` did when measured, in words, from its stored results (`runs`:
+    `measured_runs(name)`, read here when not given): never typed by hand."""
+    runs = measured_runs(name) if runs is None else runs
     if not runs:
         return ("not measured with these settings yet: bench/icrl_effect.py's results for "
                 "it are not stored (docs/engine.md has what earlier settings did).")
@@ -200,9 +200,12 @@ def expectation(name: str) -> str:
 def listing(settings: Settings) -> list[dict]:
     """Every ready-made run: its name, tools, what it is, the data it needs (stored when it
     launches), its config and what it did when measured."""
-    return [{"name": name, "tools": config.get("tools", ["search"]),
-             "description": DESCRIPTIONS[name], "pack": PACKS[name],
-             "data_ready": data_ready(settings, name),
-             "config": preset_config(name, settings),
-             "expectation": expectation(name), "measured": measured_runs(name)}
-            for name, config in RUN_PRESETS.items()]
+    listed = []
+    for name, config in RUN_PRESETS.items():
+        runs = measured_runs(name)
+        listed.append({"name": name, "tools": config.get("tools", ["search"]),
+                       "description": DESCRIPTIONS[name], "pack": PACKS[name],
+                       "data_ready": data_ready(settings, name),
+                       "config": preset_config(name, settings),
+                       "expectation": expectation(name, runs), "measured": runs})
+    return listed
