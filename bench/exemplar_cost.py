@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
 
-        args.model = str(build_tiny_model(args.data_dir / "tiny"))
+        args.model = str(build_tiny_model(args.data_dir / "models" / "tiny"))
         args.batch, args.group, args.new_tokens, args.steps = 2, 2, 8, 1
     arms = ARMS[:2] if args.without_per_group else ARMS
     qa_path, exemplars_path, tool = pack_files(args.pack)

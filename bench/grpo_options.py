@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
 
-        args.model = str(build_tiny_model(args.data_dir / "tiny"))
+        args.model = str(build_tiny_model(args.data_dir / "models" / "tiny"))
         args.steps = 2
     settings = Settings(data_dir=args.data_dir)
     settings.resolved_data_dir.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,25 @@ def run_child(args) -> int:
     return 0
 
 
+def trained_arms(settings, configs: dict[str, dict], arms: list[str]) -> tuple[dict, float]:
+    """`--evaluate-only`: each trained arm's latest run of its config's name in the data
+    dir (all its steps done), and the minutes its steps took (the slowest arm's, as they
+    trained side by side; the model's loading not counted)."""
+    from studio.services import runs
+
+    created, minutes = {}, 0.0
+    for arm in (a for a in arms if a in configs):
+        named = runs.runs_named(settings, configs[arm]["name"])
+        run = runs.get_run(settings, named[-1]) if named else None
+        if run is None or run["current_step"] < run["total_steps"]:
+            raise SystemExit(f"--evaluate-only: no fully trained run of arm '{arm}' "
+                             f"({configs[arm]['name']}) in this data dir; train it first")
+        created[arm] = run
+        minutes = max(minutes, sum(m["time_step"] for m in runs.run_metrics(
+            settings, run["id"])) / 60)
+    return created, minutes
+
+
 def evaluate(settings, args, targets: dict[str, dict], qa_set: str, corpus: str | None,
              protocol: dict, tag: str) -> dict[str, dict]:
     """Each target (a model or a run) evaluated zero-shot on `qa_set` under `protocol`, two
@@ -353,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="default: DATA_DIR/icrl_effect")
     parser.add_argument("--quick", action="store_true",
                         help="a tiny random model, 2 steps: checks the script")
+    parser.add_argument("--evaluate-only", action="store_true", dest="evaluate_only",
+                        help="evaluate the arms an earlier call with the same flags trained "
+                        "in --data-dir (its evaluation failed or was stopped), without "
+                        "training them again")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     return parser
 
@@ -376,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
 
-        args.model = str(build_tiny_model(args.data_dir / "tiny"))
+        args.model = str(build_tiny_model(args.data_dir / "models" / "tiny"))
         args.stages, args.batch, args.group, args.turn_tokens = "1x1,0x1", 2, 2, 8
         args.limit = args.limit or 4
     out = args.out or args.data_dir / "icrl_effect"
@@ -402,12 +425,16 @@ def main(argv: list[str] | None = None) -> int:
                                               args.exemplars.name, EXEMPLAR_SET)
     t0 = time.time()
     configs = arm_configs(args, settings)
-    created = {arm: runs.create_run(settings, admin(settings), config, start=False)
-               for arm, config in configs.items() if arm in arms}
-    with ThreadPoolExecutor(2) as pool:  # the trained arms side by side
-        list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
-                                        args.data_dir, logs / f"train-{arm}.log"), created))
-    train_minutes = (time.time() - t0) / 60
+    if args.evaluate_only:
+        created, train_minutes = trained_arms(settings, configs, arms)
+        t0 -= train_minutes * 60
+    else:
+        created = {arm: runs.create_run(settings, admin(settings), config, start=False)
+                   for arm, config in configs.items() if arm in arms}
+        with ThreadPoolExecutor(2) as pool:  # the trained arms side by side
+            list(pool.map(lambda arm: child(["--child", "train", str(created[arm]["id"])],
+                                            args.data_dir, logs / f"train-{arm}.log"), created))
+        train_minutes = (time.time() - t0) / 60
 
     from studio.run_config import RunConfig
 

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
 
-        args.model = str(build_tiny_model(args.data_dir / "tiny"))
+        args.model = str(build_tiny_model(args.data_dir / "models" / "tiny"))
         args.limit = 4
     settings = Settings(data_dir=args.data_dir)
     model_ref = args.model or settings.default_model

@@ -106,6 +106,31 @@ def rollout_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown]) -> 
     return metrics
 
 
+PART_FIGURES = ("acc", "reward_mean", "valid_search_rate", "answer_rate")
+"""The figures a step logs of a part of its rollouts apart (`zero_shot_acc`, `guided_acc`, ...)."""
+
+
+def part_metrics(prefix: str, rollouts: list[Rollout],
+                 rewards: list[RewardBreakdown]) -> dict[str, float]:
+    """`PART_FIGURES` of some of a step's rollouts, named `<prefix>_<figure>`; empty for none."""
+    if not rollouts:
+        return {}
+    figures = rollout_metrics(rollouts, rewards)
+    return {f"{prefix}_{key}": figures[key] for key in PART_FIGURES}
+
+
+def guidance_metrics(rollouts: list[Rollout], rewards: list[RewardBreakdown],
+                     hinted: Sequence[bool]) -> dict[str, float]:
+    """A mixed-guidance step's figures (both engines): the share of rollouts sampled with
+    the exemplars as a hint, and the unhinted (`zero_shot_*`) and hinted (`guided_*`)
+    rollouts' figures apart: the habit forming without the exemplars before they go."""
+    out = {"guided_share": _mean([1.0 if h else 0.0 for h in hinted])}
+    for prefix, wanted in (("zero_shot", False), ("guided", True)):
+        picked = [i for i, h in enumerate(hinted) if bool(h) == wanted]
+        out.update(part_metrics(prefix, [rollouts[i] for i in picked],
+                                [rewards[i] for i in picked]))
+    return out
+
 def tool_counts(rollout: Rollout) -> tuple[dict[str, int], int]:
     """Per tool the calls that ran, and how many of those failed (tool errors)."""
     calls: dict[str, int] = {}

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from studio.method.guidance import guided_count
 from studio.run_config import GrpoSpec, RunConfig
 
 #: A run longer than this on its queue gets a warning at launch.
@@ -144,11 +145,18 @@ class Rates:
             "prefill", "decode", "decode_forward", "reference", "update", "optimizer_step")))
 
 
-def step_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> dict[str, float]:
-    """Seconds of each phase of one step (rollout, reference, update) and their sum."""
-    rollout = ((rollout_prefill_work(shape, step) + rollout_env_work(shape, step))
-               / rates.prefill
-               + step.model_tokens * rates.decode_forward + decode_work(shape, step) / rates.decode)
+def rollout_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> float:
+    """Seconds to sample the step's rows in one pass (prefill, decoding, the tools' blocks)."""
+    return ((rollout_prefill_work(shape, step) + rollout_env_work(shape, step)) / rates.prefill
+            + step.model_tokens * rates.decode_forward + decode_work(shape, step) / rates.decode)
+
+
+def step_seconds(shape: ModelShape, rates: Rates, step: StepShape,
+                 rollout: float | None = None) -> dict[str, float]:
+    """Seconds of each phase of one step (rollout, reference, update) and their sum;
+    `rollout`: the sampling's seconds when it is not one pass over `step`'s prompts
+    (`mixed_rollout_seconds`)."""
+    rollout = rollout_seconds(shape, rates, step) if rollout is None else rollout
     reference = scoring_work(shape, step) / rates.reference if step.reference else 0.0
     mini = step.mini_batches
     update = scoring_work(shape, step, mini) / rates.update
@@ -160,6 +168,20 @@ def step_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> dict[str, 
         update += scoring_work(shape, step) / rates.reference
     return {"rollout": rollout, "reference": reference, "update": update,
             "total": rollout + reference + update}
+
+
+def mixed_rollout_seconds(shape: ModelShape, rates: Rates, trained: StepShape, guided: int,
+                          hinted_prompt: int, hinted_shared: int, passes: int) -> float:
+    """Sampling a mixed-guidance step with exemplars (`studio.method.guidance`): `guided`
+    rows of each group on the prompt with the exemplars (`hinted_prompt` tokens, sharing
+    `hinted_shared`), the rest on the prompt all of them train on (`trained`'s). With
+    `when: all-failed` the two parts are sampled one after the other (`passes` = 2), each
+    paying the fixed cost per decoding forward; with `always` in one pass."""
+    hinted = replace(trained, group=guided, prompt=hinted_prompt, shared=hinted_shared)
+    plain = replace(trained, group=trained.group - guided)
+    parts = [part for part in (hinted, plain) if part.group]
+    return (sum(rollout_seconds(shape, rates, part) for part in parts)
+            - (len(parts) - min(passes, len(parts))) * trained.model_tokens * rates.decode_forward)
 
 
 def worst_case_response(grpo: GrpoSpec) -> tuple[int, int]:
@@ -203,20 +225,35 @@ def step_shape(config: RunConfig, prompt_tokens: int, shared_tokens: int) -> Ste
                      reference=grpo.kl_coef > 0, lora=config.lora is not None)
 
 
+def _prompt(stage: dict, zero_shot: bool = False) -> tuple[int, int]:
+    """(tokens, shared tokens) of a stage's longest prompt, or of its prompt without
+    exemplars, as the engine sees it: prompts cut from the left no longer start alike, so
+    nothing is shared."""
+    lead = "zero_shot_" if zero_shot else ""
+    tokens, limit = stage[f"{lead}prompt_tokens"], stage["max_prompt_tokens"]
+    return min(tokens, limit), 0 if tokens > limit else stage[f"{lead}shared_tokens"]
+
+
 def estimate_run(figures: dict, config: RunConfig, stages: Sequence[dict]) -> dict:
     """Seconds per step of each stage and the run's total, from a calibration's `figures`
     and the launch check's stages (`stage`, `exemplars`, `steps`, `prompt_tokens`,
-    `shared_tokens`, `max_prompt_tokens`). `steps` per stage in the answer are the steps
-    this run spends in it (`grpo.steps` may cut or extend the plan)."""
+    `shared_tokens`, their `zero_shot_` twins for the prompt without exemplars, and
+    `max_prompt_tokens`). `steps` per stage in the answer are the steps this run spends in
+    it (`grpo.steps` may cut or extend the plan). In a mixed-guidance stage with exemplars
+    only the hinted part of the sampling pays for them (`mixed_rollout_seconds`)."""
     shape, rates = ModelShape.from_dict(figures["shape"]), Rates.from_dict(figures["rates"])
     counts = steps_per_stage([s["steps"] for s in stages], config.total_steps)
+    guidance = config.guidance
     rows, total = [], 0.0
     for stage, count in zip(stages, counts, strict=True):
-        limit = stage["max_prompt_tokens"]
-        prompt = min(stage["prompt_tokens"], limit)
-        # prompts cut from the left no longer start alike: nothing is shared
-        shared = 0 if stage["prompt_tokens"] > limit else stage["shared_tokens"]
-        seconds = step_seconds(shape, rates, step_shape(config, prompt, shared))
+        if guidance.mode == "mixed" and stage["exemplars"] > 0:
+            trained = step_shape(config, *_prompt(stage, zero_shot=True))
+            rollout = mixed_rollout_seconds(
+                shape, rates, trained, guided_count(guidance.share, trained.group),
+                *_prompt(stage), passes=2 if guidance.when == "all-failed" else 1)
+            seconds = step_seconds(shape, rates, trained, rollout)
+        else:
+            seconds = step_seconds(shape, rates, step_shape(config, *_prompt(stage)))
         total += count * seconds["total"]
         rows.append({"stage": stage["stage"], "exemplars": stage["exemplars"], "steps": count,
                      "seconds_per_step": seconds["total"],

@@ -54,9 +54,12 @@ RUN_PRESETS[SEARCH_TOUR] = {
     "data": {"corpus": demo.DEMO_NAME, "train": demo.SPAN_NAME,
              "eval": [demo.SPAN_HELDOUT_NAME, demo.HELDOUT_NAME], "exemplars": demo.DEMO_NAME},
     "curriculum": {"stages": [{"exemplars": 3, "steps": 6}, {"exemplars": 2, "steps": 6},
-                              {"exemplars": 0, "steps": 10}]}}
-"""quick-start on the short-span questions, with the curriculum and learning rate of the
-calculator world's runs (docs/engine.md, "The calculator world")."""
+                              {"exemplars": 1, "steps": 10}]},
+    "guidance": {"mode": "mixed", "share": 0.5, "when": "all-failed"}}
+"""quick-start on the short-span questions with the calculator preset's guided ICRL: half of
+each group sampled with the stage's exemplars as a hint for a question the model gets wrong
+without them, every answer learning on the prompt without exemplars (docs/engine.md,
+"Guided ICRL on the search span pack")."""
 RUN_PRESETS[SEARCH_TOUR]["grpo"]["lr"] = 2.0e-4
 RUN_PRESETS[CALCULATOR] = {
     "name": CALCULATOR, "tools": ["calculator"],
@@ -91,7 +94,8 @@ DESCRIPTIONS = {
     QUICK_START: f"the demo world, 3 -> 2 -> 0 exemplars, {_steps(QUICK_START)} small steps "
                  "with LoRA; ends with base against trained on the demo pack's held-out questions",
     SEARCH_TOUR: f"search on the demo world's short-span questions (a date, a count or a name "
-                 f"in one passage), 3 -> 2 -> 0 exemplars, {_steps(SEARCH_TOUR)} small steps with "
+                 f"in one passage), exemplars 3 -> 2 -> 1 shown as a hint to half the answers "
+                 f"of a question the model gets wrong, {_steps(SEARCH_TOUR)} small steps with "
                  "LoRA; ends with base against trained on the held-out span and demo questions",
     CALCULATOR: f"arithmetic with a calculator (the arithmetic pack), exemplars 3 -> 2 -> 1 "
                 f"shown as a hint to half the answers of a question the model gets wrong, "

@@ -317,14 +317,16 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
             in text, text
     ui.screenshot("launch-quick-start")
     # the other ready-made runs: their own stages, and what they did when measured (the
-    # calculator's stored results; the search tours have none with their settings)
+    # calculator's and the search tour's stored results; quick-start has none with its
+    # settings)
     ui.page.locator("#quick-start-preset label", has_text="calculator").click()
     ui.wait_text("#quick-start-expect", "used its tool (calling the calculator) on 100%")
     ui.wait_text("#quick-start-estimate", "the calc pack is not stored yet")
     ui.page.locator("#quick-start-preset label", has_text="search-tour").click()
-    ui.wait_text("#quick-start-expect", "not measured with these settings yet")
-    ui.wait_text("#quick-start-estimate", "stage 3: 0 exemplars for 10 steps")
+    ui.wait_text("#quick-start-expect", "used its tool (searching) on 100%, 97%, 97%")
+    ui.wait_text("#quick-start-estimate", "stage 3: 1 exemplars for 10 steps")
     ui.page.locator("#quick-start-preset label", has_text="quick-start").click()
+    ui.wait_text("#quick-start-expect", "not measured with these settings yet")
     ui.wait_text("#quick-start-estimate", "stage 3: 0 exemplars for 8 steps")
 
     ui.page.click("#quick-start")

@@ -201,3 +201,53 @@ def test_a_python_runs_dumped_response_splits_at_its_output_blocks(studio):
     assert [(s.source, s.text) for s in rebuilt.segments] == parts
     assert (rebuilt.num_tool_calls, rebuilt.stop_reason) == (1, "answer")
     assert rebuild_rollout(text, tokenizer).num_tool_calls == 0  # search's tags: no blocks
+
+
+def test_a_mixed_runs_dump_gives_the_halves_and_the_hints(verl, verl_run, monkeypatch):
+    """A mixed-guidance run: the reward function's `guided` and `hint_exemplar_*` keys,
+    dumped by veRL beside each response, become the native engine's per-step halves and
+    each rollout row's `hint_exemplars`."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.utils.tracking import FileLogger
+
+    from worker.engines.verl.config import hint_slots
+    from worker.engines.verl.reward import compute_score
+
+    settings, run, files, model = verl_run(guidance={"mode": "mixed", "share": 0.5})
+    config = RunConfig.model_validate(run["config"])
+    assert hint_slots(config) == 1
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    rollouts = responses(tokenizer, [("Herring Moon Fair", "held in Gorsemouth")], 1)
+    hints = [[0], [], [0], []]  # each group's first sample guided (guided_count(0.5, 2) == 1)
+    golds = [GROUPS[i // 2] for i in range(4)]
+    rewarded = [compute_score("demo", r.response_text, {"target": g, "question": q},
+                              {"assistant_prefix": config.prompt.assistant_prefix,
+                               "guided": int(bool(h)), "hint_exemplars": h},
+                              tools=config.tools, hint_slots=hint_slots(config))
+                for r, (q, g), h in zip(rollouts, golds, hints, strict=True)]
+    extra = {key: [out[key] for out in rewarded] for key in rewarded[0] if key != "score"}
+    PPOTrainer._write_generations(
+        inputs=["q"] * 4, outputs=[r.response_text for r in rollouts],
+        gts=[{"target": g, "question": q} for q, g in golds],
+        scores=[out["score"] for out in rewarded],
+        reward_extra_infos_dict={**extra, "uid": [f"p{i // 2}_{i % 2}_0" for i in range(4)]},
+        dump_path=str(files.rollouts), global_steps=1)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(files.metrics_log(1)))
+    files.attempt_dir(1).mkdir(parents=True)
+    logger = FileLogger("icrl-studio", "mixed")
+    logger.log(data=VERL_METRICS, step=1)
+    logger.finish()
+    assert Ingestor(settings, run["id"], config, files, tokenizer,
+                    files.metrics_log(1)).poll() == 1
+
+    [row] = runs.run_metrics(settings, run["id"])
+    prefix = config.prompt.assistant_prefix
+    rewards = [score(prefix + r.response_text, g) for r, (_, g) in zip(rollouts, golds)]
+    for part, picked in (("guided", [0, 2]), ("zero_shot", [1, 3])):
+        alone = rollout_metrics([rollouts[i] for i in picked], [rewards[i] for i in picked])
+        for name in ("acc", "valid_search_rate", "answer_rate", "reward_mean"):
+            assert row[f"{part}_{name}"] == pytest.approx(alone[name]), (part, name)
+    assert row["guided_share"] == 0.5
+    assert row["guided_valid_search_rate"] != row["zero_shot_valid_search_rate"]
+    kept = runs.run_rollouts(settings, run["id"], limit=10)
+    assert sorted((r["sample"], r["hint_exemplars"]) for r in kept) == [(0, [0]), (1, None)]

@@ -41,6 +41,8 @@ from studio.method.prompt import derive_seed
 from studio.method.reward import RewardBreakdown, overlong_penalty, score
 from studio.method.rollouts import (
     Rollout,
+    guidance_metrics,
+    part_metrics,
     rollout_metrics,
     rollout_segments,
     working_calls,
@@ -71,8 +73,6 @@ from worker.lora import add_adapters, inner, load_adapters
 from worker.tools import build_tools
 
 STATE_FILE = "trainer_state.pt"
-ZERO_SHOT_FIGURES = ("acc", "reward_mean", "valid_search_rate", "answer_rate")
-"""What a soft curriculum's step logs of its zero-shot questions alone (`zero_shot_acc`, ...)."""
 KEEP_CHECKPOINTS = 2
 
 
@@ -224,15 +224,6 @@ class StepSample:
     def zero_shot(self) -> StepSample:
         """The groups whose prompts showed no exemplar."""
         return self.groups([q for q, k in enumerate(self.exemplars) if k == 0])
-
-    def figures(self, guided: bool) -> dict[str, float]:
-        """`rollout_metrics` of the rollouts sampled with a hint (`guided`) or without one;
-        empty when there are none."""
-        picked = [i for i, hint in enumerate(self.hints) if (hint is not None) == guided]
-        if not picked:
-            return {}
-        return rollout_metrics([self.rollouts[i] for i in picked],
-                               [self.rewards[i] for i in picked])
 
 
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
@@ -578,10 +569,7 @@ class Trainer:
             return {}
         out = {"zero_shot_share": sampled.exemplars.count(0) / len(sampled.exemplars)}
         zero = sampled.zero_shot()
-        if zero.rows:
-            figures = rollout_metrics(zero.rollouts, zero.rewards)
-            out.update({f"zero_shot_{key}": figures[key] for key in ZERO_SHOT_FIGURES})
-        return out
+        return {**out, **part_metrics("zero_shot", zero.rollouts, zero.rewards)}
 
     def _guidance_metrics(self, sampled: StepSample) -> dict[str, float]:
         """In a mixed-guidance run, every step: the share of rollouts sampled with a hint,
@@ -590,12 +578,8 @@ class Trainer:
         the exemplars before they go."""
         if self.config.guidance.mode != "mixed":
             return {}
-        out = {"guided_share": statistics.fmean(h is not None for h in sampled.hints)}
-        for prefix, guided in (("zero_shot", False), ("guided", True)):
-            figures = sampled.figures(guided)
-            out.update({f"{prefix}_{key}": figures[key] for key in ZERO_SHOT_FIGURES
-                        if key in figures})
-        return out
+        return guidance_metrics(sampled.rollouts, sampled.rewards,
+                                [h is not None for h in sampled.hints])
 
     def _reference_logprobs(self, batch) -> torch.Tensor | None:
         if self.config.grpo.kl_coef == 0:

@@ -153,6 +153,13 @@ def grpo_overrides(g: GrpoSpec) -> dict[str, object]:
     }
 
 
+def hint_slots(config: RunConfig) -> int:
+    """How many exemplar indices a response's reward carries (`reward.hint_fields`): the
+    most a stage shows in a mixed-guidance run, else none."""
+    if config.guidance.mode != "mixed":
+        return 0
+    return max(stage.exemplars for stage in config.curriculum.build().stages)
+
 def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
                     metrics_log: Path) -> list[str]:
     """The overrides `python -m verl.trainer.main_ppo` runs this config with.
@@ -219,6 +226,7 @@ def hydra_overrides(config: RunConfig, files: RunFiles, *, model_path: str,
         "+reward.custom_reward_function.reward_kwargs.answer_match": config.reward.answer_match,
         "+reward.custom_reward_function.reward_kwargs.call_bonus": config.reward.call_bonus,
         "+reward.custom_reward_function.reward_kwargs.tools": config.tools,
+        "+reward.custom_reward_function.reward_kwargs.hint_slots": hint_slots(config),
         "trainer.project_name": PROJECT_NAME,
         "trainer.experiment_name": f"run-{files.root.parent.name}",
         "trainer.logger": ["console", "file"],

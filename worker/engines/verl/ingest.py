@@ -18,7 +18,10 @@ written in one transaction the way the native engine writes its steps:
   tokenizer, the reward breakdown by `studio.method.reward.score`, the
   advantage by `studio.method.grpo.group_advantages` (veRL's GRPO rule);
 * metrics also: `zero_spread_groups`, the share of groups whose rewards are all equal
-  (`studio.method.grpo.zero_spread_share`), as native;
+  (`studio.method.grpo.zero_spread_share`), as native; in a mixed-guidance run
+  `guided_share`, `zero_shot_*` and `guided_*` (`studio.method.rollouts.guidance_metrics`),
+  from the `guided` and `hint_exemplar_*` keys the reward function dumps beside each
+  response, which also give each rollout row its `hint_exemplars`;
 * events: stage changes, the premature-termination warning and the collapse sentinel's
   warnings, as native (its `pause` is native only: the run config refuses it here).
 """
@@ -38,7 +41,13 @@ from studio.method import tags
 from studio.method.curriculum import Curriculum, PrematureWatch, premature_message
 from studio.method.grpo import group_advantages, zero_spread_share
 from studio.method.reward import score
-from studio.method.rollouts import Rollout, Segment, rollout_metrics, rollout_segments
+from studio.method.rollouts import (
+    Rollout,
+    Segment,
+    guidance_metrics,
+    rollout_metrics,
+    rollout_segments,
+)
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.tools import named_specs, using_words
 from studio.run_config import RunConfig
@@ -47,7 +56,7 @@ from studio.settings import Settings
 from studio.tables import Rollout as RolloutRow
 from studio.tables import RunEvent, RunMetric
 from worker.engines.verl.config import RunFiles
-from worker.engines.verl.reward import golden_answers
+from worker.engines.verl.reward import dumped_hint, golden_answers
 
 METRIC_NAMES = {
     "critic/score/mean": "reward_mean",
@@ -133,6 +142,7 @@ class DumpedResponse:
     golden_answers: list[str]
     output: str
     score: float
+    hint: tuple[int, ...] | None = None  # the exemplars it was sampled with (mixed guidance)
 
     @classmethod
     def from_line(cls, line: dict) -> DumpedResponse:
@@ -141,7 +151,7 @@ class DumpedResponse:
         return cls(group=uid, sample=int(sample) if sample.isdigit() else 0,
                    question=str(truth.get("question", "")) if isinstance(truth, dict) else "",
                    golden_answers=golden_answers(truth), output=str(line["output"]),
-                   score=float(line["score"]))
+                   score=float(line["score"]), hint=dumped_hint(line))
 
 
 def read_dump(path: Path) -> list[DumpedResponse] | None:
@@ -262,6 +272,8 @@ class Ingestor:
         if dump:
             metrics["zero_spread_groups"] = zero_spread_share([r.score for r in rewards],
                                                               [r.group for r in dump])
+        if dump and self.config.guidance.mode == "mixed":
+            metrics.update(guidance_metrics(rollouts, rewards, [r.hint is not None for r in dump]))
         metrics.update(map_metrics(data))
         k = self.curriculum.exemplars_at(step)
         metrics.update({"stage": self.curriculum.stage_at(step), "exemplars": k})
@@ -280,6 +292,7 @@ class Ingestor:
             run_id=self.run_id, step=step, group_index=groups.index(r.group),
             sample_index=r.sample, stage=self.curriculum.stage_at(step), exemplars=k,
             question=r.question, golden_answers=r.golden_answers,
+            hint_exemplars=None if r.hint is None else list(r.hint),
             segments=rollout_segments(rollout, self.prefix, self.tools), reward=reward.score,
             breakdown=reward.to_dict(), advantage=float(advantage))
             for r, rollout, reward, advantage in zip(dump, rollouts, rewards, advantages,

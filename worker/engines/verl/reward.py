@@ -18,6 +18,14 @@ reward (what GRPO and `filter_groups` see) and `overlong_penalty` says how much.
 `reward.call_bonus` is the native engine's too (`studio.method.reward.score`): the agent
 loop counts the tool calls whose result came back without an error and hands the count
 over as `extra_info["working_calls"]`; `call_bonus` then says what it added.
+
+In a mixed-guidance run (`hint_slots` > 0: the most exemplars a stage shows) every
+response also carries, from the agent loop's `guided` and `hint_exemplars`, `guided`
+(1.0 when it was sampled with the exemplars as a hint) and `hint_exemplar_1` ..
+`hint_exemplar_<hint_slots>` (the indices of the exemplars it saw, -1 past them): veRL
+dumps every reward key beside the response, and the ingest files them as the native engine
+does (`guided_share`, `zero_shot_*`, `guided_*`, the rollout's `hint_exemplars`). Numbers,
+not a list, because veRL's validation averages every reward key.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
                   acc_weight: float = 0.8, format_weight: float = 0.2, overlong_buffer: int = 0,
                   overlong_penalty: float = 1.0, max_response_tokens: int = 0,
                   answer_match: AnswerMatch = "exact", tools: Sequence[str] = ("search",),
-                  call_bonus: float = 0.0, **_: object) -> dict:
+                  call_bonus: float = 0.0, hint_slots: int = 0, **_: object) -> dict:
     """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each;
     with `call_bonus` also `call_bonus` (what it added, inside `score`), with
     `overlong_buffer` also `overlong_penalty`, already added to `score`. `tools`: the
@@ -61,6 +69,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
     out.update({f"penalty_{name}": float(name in result.penalties) for name in PENALTY_NAMES})
     if call_bonus:  # a key every response of the run has, as veRL's batches need
         out["call_bonus"] = float(result.call_bonus)
+    if hint_slots:
+        out.update(hint_fields(extra_info, hint_slots))
     if overlong_buffer:
         if "response_tokens" not in extra_info:
             raise ValueError("overlong_buffer needs the response's token count: the studio's "
@@ -69,3 +79,24 @@ def compute_score(data_source: str, solution_str: str, ground_truth, extra_info:
                                  overlong_buffer, overlong_penalty)
         out.update(score=result.score + penalty, overlong_penalty=penalty)
     return out
+
+
+HINT_KEY = "hint_exemplar_"
+
+
+def hint_fields(extra_info: dict, slots: int) -> dict[str, float]:
+    """`guided` and `hint_exemplar_1..slots` of a mixed-guidance response (see above)."""
+    shown = [int(i) for i in extra_info.get("hint_exemplars") or []][:slots]
+    padded = shown + [-1] * (slots - len(shown))
+    return {"guided": float(bool(extra_info.get("guided"))),
+            **{f"{HINT_KEY}{n}": float(i) for n, i in enumerate(padded, 1)}}
+
+
+def dumped_hint(line: dict) -> tuple[int, ...] | None:
+    """The exemplars a dumped response was sampled with as a hint (`hint_fields`), None
+    when it saw none or the run is not guided."""
+    if not line.get("guided"):
+        return None
+    slots = sorted((int(k[len(HINT_KEY):]), v) for k, v in line.items()
+                   if k.startswith(HINT_KEY))
+    return tuple(int(v) for _, v in slots if v >= 0)
