@@ -19,6 +19,7 @@ from studio.escaping import html_text, markdown_text
 from studio.services.access import Actor
 from studio.services.auth import actor_named
 from studio.services.errors import InvalidInput, UserError
+from studio.services.uploads import check_ui_upload_reader
 from studio.settings import Settings
 
 _NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
@@ -141,9 +142,12 @@ def picker(options: Sequence) -> gr.Dropdown:
 
 
 @contextmanager
-def uploaded(path: str | None) -> Iterator[tuple[BinaryIO, str]]:
-    """A gr.File's temp path as the (stream, original filename) the services take."""
+def uploaded(settings: Settings, actor: Actor, path: str | None
+             ) -> Iterator[tuple[BinaryIO, str]]:
+    """A gr.File's temp path as the (stream, original filename) the services take: the
+    acting user's own upload (an event may name any path)."""
     if not path:
         raise UserError("file: choose a file to upload first")
+    check_ui_upload_reader(settings, path, actor)
     with open(path, "rb") as stream:
         yield stream, Path(path).name

@@ -22,11 +22,14 @@ import secrets
 from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, FastAPI, Form, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from studio.api.request_gate import sends_body
+from studio.api_paths import API_PREFIX
 from studio.services import auth
+from studio.services.access import Actor
 from studio.services.auth import BadLogin, TooManyLogins
 from studio.settings import Settings
 from studio.tables import TokenKind
@@ -134,13 +137,17 @@ def sign_out_token(session_token: str) -> str:
     return hmac.new(session_token.encode(), b"sign-out", hashlib.sha256).hexdigest()
 
 
+def signed_in_actor(settings: Settings, request: Request) -> Actor | None:
+    """The user of the request's session cookie, with its role now; None without a live
+    session."""
+    token = request.cookies.get(COOKIE)
+    return auth.actor_for_token(settings, token, TokenKind.session) if token else None
+
+
 def signed_in_user(settings: Settings, request: Request) -> str | None:
     """The username of the request's session cookie, None without a live session (Gradio's
     `auth_dependency`: it answers 401 to every UI request then)."""
-    token = request.cookies.get(COOKIE)
-    if not token:
-        return None
-    actor = auth.actor_for_token(settings, token, TokenKind.session)
+    actor = signed_in_actor(settings, request)
     return actor.username if actor else None
 
 
@@ -215,24 +222,43 @@ def gradio_user(settings: Settings):
     return user
 
 
+_FORMS = ("/login", "/logout")
+"""The UI's paths that take a body without a session: the sign-in and sign-out forms."""
+
+
+def _sends_the_ui_a_body(scope: Scope) -> bool:
+    path = scope["path"]
+    return path not in _FORMS and not path.startswith(API_PREFIX + "/") and sends_body(scope)
+
+
 class LoginRedirect:
     """ASGI middleware: a page load of `/` without a live session goes to the login page
-    (Gradio itself would answer it with a bare 401). Plain ASGI, not `@app.middleware`:
-    every other request, a stream's chunks included, passes through untouched."""
+    (Gradio itself would answer it with a bare 401), and a body sent to the UI (Gradio's
+    uploads and events) without one is a 401 before anything reads it (Gradio reads a body
+    before it checks the session). Plain ASGI, not `@app.middleware`: every other request,
+    a stream's chunks included, passes through untouched."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app, self.settings = app, settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/":
+        page_load = scope["type"] == "http" and scope["method"] == "GET" and \
+            scope["path"] == "/"
+        if page_load or (scope["type"] == "http" and _sends_the_ui_a_body(scope)):
             request = Request(scope)
             if not await run_in_threadpool(signed_in_user, self.settings, request):
-                target = quote(request.url.path + (f"?{request.url.query}"
-                                                   if request.url.query else ""), safe="")
-                redirect = RedirectResponse(f"/login?next={target}", status_code=303)
-                await redirect(scope, receive, send)
+                await self._refusal(request, page_load)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _refusal(request: Request, page_load: bool) -> Response:
+        if not page_load:
+            return JSONResponse({"detail": "sign in first: the UI takes uploads and events "
+                                 "from a signed-in browser only"}, status_code=401)
+        target = quote(request.url.path + (f"?{request.url.query}" if request.url.query
+                                           else ""), safe="")
+        return RedirectResponse(f"/login?next={target}", status_code=303)
 
 
 def install(app: FastAPI, settings: Settings) -> None:

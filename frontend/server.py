@@ -14,9 +14,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
+from gradio.route_utils import API_PREFIX as GRADIO_API  # noqa: E402
 from starlette.middleware.cors import CORSMiddleware  # noqa: E402
 
-from frontend import components, downloads, log_filters, login, shared  # noqa: E402
+from frontend import components, downloads, log_filters, login, shared, ui_uploads  # noqa: E402
 from frontend.components import acting  # noqa: E402
 from frontend.pages import (  # noqa: E402
     compare,
@@ -32,6 +33,7 @@ from frontend.pages import (  # noqa: E402
     team,
 )
 from studio.api.app import create_api  # noqa: E402
+from studio.api.request_gate import UPLOAD_BOUND  # noqa: E402
 from studio.services.uploads import (  # noqa: E402
     UI_UPLOAD_MAX_AGE_S,
     UI_UPLOAD_SWEEP_S,
@@ -85,6 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     log_filters.install()
     app = create_api(settings)
+    # added before the login redirect, so inside it: an upload is signed in first
+    app.add_middleware(ui_uploads.UploadOwners, settings=settings)
     login.install(app, settings)
     app.include_router(downloads.routes(settings))
     # Other sites' pages may not read the UI's answers with the user's cookie (Gradio's own
@@ -93,6 +97,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        allow_credentials=True, allow_methods=["*"], allow_headers=["*"])
     # Gradio reads its upload folder when the app is mounted.
     os.environ["GRADIO_TEMP_DIR"] = str(ui_upload_folder(settings))
+    # Gradio bounds each file at max_file_size; the request gate bounds the whole upload.
+    app.state.body_bounds.add({"POST"}, f"{GRADIO_API}/upload", UPLOAD_BOUND)
     return gr.mount_gradio_app(app, build_ui(settings), path="/",
                                auth_dependency=login.gradio_user(settings),
                                max_file_size=settings.max_upload_bytes,

@@ -112,6 +112,29 @@ def resolve_model(ref: str, data_dir: Path, on_progress: ProgressFn | None = Non
     return _resolve_hub(ref, progress)
 
 
+def local_model_folder(ref: str, data_dir: Path) -> Path | None:
+    """The folder :func:`resolve_model` gives for ``ref`` if it is here already (converted,
+    a local folder, or in the Hugging Face cache), else None: nothing is converted or
+    fetched, so a web request may ask."""
+    entry = packaged_model(ref)
+    if entry is not None:
+        target = models_dir(Path(data_dir).expanduser().resolve()) / entry.name
+        return target if is_converted_model_dir(target) else None
+    try:
+        local = _as_local_folder(ref.strip())
+    except ModelNotAvailable:
+        return None
+    if local is not None:
+        return local
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=ref.strip(), ignore_patterns=_HUB_IGNORE_PATTERNS,
+                                      local_files_only=True))
+    except Exception:  # noqa: BLE001 - not in the cache, or not a Hub id
+        return None
+
+
 def load_tokenizer(ref: str, data_dir: Path, on_progress: ProgressFn | None = None):
     """Load the tokenizer for ``ref`` (see :func:`resolve_model`).
 
@@ -257,21 +280,33 @@ def _looks_like_path(ref: str) -> bool:
     return ref.count("/") > 1
 
 
+def named_folder(ref: str) -> Path | None:
+    """The folder ``ref`` names (resolved, whether or not a model is there) when
+    :func:`resolve_model` reads it as a local path, else None: a packaged model or a Hub id."""
+    ref = ref.strip()
+    if packaged_model(ref) is not None:
+        return None
+    path = Path(ref).expanduser()
+    if (path / "config.json").is_file() or _looks_like_path(ref):
+        return path.resolve()
+    return None
+
+
 def _as_local_folder(ref: str) -> Path | None:
     """The folder for ``ref`` if it names a local model folder, else None (a Hub id).
 
     A path that is not a model folder gets one message whether or not something exists
     there: the answer must not tell a user what the server's disk holds.
     """
-    path = Path(ref).expanduser()
-    if (path / "config.json").is_file():
-        return path.resolve()
-    if _looks_like_path(ref):
-        raise ModelNotAvailable(
-            f"{ref!r} is not a model folder (one that holds config.json, the weights and the "
-            "tokenizer): check the path, or give a Hugging Face Hub id such as owner/name."
-        )
-    return None
+    folder = named_folder(ref)
+    if folder is None:
+        return None
+    if (folder / "config.json").is_file():
+        return folder
+    raise ModelNotAvailable(
+        f"{ref!r} is not a model folder (one that holds config.json, the weights and the "
+        "tokenizer): check the path, or give a Hugging Face Hub id such as owner/name."
+    )
 
 
 def _resolve_hub(repo_id: str, progress: ProgressFn) -> Path:

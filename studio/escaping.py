@@ -42,22 +42,54 @@ def code_span(text: object) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-# Characters that change how a name looks without being seen: bidi overrides and isolates
-# (a name that reads backwards), zero-width spaces and joiners that make two names look
-# the same. ZWNJ and ZWJ (U+200C, U+200D) are kept: Persian words and emoji need them.
-_INVISIBLE = {0x061C, 0x180E, 0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F),
-              0x2060, *range(0x2066, 0x206A), 0xFEFF}
+# Characters that change how a name looks without being seen, besides the format
+# characters (category Cf: bidi overrides and isolates, zero-width spaces and joiners, soft
+# hyphens, tags): the Hangul fillers, the combining grapheme joiner and the variation
+# selectors, each invisible on its own, so that two names look the same.
+_INVISIBLE = {0x034F, 0x115F, 0x1160, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10),
+              *range(0xE0100, 0xE01F0)}
+_JOINERS = {0x200C, 0x200D}  # ZWNJ and ZWJ
+_JOINING_SCRIPTS = ("ARABIC", "SYRIAC", "NKO", "MONGOLIAN", "DEVANAGARI", "BENGALI",
+                    "GURMUKHI", "GUJARATI", "ORIYA", "TAMIL", "TELUGU", "KANNADA",
+                    "MALAYALAM", "SINHALA")
+"""Scripts whose words need ZWNJ or ZWJ to be written right (Persian, Hindi, ...)."""
+
+
+def _script(char: str) -> str | None:
+    """The joining script a letter or mark belongs to (by its Unicode name), else None."""
+    if not unicodedata.category(char).startswith(("L", "M")):
+        return None
+    name = unicodedata.name(char, "")
+    return next((script for script in _JOINING_SCRIPTS if name.startswith(script + " ")),
+                None)
+
+
+def _needed_joiner(value: str, index: int) -> bool:
+    """Whether the ZWNJ or ZWJ at `index` joins two letters of one script that uses them."""
+    if not 0 < index < len(value) - 1:
+        return False
+    before = _script(value[index - 1])
+    return before is not None and before == _script(value[index + 1])
+
+
+def _invisible(value: str, index: int) -> bool:
+    code = ord(value[index])
+    if code in _JOINERS:
+        return not _needed_joiner(value, index)
+    return code in _INVISIBLE or unicodedata.category(value[index]) == "Cf"
 
 
 def name_problem(value: str, what: str) -> str | None:
     """Why `value` cannot be a name (`what`: "name", "file name"), or None: a control
     character or line separator (they cut names in files and logs, break listings) or an
-    invisible formatting character (it makes a name look like another)."""
-    for position, char in enumerate(value, start=1):
+    invisible formatting character (it makes a name look like another); a ZWNJ or ZWJ
+    between two letters of a script that needs them is written, not hidden."""
+    for index, char in enumerate(value):
         if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
             return (f"the {what} holds a control character (U+{ord(char):04X} at character "
-                    f"{position}); use printable characters only")
-        if ord(char) in _INVISIBLE:
+                    f"{index + 1}); use printable characters only")
+        if _invisible(value, index):
             return (f"the {what} holds an invisible formatting character (U+{ord(char):04X} "
-                    f"at character {position}) that can make it look like another; remove it")
+                    f"at character {index + 1}) that can make it look like another; "
+                    "remove it")
     return None

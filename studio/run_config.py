@@ -8,6 +8,8 @@ except where the studio's small default model needs less (batch, lengths).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -17,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -25,6 +28,7 @@ from pydantic.fields import FieldInfo
 from studio.engines import engine_named
 from studio.escaping import name_problem
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
+from studio.method.evaluation import MAX_TRIED_EXEMPLARS, EvalConfig
 from studio.method.exemplars import Exemplar
 from studio.method.guidance import GuidanceMode, Shaping, When, guided_count, max_call_bonus
 from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
@@ -474,34 +478,120 @@ class MirrorSpec(_Strict):
         "for `tensorboard --logdir`; the worker needs the tensorboard package.")
 
 
-VERL_OVERRIDE_SECTIONS = ("actor_rollout_ref.actor.", "actor_rollout_ref.rollout.",
-                          "actor_rollout_ref.ref.", "algorithm.", "trainer.", "data.")
-"""Where `verl.overrides` may set keys: training settings. The studio writes the rest."""
-VERL_OVERRIDE_REFUSED = ("_target_", "path", "trust_remote_code", "custom", "external_lib",
-                         "cls", "module", "file", "dir", "url", "hook", "reward_manager")
-"""Words that name code to import, a file to read or an address: a member's config could run
-code or leak a token on the GPU workers through them."""
+_ACTOR, _ROLLOUT = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout."
+VERL_OVERRIDE_KEYS: dict[str, type] = {
+    # the GRPO family's options (/work/shared/grpo-variants.md, veRL 0.9.1's names)
+    "algorithm.adv_estimator": str,
+    "algorithm.norm_adv_by_std_in_grpo": bool,
+    "algorithm.use_kl_in_reward": bool,
+    "algorithm.kl_penalty": str,
+    "algorithm.kl_ctrl.type": str,
+    "algorithm.kl_ctrl.kl_coef": float,
+    "algorithm.kl_ctrl.target_kl": float,
+    "algorithm.kl_ctrl.horizon": int,
+    "algorithm.filter_groups.enable": bool,
+    "algorithm.filter_groups.metric": str,
+    "algorithm.filter_groups.max_num_gen_batches": int,
+    _ACTOR + "loss_agg_mode": str,
+    _ACTOR + "policy_loss.loss_mode": str,
+    _ACTOR + "clip_ratio": float,
+    _ACTOR + "clip_ratio_low": float,
+    _ACTOR + "clip_ratio_high": float,
+    _ACTOR + "clip_ratio_c": float,
+    _ACTOR + "use_kl_loss": bool,
+    _ACTOR + "kl_loss_coef": float,
+    _ACTOR + "kl_loss_type": str,
+    _ACTOR + "entropy_coeff": float,
+    _ACTOR + "ppo_epochs": int,
+    _ACTOR + "shuffle": bool,
+    _ACTOR + "grad_clip": float,
+    _ACTOR + "optim.lr": float,
+    _ACTOR + "optim.lr_warmup_steps": int,
+    _ACTOR + "optim.lr_warmup_steps_ratio": float,
+    _ACTOR + "optim.min_lr_ratio": float,
+    _ACTOR + "optim.lr_scheduler_type": str,
+    _ACTOR + "optim.weight_decay": float,
+    _ACTOR + "fsdp_config.full_determinism": bool,
+    _ROLLOUT + "full_determinism": bool,
+    _ROLLOUT + "seed": int,
+    _ROLLOUT + "n": int,
+    _ROLLOUT + "temperature": float,
+    _ROLLOUT + "top_p": float,
+    _ROLLOUT + "top_k": int,
+    _ROLLOUT + "multi_turn.max_assistant_turns": int,
+    # the sizes a user tunes to fit a GPU (/work/shared/verl-notes.md)
+    "data.train_batch_size": int,
+    "data.max_prompt_length": int,
+    "data.max_response_length": int,
+    _ACTOR + "ppo_mini_batch_size": int,
+    _ACTOR + "ppo_micro_batch_size_per_gpu": int,
+    _ACTOR + "use_dynamic_bsz": bool,
+    _ACTOR + "ppo_max_token_len_per_gpu": int,
+    _ACTOR + "ulysses_sequence_parallel_size": int,
+    _ACTOR + "fsdp_config.param_offload": bool,
+    _ACTOR + "fsdp_config.optimizer_offload": bool,
+    "actor_rollout_ref.ref.fsdp_config.param_offload": bool,
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": int,
+    _ROLLOUT + "log_prob_micro_batch_size_per_gpu": int,
+    _ROLLOUT + "tensor_model_parallel_size": int,
+    _ROLLOUT + "gpu_memory_utilization": float,
+    _ROLLOUT + "max_num_batched_tokens": int,
+    _ROLLOUT + "max_num_seqs": int,
+    _ROLLOUT + "enforce_eager": bool,
+    _ROLLOUT + "free_cache_engine": bool,
+    "trainer.save_freq": int,
+    "trainer.test_freq": int,
+    "trainer.val_before_train": bool,
+    "trainer.max_actor_ckpt_to_keep": int,
+    "trainer.log_val_generations": int,
+    "trainer.balance_batch": bool,
+}
+"""What `verl.overrides` may set, each to one value of its type. None names code, a path, a
+file, a module, a class or an address (veRL's tool loader, agent loops and reward functions
+import what such keys name on the GPU workers); the studio writes those itself. A key outside
+this list needs a change here (reviewed code), not a setting, for admins too."""
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_+-]{0,63}")  # token-mean, low_var_kl, gspo
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
+_NOT_WORDS = ("true", "false", "null", "nan", "inf")  # Hydra reads these as other types
+_EXPECTED = {bool: "true or false", int: "a whole number", float: "a number (e.g. 2e-6)",
+             str: "one word (letters, digits, _, + and -, e.g. token-mean)"}
+
+
+def _of_type(value: str, kind: type) -> bool:
+    """Whether Hydra reads `value` as one value of `kind`, and only that."""
+    if kind is bool:
+        return value.lower() in ("true", "false")
+    if kind is int:
+        return bool(_INTEGER.fullmatch(value)) and abs(int(value)) <= MAX_SEED
+    if kind is float:
+        return bool(_NUMBER.fullmatch(value))
+    return bool(_WORD.fullmatch(value)) and value.lower() not in _NOT_WORDS
 
 
 def verl_override_problem(item: str) -> str | None:
-    """Why a `verl.overrides` item may not reach Hydra, or None."""
+    """Why a `verl.overrides` item may not reach Hydra, or None: it must set a key of
+    `VERL_OVERRIDE_KEYS` to one scalar of that key's type."""
     key, sep, value = item.partition("=")
-    key = key.strip().lstrip("+")
+    key, value = key.strip().lstrip("+"), value.strip()
     if not sep or not key:
         return f"{item!r} must be key=value, e.g. actor_rollout_ref.actor.optim.lr=2e-6"
     if key.startswith("~"):
         return f"{item!r} deletes a key; only setting one is allowed"
-    if not key.startswith(VERL_OVERRIDE_SECTIONS):
-        return (f"{key!r} is not a training setting; overrides may set keys under "
-                + ", ".join(VERL_OVERRIDE_SECTIONS))
-    refused = next((word for word in VERL_OVERRIDE_REFUSED if word in key.lower()), None)
-    if refused:
-        return (f"{key!r} names code, a file or an address ({refused!r}); the studio sets "
-                "those itself and overrides may not")
     if "${" in value:
         return f"{item!r}: interpolations (${{...}}) are not allowed in an override's value"
-    if "_target_" in value or "trust_remote_code" in value:
-        return f"{item!r}: a value may not name code to instantiate or remote code to trust"
+    shape = {"{": "a mapping", "[": "a list"}.get(value[:1])
+    if shape:
+        return (f"{key!r} takes one value, not {shape}: an override sets one training "
+                "setting to a number, true/false or a word")
+    if key not in VERL_OVERRIDE_KEYS:
+        return (f"{key!r} is not a training setting that overrides may change: they set the "
+                "GRPO family's options and sizes docs/verl.md lists (verl.overrides); paths, "
+                "code, tools and addresses are the studio's")
+    kind = VERL_OVERRIDE_KEYS[key]
+    if not _of_type(value, kind):
+        return f"{key!r} takes {_EXPECTED[kind]}, not {value[:80]!r}"
     return None
 
 
@@ -522,8 +612,9 @@ class VerlSpec(_Strict):
         default=0.5, gt=0, le=1, description="Share of GPU memory the rollout engine takes")
     overrides: list[str] = Field(
         default_factory=list, max_length=200,
-        description="Extra Hydra overrides for veRL (key=value), last: training settings "
-        "under " + ", ".join(VERL_OVERRIDE_SECTIONS) + "; no code, path or remote-code key")
+        description="Extra veRL settings (key=value), applied last: a GRPO option or a size "
+        "docs/verl.md lists, each set to one number, true/false or word; no mapping, list, "
+        "path, code or address")
 
     @field_validator("studio_url")
     @classmethod
@@ -676,20 +767,61 @@ def parse_run_config(data: dict | str) -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = err["loc"]
-            if err["type"] == "extra_forbidden":  # the key is the user's: quoted, not a path
-                *loc, key = loc
-                path = ".".join(str(p) for p in loc) or "config"
-                lines.append(f"{path}: unknown setting {str(key)!r}; remove it or check its "
-                             "spelling")
-                continue
-            path = ".".join(str(p) for p in loc) or "run config"
-            cause = err.get("ctx", {}).get("error")
-            message = str(cause) if isinstance(cause, ValueError) else err["msg"]
-            lines.append(f"{path}: {message}")
-        raise RunConfigError("; ".join(lines)) from None
+        raise RunConfigError(_field_problems(exc)) from None
+
+
+def _field_problems(exc: ValidationError, *root: str) -> str:
+    """Each problem of `exc` after its field's dotted path (below `root`), in one line."""
+    lines = []
+    for err in exc.errors():
+        loc = [*root, *err["loc"]]
+        if err["type"] == "extra_forbidden":  # the key is the user's: quoted, not a path
+            *loc, key = loc
+            path = ".".join(str(p) for p in loc) or "config"
+            lines.append(f"{path}: unknown setting {str(key)!r}; remove it or check its "
+                         "spelling")
+            continue
+        path = ".".join(str(p) for p in loc) or "run config"
+        cause = err.get("ctx", {}).get("error")
+        message = str(cause) if isinstance(cause, ValueError) else err["msg"]
+        lines.append(f"{path}: {message}")
+    return "; ".join(lines)
+
+
+PROTOCOL_FIELDS_DECLARED_IN: dict[str, type[BaseModel]] = {
+    "temperature": GrpoSpec, "max_turn_tokens": GrpoSpec, "max_turns": GrpoSpec,
+    "top_k": GrpoSpec, "max_response_tokens": GrpoSpec, "max_obs_tokens": GrpoSpec,
+    "batch_size": GrpoSpec, "layout": PromptSpec, "assistant_prefix": PromptSpec,
+    "instruction": PromptSpec, "seed": RunConfig, "answer_match": RewardSpec,
+    "tools": RunConfig,
+}
+"""Where each field of the evaluation protocol (`EvalConfig`) is declared with its type and
+bounds: the run config's field of the same name, so the two cannot drift apart."""
+
+
+def _protocol_field(name: str, default: Any) -> tuple[Any, FieldInfo]:
+    if name == "exemplars":  # a "try it" of a set: no run config field shows k of them
+        return int, Field(default, ge=0, le=MAX_TRIED_EXEMPLARS,
+                          description="Exemplars shown before each question")
+    declared = PROTOCOL_FIELDS_DECLARED_IN[name].model_fields[name]
+    return declared.annotation, FieldInfo.merge_field_infos(declared, default=default,
+                                                            default_factory=None)
+
+
+EvaluationProtocol = create_model(
+    "EvaluationProtocol", __base__=_Strict,
+    __doc__="The overrides an evaluation request may give method.md's zero-shot protocol "
+    "(`EvalConfig`, whose defaults these are), each typed and bounded as in a run config.",
+    **{f.name: _protocol_field(f.name, f.default) for f in dataclasses.fields(EvalConfig)})
+
+
+def parse_protocol(data: dict) -> dict:
+    """The overrides of an evaluation's protocol as its process reads them (numbers as
+    numbers); RunConfigError names each field that is wrong (`protocol.max_turns: ...`)."""
+    try:
+        return EvaluationProtocol.model_validate(data).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise RunConfigError(_field_problems(exc, "protocol")) from None
 
 
 def config_field(path: str) -> FieldInfo:

@@ -78,6 +78,23 @@ class Settings(BaseSettings):
         "times its size while parsing it, so this bounds its memory (a .txt/.md file read as "
         "one document is not a record: it streams); 64 MiB is a long book in one cell."
     )
+    max_exemplars_per_set: int = Field(
+        default=1000, gt=0, description="Most exemplars one exemplar set may hold; a prompt "
+        "shows a few, and every save validates them all."
+    )
+    max_exemplar_chars: int = Field(
+        default=20_000, gt=0, description="Most characters one exemplar may hold (question, "
+        "solution and answer together): about 5,000 tokens, a whole default prompt."
+    )
+    max_question_chars: int = Field(
+        default=8000, gt=0, description="Most characters one question of a QA set may hold "
+        "(an upload with a longer one is refused naming its line); also bounds a prompt "
+        "preview's question."
+    )
+    max_answer_chars: int = Field(
+        default=2000, gt=0, description="Most characters one gold answer of a QA set may hold "
+        "(an upload with a longer one is refused naming its line)."
+    )
     export_quota_bytes: int = Field(
         default=20_000_000_000, gt=0, description="Most bytes one user's exports (folders and "
         "zips) may hold on disk; an admin gives a user another with `studio user "
@@ -96,6 +113,17 @@ class Settings(BaseSettings):
         description="Comma-separated addresses besides STUDIO_PUBLIC_URL that a run's "
         "verl.studio_url may name (the Ray workers send the run owner's token there); an "
         "admin sets it for a studio reached by several names.",
+    )
+    verl_ray_addresses: str | None = Field(
+        default=None,
+        description="Comma-separated Ray clusters (head host:port, as a run config's "
+        "verl.ray_address names them) that veRL runs may be sent to, with the run owner's "
+        "token; none: a run trains on its worker's own Ray only.",
+    )
+    model_folders: str | None = Field(
+        default=None,
+        description="Comma-separated folders besides the data dir's models/ and the Hugging "
+        "Face cache from which a run, evaluation or calibration may read a model folder.",
     )
     default_model: str = Field(
         default="smollm2-135m-instruct",
@@ -129,12 +157,33 @@ class Settings(BaseSettings):
     @property
     def studio_urls(self) -> list[str]:
         """Where a veRL run may call the studio: its own address and the admin's list."""
-        extra = [u.strip().rstrip("/") for u in (self.verl_studio_urls or "").split(",")]
-        return [self.web_url] + [u for u in extra if u]
+        return [self.web_url] + [u.rstrip("/") for u in _listed(self.verl_studio_urls)]
+
+    @property
+    def ray_addresses(self) -> list[str]:
+        """The Ray clusters an admin lets veRL runs go to."""
+        return _listed(self.verl_ray_addresses)
+
+    @property
+    def model_roots(self) -> list[Path]:
+        """The folders a model folder may lie in: the data dir's models/, the Hugging Face
+        cache and the admin's list (resolved)."""
+        from huggingface_hub import constants
+
+        from studio.base_models import models_dir
+
+        listed = [Path(folder).expanduser() for folder in _listed(self.model_folders)]
+        return [path.resolve() for path in (models_dir(self.resolved_data_dir),
+                                            Path(constants.HF_HUB_CACHE), *listed)]
 
     @property
     def queues(self) -> list[str]:
         return [q.strip() for q in self.worker_queues.split(",") if q.strip()]
+
+
+def _listed(text: str | None) -> list[str]:
+    """The items of a comma-separated setting, without blanks."""
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 SECRET_QUERY_NAMES = ("pass", "pwd", "secret", "token", "key", "auth", "credential")

@@ -393,6 +393,7 @@ class DeviceCalibration(SQLModel, table=True):
     __table_args__ = (Index("ix_device_calibrations_key", "model", "device_key", "threads",
                             "dtype"), IDS_NEVER_REUSED)
     id: int | None = Field(default=None, primary_key=True)
+    owner_id: int | None = _owner()  # who asked, or whose launch check queued it
     model: str = Field(max_length=1024)  # the run config's `model`, as written there
     queue: str = Field(max_length=16)  # where it was sent
     threads: int = 1

@@ -26,6 +26,15 @@ REDIS_URL = os.environ.get(
     f"redis://127.0.0.1:6379/{9 + int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0')[2:])}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def models_in_the_test_folders(tmp_path_factory) -> Iterator[None]:
+    """Tests build their tiny models in temporary folders: the studios they make (the
+    browser tests' too) read models there as from a folder an admin lists."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STUDIO_MODEL_FOLDERS", str(tmp_path_factory.getbasetemp()))
+        yield
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, dropped at the end."""

@@ -368,6 +368,27 @@ def test_unknown_hub_id_offline_names_the_id(tmp_path, offline):
     assert "\n" not in message
 
 
+def test_local_model_folder_finds_only_what_is_here(tiny_folder, tmp_path, monkeypatch):
+    """What an estimate may read in a web request: a local folder, a Hub snapshot already in
+    the cache, a packaged model already converted; nothing else, and nothing is fetched."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    snapshot = cache / "models--owner--cached" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--owner--cached" / "refs").mkdir()
+    (cache / "models--owner--cached" / "refs" / "main").write_text("0" * 40)
+    data_dir = tmp_path / "data"
+    assert bm.local_model_folder(str(tiny_folder), data_dir) == tiny_folder.resolve()
+    assert bm.local_model_folder("owner/cached", data_dir) == snapshot
+    for absent in ("owner/not-cached", bm.DEFAULT_MODEL, str(tmp_path / "nowhere"), "not an id!"):
+        assert bm.local_model_folder(absent, data_dir) is None, absent
+    assert not data_dir.exists() and sorted(p.name for p in cache.iterdir()) == [
+        "models--owner--cached"]
+
+
 def test_invalid_reference_is_rejected(tmp_path, offline):
     with pytest.raises(bm.ModelNotAvailable):
         bm.resolve_model("", tmp_path)

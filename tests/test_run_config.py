@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from studio.run_config import RunConfigError, parse_run_config
+from studio.run_config import VERL_OVERRIDE_KEYS, RunConfigError, parse_run_config
+from studio.services import runs
+from studio.services.errors import InvalidInput
+from studio.services.run_validation import verl_places_problem
+from tests.support.actors import admin, user
 
 EXAMPLE = """
 name: demo-3-2-0
@@ -231,23 +236,95 @@ def test_a_run_name_shows_as_itself(name, problem):
     assert parse_run_config({**BASE, "name": "Lämp run 🪔 #1"}).name == "Lämp run 🪔 #1"
 
 
+NOT_A_SETTING = "is not a training setting that overrides may change"
+UPLOADED = "/srv/studio/ui-uploads/4f1c/tool.py"  # a file a member uploaded through the UI
+
+
 @pytest.mark.parametrize(("override", "problem"), [
-    ("reward.custom_reward_function.path=/tmp/x.py", "is not a training setting"),
-    ("actor_rollout_ref.model.trust_remote_code=true", "is not a training setting"),
-    ("actor_rollout_ref.rollout.agent.agent_loop_config_path=/tmp/a.yaml", "('path')"),
-    ("+actor_rollout_ref.actor.hook._target_=os.system", "('_target_')"),
-    ("trainer.default_local_dir=/etc", "('dir')"),
-    ("trainer.experiment_name=${oc.env:HF_TOKEN}", "interpolations"),
-    ("actor_rollout_ref.actor.checkpoint={_target_:os.system}", "code to instantiate"),
+    ("reward.custom_reward_function.path=/tmp/x.py", NOT_A_SETTING),
+    ("actor_rollout_ref.model.trust_remote_code=true", NOT_A_SETTING),
+    ("actor_rollout_ref.rollout.agent.agent_loop_config_path=/tmp/a.yaml", NOT_A_SETTING),
+    ("+actor_rollout_ref.actor.hook._target_=os.system", NOT_A_SETTING),
+    ("trainer.default_local_dir=/etc", NOT_A_SETTING),
+    ("actor_rollout_ref.rollout.multi_turn.enable=false", NOT_A_SETTING),
+    ("trainer.save_freq=${oc.env:HF_TOKEN}", "interpolations"),
+    ("~actor_rollout_ref.actor.optim.lr=", "deletes a key"),
+    ("actor_rollout_ref.actor.checkpoint={_target_:os.system}", "a mapping"),
+    ("actor_rollout_ref.rollout.multi_turn={enable: true, function_tool_path: " + UPLOADED + "}",
+     "a mapping"),
+    ("actor_rollout_ref.actor.optim.lr=[1e-6, 2e-6]", "a list"),
+    ("actor_rollout_ref.actor.loss_agg_mode=" + UPLOADED, "one word"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=my_package.losses", "one word"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=MyLoss()", "one word"),
+    ("algorithm.adv_estimator=https://example.org/estimator", "one word"),
+    ("algorithm.adv_estimator=null", "one word"),
+    ("actor_rollout_ref.actor.optim.lr=fast", "a number"),
+    ("actor_rollout_ref.actor.optim.lr=nan", "a number"),
+    ("actor_rollout_ref.rollout.n=2.5", "a whole number"),
+    ("actor_rollout_ref.rollout.n=1,2", "a whole number"),
+    ("algorithm.use_kl_in_reward=yes", "true or false"),
     ("no-equals-sign", "must be key=value"),
 ])
 def test_verl_overrides_set_training_settings_and_name_no_code(override, problem):
     """A member's override reached Hydra as it was: a reward-function path, an agent-loop
-    `_target_` or `trust_remote_code` ran code on the GPU workers (S1)."""
+    `_target_`, `trust_remote_code` or a mapping naming a tool file ran code on the GPU
+    workers (S1, issue 41 N1). Only a known training setting, set to one value of its type."""
     with pytest.raises(RunConfigError, match=r"^verl: .*overrides\[0\]: .*" + re.escape(problem)):
         parse_run_config({**BASE, "verl": {"overrides": [override]}})
-    allowed = ["actor_rollout_ref.actor.optim.lr=2e-6", "+trainer.val_before_train=false"]
+    allowed = ["actor_rollout_ref.actor.optim.lr=2e-6", "+trainer.val_before_train=false",
+               "algorithm.norm_adv_by_std_in_grpo=False",
+               "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+               "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.rollout.n=8",
+               "actor_rollout_ref.actor.entropy_coeff=0", "data.max_response_length=4096"]
     assert parse_run_config({**BASE, "verl": {"overrides": allowed}}).verl.overrides == allowed
+
+
+def test_docs_list_exactly_the_keys_overrides_may_set():
+    """docs/verl.md says what a member may set; it must be what the check allows."""
+    text = (Path(__file__).parents[1] / "docs" / "verl.md").read_text()
+    section = text.split("### What `verl.overrides` may set")[1].split("### ")[0]
+    listed = set(re.findall(r"`([a-z_.]+)`", section)) - {
+        "actor", "rollout", "actor_rollout_ref.actor", "actor_rollout_ref.rollout"}
+    assert listed == {key.replace("actor_rollout_ref.actor.", "actor.")
+                      .replace("actor_rollout_ref.rollout.", "rollout.")
+                      for key in VERL_OVERRIDE_KEYS}
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("actor_rollout_ref.rollout.multi_turn={enable: true, function_tool_path: " + UPLOADED + "}",
+     "actor_rollout_ref.rollout.multi_turn"),
+    ("actor_rollout_ref.rollout.agent={agent_loop_config_path: " + UPLOADED + "}",
+     "actor_rollout_ref.rollout.agent")])
+def test_a_mapping_override_naming_an_uploaded_file_is_refused_naming_its_key(settings,
+                                                                              override, key):
+    """The probe of issue 41 (N1): a member's launch whose overrides set veRL's tool loader or
+    agent loop to a file uploaded through the UI is a 422 naming the key; nothing is stored."""
+    with pytest.raises(InvalidInput) as refused:
+        runs.create_run(settings, user(settings, "mallory"), {
+            **BASE, "backend": "verl", "verl": {"overrides": [
+                "actor_rollout_ref.actor.optim.lr=2e-6", override]}})
+    assert refused.value.status_code == 422
+    assert str(refused.value).startswith(f"verl: overrides[1]: {key!r} takes one "
+                                         "value, not a mapping")
+    assert runs.list_runs(settings) == []
+
+
+def test_a_run_goes_only_to_a_ray_cluster_an_admin_listed(settings):
+    """`verl.ray_address` sends the run, and its owner's token, to that cluster: an admin's
+    or a member's run may name only one listed in STUDIO_VERL_RAY_ADDRESSES (issue 41 N1)."""
+    elsewhere = {**BASE, "backend": "verl", "verl": {"ray_address": "ray.attacker.example:6379"}}
+    for actor in (admin(settings), user(settings, "mallory")):
+        with pytest.raises(InvalidInput, match=r"^verl.ray_address: 'ray.attacker.example:6379' "
+                           r"is not a Ray cluster an admin listed; .* none is listed "
+                           r"\(STUDIO_VERL_RAY_ADDRESSES\)"):
+            runs.create_run(settings, actor, elsewhere)
+    assert runs.list_runs(settings) == []
+    listed = settings.model_copy(update={"verl_ray_addresses": "10.0.0.5:6379, head:6379"})
+    with pytest.raises(InvalidInput, match=r"must be one of 10.0.0.5:6379, head:6379 "):
+        runs.create_run(listed, admin(settings), elsewhere)
+    head = parse_run_config({**elsewhere, "verl": {"ray_address": "head:6379"}})
+    assert verl_places_problem(listed, head.verl) is None
+    assert verl_places_problem(settings, head.verl).startswith("verl.ray_address: 'head:6379'")
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://studio:70/", "studio:7860",

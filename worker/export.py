@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable
@@ -29,17 +30,23 @@ from studio.run_config import RunConfig
 from studio.services import exports, runs
 from studio.services.errors import UserError
 from studio.services.model_card import REWARD_CURVES, base_model_facts, build_model_card
+from studio.services.run_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
 from studio.tables import RunState
 from worker.hub import PushError, push_folder, scrub
-from worker.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder, load_checkpoint
+from worker.lora import load_checkpoint
 
 ADAPTER_DIR = "adapter"  # a LoRA run's adapter, beside the merged weights
 CHUNK = 8 << 20
 REPORT_EVERY_S = 0.5
 
 Progress = Callable[[float, str], None]
+# Transformers builds a model's modules on the meta device under process-wide state (and
+# imports its classes lazily), so two models loaded at once by threads of one worker (the
+# short jobs' worker runs two exports so) leave weights on meta ("Cannot copy out of meta
+# tensor"); loads take turns.
+_LOADING_A_MODEL = threading.Lock()
 
 
 class ExportError(Exception):
@@ -68,9 +75,10 @@ def _ensure_safetensors(folder: Path, on_progress: Progress) -> None:
     if not any(folder.glob("*.bin")) and not any(folder.glob("*.pt")):
         raise ExportError(f"{folder.name}: no model weights found (*.safetensors or *.bin)")
     on_progress(0.5, "converting the weights to safetensors")
-    from transformers import AutoModelForCausalLM
+    with _LOADING_A_MODEL:
+        from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder)
     model.save_pretrained(folder)
     for stale in (*folder.glob("*.bin"), *folder.glob("*.bin.index.json")):
         stale.unlink()
@@ -106,8 +114,9 @@ def assemble_folder(settings: Settings, run_id: int, source: Path, target: Path,
         return
     with tempfile.TemporaryDirectory(prefix=".merged-", dir=target.parent) as staging:
         on_progress(0.0, "merging the LoRA adapter into the base model")
-        model, tokenizer = load_checkpoint(source, config.model, settings.resolved_data_dir,
-                                           dtype="auto")
+        with _LOADING_A_MODEL:
+            model, tokenizer = load_checkpoint(source, config.model,
+                                               settings.resolved_data_dir, dtype="auto")
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         del model

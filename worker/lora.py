@@ -9,7 +9,8 @@ the grouped-attention switch of the rollout) apply as they do without LoRA.
 A checkpoint of a LoRA run holds the adapter only (`adapter_config.json`,
 `adapter_model.safetensors`), beside the tokenizer and the trainer state; the base is the
 run's `model`. veRL's merger writes a LoRA run's checkpoint as the base weights with the
-adapter in `lora_adapter/`. `load_checkpoint` reads all three kinds (full weights too).
+adapter in `lora_adapter/` (`studio.services.run_folder` spells these files). `load_checkpoint`
+reads all three kinds (full weights too).
 """
 
 from __future__ import annotations
@@ -20,10 +21,7 @@ import torch
 
 from studio.base_models import load_causal_lm, load_tokenizer
 from studio.run_config import LoraSpec
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-VERL_ADAPTER_DIR = "lora_adapter"
+from studio.services.run_folder import adapter_folder
 
 
 def add_adapters(model: torch.nn.Module, spec: LoraSpec, seed: int):
@@ -48,15 +46,6 @@ def load_adapters(model: torch.nn.Module, folder: Path, trainable: bool = False)
 def inner(peft_model) -> torch.nn.Module:
     """The Hugging Face causal LM inside a `PeftModel`, LoRA layers in place (see above)."""
     return peft_model.base_model.model
-
-
-def adapter_folder(checkpoint: Path) -> Path | None:
-    """Where a checkpoint keeps its LoRA adapter: itself (native), `lora_adapter/` (veRL's
-    merger), or None (full weights)."""
-    for folder in (checkpoint, checkpoint / VERL_ADAPTER_DIR):
-        if (folder / ADAPTER_CONFIG).is_file():
-            return folder
-    return None
 
 
 def load_checkpoint(checkpoint: Path, base_ref: str, data_dir: Path, dtype=None):

@@ -141,7 +141,7 @@ def exemplar_view(settings: Settings):
 def upload_corpus(settings: Settings, actor: Actor, path: str | None, name: str, backend: str,
                   split_on_blank_lines: bool) -> str:
     try:
-        with uploaded(path) as (stream, filename):
+        with uploaded(settings, actor, path) as (stream, filename):
             corpus = corpora.create_corpus(settings, actor, stream, filename, _name(name, path),
                                            backend=backend,
                                            split_on_blank_lines=split_on_blank_lines)
@@ -154,7 +154,7 @@ def upload_corpus(settings: Settings, actor: Actor, path: str | None, name: str,
 def upload_qa(settings: Settings, actor: Actor, path: str | None, name: str, purpose: str,
               fmt: str) -> str:
     try:
-        with uploaded(path) as (stream, filename):
+        with uploaded(settings, actor, path) as (stream, filename):
             qa_set = qa_sets.create_qa_set(settings, actor, stream, filename, _name(name, path),
                                            purpose=purpose, fmt=None if fmt == "auto" else fmt)
     except UserError as exc:
@@ -167,7 +167,7 @@ def upload_qa(settings: Settings, actor: Actor, path: str | None, name: str, pur
 
 def upload_exemplars(settings: Settings, actor: Actor, path: str | None, name: str) -> str:
     try:
-        with uploaded(path) as (stream, filename):
+        with uploaded(settings, actor, path) as (stream, filename):
             found = exemplar_sets.upload_exemplar_set(settings, actor, stream, filename,
                                                       _name(name, path))
     except UserError as exc:

@@ -27,7 +27,7 @@ from studio.run_config import PromptSpec
 from studio.services import corpora, evaluations, exemplar_drafts, exemplar_sets, qa_sets
 from studio.services.access import Actor
 from studio.services.errors import InvalidInput, UserError
-from studio.services.prompt_preview import preview_exemplars, tools_written
+from studio.services.prompt_preview import MAX_PREVIEW_CHARS, preview_exemplars, tools_written
 from studio.settings import Settings
 
 TITLE = "Exemplars"
@@ -61,10 +61,11 @@ def finding_lines(findings: list[dict]) -> str:
     return head + "\n\n" + "\n".join(lines)
 
 
-def check(question: str, solution: str, answer: str) -> str:
+def check(settings: Settings, question: str, solution: str, answer: str) -> str:
     """The findings of the exemplar as typed (nothing stored)."""
     try:
-        return finding_lines(exemplar_sets.check_exemplar(_item(question, solution, answer)))
+        return finding_lines(exemplar_sets.check_exemplar(settings,
+                                                          _item(question, solution, answer)))
     except UserError as exc:
         return error_markdown(str(exc), "Not an exemplar yet")
 
@@ -90,23 +91,26 @@ def preview(settings: Settings, stored: list[dict] | None, number: int | None, q
     exemplars, item = stored or [], _item(question, solution, answer)
     if item["question"].strip() and item["solution"].strip():
         exemplars = draft_set(exemplars, number or NEW, item)
-    ks = list(range(len(exemplars) + 1))
-    # k as read when the event fired: the user may have picked another since (that pick
-    # queues its own preview), so the pick is rewritten only when it no longer exists
-    k_choice = gr.Radio(choices=ks) if k in ks else gr.Radio(choices=ks, value=ks[-1])
-    k = k if k in ks else ks[-1]
     try:
         result = preview_exemplars(settings, exemplars, asked or "", layout=layout,
                                    model=(model or "").strip() or None,
                                    assistant_prefix=PromptSpec().assistant_prefix,
                                    tools=tools or [])
     except UserError as exc:
-        return [], "", k_choice, error_markdown(str(exc), "No preview")
-    prompts = result["prompts"]
+        return [], "", gr.skip(), error_markdown(str(exc), "No preview")
+    prompts = {shown["k"]: shown for shown in result["prompts"]}
+    ks = list(prompts)
+    # k as read when the event fired: the user may have picked another since (that pick
+    # queues its own preview), so the pick is rewritten only when it no longer exists
+    k_choice = gr.Radio(choices=ks) if k in ks else gr.Radio(choices=ks, value=ks[-1])
+    k = k if k in ks else ks[-1]
     note = (f"Counted with the tokenizer of {code_span(result['model'])}; layout "
             f"{code_span(layout)}; tools {', '.join(map(code_span, result['tools']))}. "
             f"k = {k}: {prompts[k]['tokens']} tokens.")
-    return table(prompts, TOKEN_COLUMNS), prompts[k]["text"], k_choice, note
+    if result["not_shown"]:
+        note += (f" Not shown: k = {min(result['not_shown'])} and more, whose prompts pass "
+                 f"{MAX_PREVIEW_CHARS:,} characters together.")
+    return table(result["prompts"], TOKEN_COLUMNS), prompts[k]["text"], k_choice, note
 
 
 def sample_question(settings: Settings) -> str:
@@ -370,7 +374,8 @@ def build(settings: Settings) -> None:
     number.input(fields, [stored, number], editor)
     # .change, not .input: Gradio's textbox sends no input event for a deletion.
     for box in editor:
-        box.change(check, editor, findings, trigger_mode="always_last", show_progress="hidden")
+        box.change(lambda *typed: check(settings, *typed), editor, findings,
+                   trigger_mode="always_last", show_progress="hidden")
     gr.on([*(box.change for box in editor), stored.change, model.submit, model.blur,
            layout.input, tools.input, asked.submit, k.input], show_preview, preview_inputs,
           preview_outputs, trigger_mode="always_last", show_progress="minimal")

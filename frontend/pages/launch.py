@@ -44,9 +44,10 @@ from studio.run_config import (
     parse_run_config,
 )
 from studio.services import corpora, exemplar_sets, presets, qa_sets, run_validation, runs
-from studio.services.access import Actor, require_member
+from studio.services.access import Actor, Forbidden, require_member
 from studio.services.errors import InvalidInput, UserError
 from studio.services.model_shelf import model_shelf, shelf_words
+from studio.services.uploads import check_ui_upload_reader
 from studio.settings import Settings
 
 TITLE = "Launch"
@@ -390,13 +391,15 @@ def save_yaml(*form) -> tuple[str | None, str]:
                                   "above")
 
 
-def load_yaml(path: str | None, outputs: int):
-    """Fill the form (and the curriculum) from an uploaded run YAML; the last output says how."""
+def load_yaml(settings: Settings, actor: Actor, path: str | None, outputs: int):
+    """Fill the form (and the curriculum) from a run YAML the acting user uploaded; the last
+    output says how."""
     if not path:
         return (gr.skip(),) * outputs
     try:
+        check_ui_upload_reader(settings, path, actor)
         config = parse_run_config(Path(path).read_text(encoding="utf-8"))
-    except (RunConfigError, UnicodeDecodeError) as exc:
+    except (RunConfigError, UnicodeDecodeError, Forbidden) as exc:
         return *(gr.skip(),) * (outputs - 1), error_markdown(
             f"{Path(path).name}: {exc}", "The YAML was not loaded")
     return *form_values(config), ok_markdown(f"Loaded '{config.name}' from "
@@ -603,7 +606,9 @@ def build(settings: Settings) -> None:
     estimate_button.click(acting(settings, estimate), form, [stage_table, estimate_note])
     save_button.click(save_yaml, form, [yaml_file, yaml_message])
     loaded = [base, shared.curriculum, *fields, yaml_message]
-    upload.upload(lambda path: load_yaml(path, len(loaded)), upload, loaded)
+    upload.upload(acting(settings, lambda s, actor, path: load_yaml(s, actor, path,
+                                                                    len(loaded))),
+                  upload, loaded)
 
     launched = gr.State(None)  # the run launched last on this page: *Watch it* follows it
 

@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from studio.api.deps import current_user
+from studio.api.request_gate import BodyBounds, RequestGate
 from studio.api.routes import (
     calibrations,
     corpora,
@@ -50,10 +51,16 @@ def create_api(settings: Settings) -> FastAPI:
     app.state.run_streams = RunStreams(settings.sqlalchemy_url)  # one poller per followed run
     app.include_router(system.public)
     protected = [Depends(current_user)]
+    # The token, then each body's bound, before any route reads the body; the UI's routes
+    # add their own bounds here (frontend.server).
+    app.state.body_bounds = BodyBounds()
+    app.add_middleware(RequestGate, settings=settings, bounds=app.state.body_bounds,
+                       public_paths=frozenset([app.openapi_url, app.docs_url]))
     # run_history before runs: /runs/compare must not be taken for /runs/{run_id}
     for module in (system, corpora, qa_sets, exemplar_sets, demo, curricula, run_history,
                    run_streams, run_presets, runs, exports, calibrations, users):
         app.include_router(module.router, prefix=API_PREFIX, dependencies=protected)
+        app.state.body_bounds.add_routes(module.router.routes, API_PREFIX)
 
     @app.exception_handler(UserError)
     def user_error(_request: Request, exc: UserError) -> JSONResponse:

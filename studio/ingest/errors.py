@@ -16,6 +16,8 @@ SETTING_MAX_ROWS = "STUDIO_MAX_UPLOAD_ROWS"
 SETTING_MAX_ARCHIVE_MEMBERS = "STUDIO_MAX_ARCHIVE_MEMBERS"
 SETTING_MAX_UNPACKED_BYTES = "STUDIO_MAX_UNPACKED_BYTES"
 SETTING_MAX_RECORD_BYTES = "STUDIO_MAX_RECORD_BYTES"
+SETTING_MAX_QUESTION_CHARS = "STUDIO_MAX_QUESTION_CHARS"
+SETTING_MAX_ANSWER_CHARS = "STUDIO_MAX_ANSWER_CHARS"
 
 
 class IngestError(ValueError):
@@ -72,7 +74,9 @@ class Limits:
     (``STUDIO_MAX_ARCHIVE_MEMBERS``); ``max_unpacked_bytes``: bytes a zip archive
     unpacks to, nested ones included (``STUDIO_MAX_UNPACKED_BYTES``);
     ``max_record_bytes``: bytes of UTF-8 text one record may hold, a line, a CSV
-    row, a JSON array item, a Parquet cell or a paragraph (``STUDIO_MAX_RECORD_BYTES``).
+    row, a JSON array item, a Parquet cell or a paragraph (``STUDIO_MAX_RECORD_BYTES``);
+    ``max_question_chars`` and ``max_answer_chars``: characters of one question and of one
+    gold answer of a QA set (``STUDIO_MAX_QUESTION_CHARS``, ``STUDIO_MAX_ANSWER_CHARS``).
     """
 
     max_bytes: int = 2_000_000_000
@@ -80,6 +84,8 @@ class Limits:
     max_archive_members: int = 10_000
     max_unpacked_bytes: int = 2_000_000_000
     max_record_bytes: int = 64 << 20
+    max_question_chars: int = 8000
+    max_answer_chars: int = 2000
 
     def record(self, hint: str) -> RecordLimit:
         """The record bound, with what a reader tells the user to do about a longer record."""

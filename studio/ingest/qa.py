@@ -2,7 +2,9 @@
 
 Rules worth knowing:
 
-- A question must be a non-empty string, else ``IngestError`` with its line.
+- A question must be a non-empty string of at most ``Limits.max_question_chars``
+  characters, and each gold answer at most ``Limits.max_answer_chars``, else
+  ``IngestError`` with its line.
 - Answers: strings (numbers are turned into strings), stripped; empty ones
   dropped; duplicates dropped, order kept. A row left with no answer is NOT
   an error: it is listed in ``report["empty_answers"]`` and kept with
@@ -33,6 +35,8 @@ from studio.method.json_values import UnstorableJson, decode_storable
 from .corpus import json_type
 from .errors import (
     DEFAULT_LIMITS,
+    SETTING_MAX_ANSWER_CHARS,
+    SETTING_MAX_QUESTION_CHARS,
     Limits,
     RecordLimit,
     Source,
@@ -273,6 +277,8 @@ class _Collector:
         where = {"line": line, "item": item, "item_unit": item_unit}
         if len(self.rows) >= self.limits.max_rows:
             raise self.src.too_many_rows(self.limits, "questions", _TOO_MANY_HINT, **where)
+        answers = clean_answers(answers)
+        self._check_lengths(question, answers, where)
         if qid is None:
             qid = f"{self.src.id_stem}-{item if item is not None else line}"
             self.generated += 1
@@ -291,13 +297,26 @@ class _Collector:
                                     "first_line": self.lines[first], "question": question})
         else:
             self.questions[key] = row_no - 1
-        answers = clean_answers(answers)
         if not answers:
             self.empty.append({"row": row_no, "line": line, "id": qid})
         if meta.get("answerable") is False:
             self.unanswerable.append({"row": row_no, "line": line, "id": qid})
         self.rows.append(QARow(id=qid, question=question, golden_answers=answers, meta=meta))
         self.lines.append(line)
+
+    def _check_lengths(self, question: str, answers: list[str], where: dict) -> None:
+        """Refuse a question or a gold answer longer than its limit: each is stored, shown
+        and searched whole, so one of 0.6 MB made every page of rows that held it 0.6 MB."""
+        bounds = [("the question", question, self.limits.max_question_chars, "question",
+                   SETTING_MAX_QUESTION_CHARS)]
+        bounds += [(f"gold answer {number}", answer, self.limits.max_answer_chars,
+                    "golden_answers", SETTING_MAX_ANSWER_CHARS)
+                   for number, answer in enumerate(answers, 1)]
+        for what, text, most, field_name, setting in bounds:
+            if len(text) > most:
+                raise self.src.error(
+                    f"{what} is {len(text)} characters, more than {most}, the limit (setting "
+                    f"{setting}); shorten it or raise the limit", field=field_name, **where)
 
     def result(self, fmt: str) -> QAReadResult:
         if not self.rows:

@@ -286,7 +286,7 @@ def validate_exemplar(
 
     # balanced, un-nested tags
     for tag in (THINK, *calls, ANSWER):
-        opening, closing = count_tags(sol, tag, tools)
+        opening, closing = count_tags(sol, tag, tools, segs)
         if opening != closing:
             error(
                 f"unbalanced <{tag}> tags: {opening} opening, {closing} closing; close every "
@@ -304,7 +304,7 @@ def validate_exemplar(
         if s.kind in results and not s.closed:
             error(f"<{s.kind}> on line {_line_of(sol, s.start)} is never closed; add </{s.kind}>")
     for tag in sorted(results):
-        _, stray = count_tags(sol, tag, tools)
+        _, stray = count_tags(sol, tag, tools, segs)
         if stray:
             error(
                 f"{stray} stray </{tag}> outside any <{tag}> block; remove it or add the "
@@ -378,7 +378,7 @@ def validate_exemplar(
             "may not fit "
             "the prompt length limit; shorten the information blocks"
         )
-    if count_tags(sol, THINK, tools) == (0, 0):
+    if count_tags(sol, THINK, tools, segs) == (0, 0):
         warn("no <think> block; the format reward penalises responses without one, so show one")
     if any(s.kind == TEXT and s.text.strip() for s in segs):
         warn("text outside any tag; the model may copy it, put reasoning inside <think>")

@@ -175,20 +175,19 @@ def parse(text: str, tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> list[Segment]
     return segments
 
 
-def _model_segments(text: str, tools: Sequence[ToolSpec]) -> list[Segment]:
-    return [s for s in parse(text, tools) if s.source == "model"]
-
-
-def count_tags(text: str, tag: str, tools: Sequence[ToolSpec] = DEFAULT_TOOLS) -> tuple[int, int]:
+def count_tags(text: str, tag: str, tools: Sequence[ToolSpec] = DEFAULT_TOOLS,
+               segments: Sequence[Segment] | None = None) -> tuple[int, int]:
     """Return ``(opening, closing)`` counts of ``<tag>`` / ``</tag>`` in model-written text.
 
     method.md, "The reward": "nothing inside an <information> block counts as
     a tag".  Result blocks, their own tags included, are skipped; matching is
-    case-insensitive.
+    case-insensitive. ``segments``: ``parse(text, tools)``, where the caller has it (a
+    caller counting several tags parses once).
     """
     pattern = re.compile(r"<(/?)" + re.escape(tag.lower()) + r">", re.IGNORECASE)
     opening = closing = 0
-    for seg in _model_segments(text, tools):
+    segments = parse(text, tools) if segments is None else segments
+    for seg in (s for s in segments if s.source == "model"):
         for m in pattern.finditer(seg.text):
             if m.group(1):
                 closing += 1

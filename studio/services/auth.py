@@ -433,9 +433,11 @@ MAX_FAILURES_PER_ADDRESS = 20
 """Failed logins from one address, whatever the usernames (password spraying)."""
 MAX_FAILURES_PER_USER = 50
 """Failed logins for one username from anywhere (a brute force from many addresses). Past
-it the username is slowed, not locked: each try waits `LOCKED_USER_DELAY_S`, and an address
-that has failed for it within the window is refused, so a stranger cannot lock the user out
-while a brute force gets one slow try per address."""
+it the username is slowed, never locked: each try waits `LOCKED_USER_DELAY_S`, and an
+address is refused only by its own failures (`MAX_FAILURES_PER_USER_AND_ADDRESS`,
+`MAX_FAILURES_PER_ADDRESS`), so strangers cannot lock the user out, not even after one
+mistyped password from its own address, while a brute force gets a few slow tries per
+address."""
 LOCKED_USER_DELAY_S = 3.0
 
 
@@ -455,18 +457,14 @@ def _wait_for(times: list[datetime], limit: int) -> int:
 
 
 def login_wait(session: Session, username: str, address: str) -> int:
-    """Seconds until `username` may try again from `address` (0: now)."""
+    """Seconds until `username` may try again from `address` (0: now): only this
+    address's own failures count (the username's over all addresses delay, `login_delay`)."""
     by_pair = _recent_failures(session, MAX_FAILURES_PER_USER_AND_ADDRESS,
                                LoginFailure.username == username, LoginFailure.address == address)
-    waits = [_wait_for(by_pair, MAX_FAILURES_PER_USER_AND_ADDRESS),
-             _wait_for(_recent_failures(session, MAX_FAILURES_PER_ADDRESS,
-                                        LoginFailure.address == address),
-                       MAX_FAILURES_PER_ADDRESS)]
-    if by_pair:  # this address failed for the user: its limit over all addresses applies
-        waits.append(_wait_for(_recent_failures(session, MAX_FAILURES_PER_USER,
-                                                LoginFailure.username == username),
-                               MAX_FAILURES_PER_USER))
-    return max(waits)
+    by_address = _recent_failures(session, MAX_FAILURES_PER_ADDRESS,
+                                  LoginFailure.address == address)
+    return max(_wait_for(by_pair, MAX_FAILURES_PER_USER_AND_ADDRESS),
+               _wait_for(by_address, MAX_FAILURES_PER_ADDRESS))
 
 
 def login_delay(settings: Settings, username: str) -> float:
@@ -480,8 +478,8 @@ def login_delay(settings: Settings, username: str) -> float:
 
 def log_in(settings: Settings, username: str, password: str, address: str) -> str:
     """A new browser session for a right password, as a cookie value; 401 for a wrong one
-    (the same message for an unknown user), 429 while the address, or the user from an
-    address that failed for it, is over its limit of failed logins."""
+    (the same message for an unknown user), 429 while the address is over one of its limits
+    of failed logins (for this user, or for any)."""
     username, address = (username or "").strip()[:64], (address or "unknown")[:64]
     with session_scope(settings.sqlalchemy_url) as session:
         session.exec(delete(LoginFailure).where(LoginFailure.at <= utcnow() - LOGIN_WINDOW))

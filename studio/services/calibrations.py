@@ -27,7 +27,8 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
 from studio.services.estimates import LONG_RUN_SECONDS, duration_words, estimate_run
 from studio.services.health import live_workers
-from studio.services.records import get_or_404
+from studio.services.records import get_or_404, usernames
+from studio.services.tokenizers import check_model_folder
 from studio.settings import Settings
 from studio.tables import DeviceCalibration, Run, RunState, utcnow
 
@@ -54,6 +55,7 @@ class CalibrationView(TypedDict):
     """A speed measurement as the API shows it (times in ISO 8601, UTC)."""
 
     id: int
+    owner: str | None  # who asked for it, or whose launch check queued it
     model: str
     queue: str
     threads: int
@@ -70,8 +72,9 @@ class CalibrationView(TypedDict):
     finished_at: str | None
 
 
-def _view(row: DeviceCalibration) -> CalibrationView:
-    return {"id": row.id, "model": row.model, "queue": row.queue, "threads": row.threads,
+def _view(row: DeviceCalibration, owners: dict[int, str]) -> CalibrationView:
+    return {"id": row.id, "owner": owners.get(row.owner_id), "model": row.model,
+            "queue": row.queue, "threads": row.threads,
             "dtype": row.dtype, "state": RunState(row.state).value, "device": row.device,
             "device_key": row.device_key, "worker": row.worker_hostname,
             "busy_runs": row.busy_runs, "figures": row.figures, "error": row.error,
@@ -94,12 +97,12 @@ def request_calibration(settings: Settings, actor: Actor, *, model: str, queue: 
                         ) -> CalibrationView:
     """Queue a new calibration of `model` on `queue` (measured again even when one exists)."""
     require_member(actor, "queue measurements")
-    return _queue_calibration(settings, model=model, queue=queue, threads=threads, dtype=dtype,
-                              start=start)
+    return _queue_calibration(settings, actor.id, model=model, queue=queue, threads=threads,
+                              dtype=dtype, start=start)
 
 
-def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: int, dtype: str,
-                       start: bool = True) -> CalibrationView:
+def _queue_calibration(settings: Settings, owner_id: int | None, *, model: str, queue: str,
+                       threads: int, dtype: str, start: bool = True) -> CalibrationView:
     if queue not in TRAINING_QUEUES:
         raise InvalidInput(f"queue: '{queue}' is not one of {', '.join(TRAINING_QUEUES)}")
     if threads < 1:
@@ -108,10 +111,11 @@ def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: i
         raise InvalidInput(f"dtype: '{dtype}' is not one of {', '.join(DTYPES)}")
     if not model.strip():
         raise InvalidInput("model: name the model to measure (as a run config's model)")
+    check_model_folder(settings, model)
     devices = _queue_devices(settings, queue)
     kind = devices[0]["kind"] if devices else ("cuda" if queue == "gpu" else "cpu")
     with session_scope(settings.sqlalchemy_url) as session:
-        row = DeviceCalibration(model=model, queue=queue, threads=threads,
+        row = DeviceCalibration(owner_id=owner_id, model=model, queue=queue, threads=threads,
                                 dtype=resolved_dtype(dtype, kind))
         session.add(row)
         session.flush()
@@ -123,12 +127,14 @@ def _queue_calibration(settings: Settings, *, model: str, queue: str, threads: i
 
 def get_calibration(settings: Settings, calibration_id: int) -> CalibrationView:
     with session_scope(settings.sqlalchemy_url) as session:
-        return _view(get_or_404(session, DeviceCalibration, calibration_id, "calibration"))
+        return _view(get_or_404(session, DeviceCalibration, calibration_id, "calibration"),
+                     usernames(session))
 
 
 def list_calibrations(settings: Settings) -> list[CalibrationView]:
     with session_scope(settings.sqlalchemy_url) as session:
-        return [_view(r) for r in session.exec(
+        owners = usernames(session)
+        return [_view(r, owners) for r in session.exec(
             select(DeviceCalibration).order_by(DeviceCalibration.id.desc()))]
 
 
@@ -146,7 +152,7 @@ def claim_calibration(settings: Settings, calibration_id: int, hostname: str,
         row.busy_runs = session.exec(select(func.count()).select_from(Run).where(
             Run.state == RunState.running, Run.worker_hostname == hostname)).one()
         session.add(row)
-        return _view(row)
+        return _view(row, usernames(session))
 
 
 def finish_calibration(settings: Settings, calibration_id: int, *, figures: dict | None = None,
@@ -254,11 +260,12 @@ def _not_ready(state: str, message: str, calibration: int | None = None,
 
 
 def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
-                  start: bool = True) -> dict:
+                  start: bool = True, owner_id: int | None = None) -> dict:
     """The run's time on its queue's workers: `state` ready (seconds per stage, the total,
     `message` in words, `warnings` over three hours), measuring (a calibration is queued or
     running: `message` says why it may wait) or unavailable (`message` says what to do).
-    `start`: queue a calibration when there is none for the queue's device."""
+    `start`: queue a calibration when there is none for the queue's device, as `owner_id`'s
+    (the user whose check needs it)."""
     if not engine_named(config.backend).timed:
         return _not_ready("unavailable", f"no time estimate for backend {config.backend} (the "
                           "cost model is the native engine's)")
@@ -303,8 +310,8 @@ def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
         return _not_ready("unavailable", f"no time estimate yet: {config.model} was not "
                           f"measured on queue {queue}'s device; `studio run validate` or "
                           "`studio calibrate` queues the measurement")
-    queued = _queue_calibration(settings, model=config.model, queue=queue, threads=threads,
-                                dtype=config.engine.dtype)
+    queued = _queue_calibration(settings, owner_id, model=config.model, queue=queue,
+                                threads=threads, dtype=config.engine.dtype)
     with session_scope(settings.sqlalchemy_url) as session:
         return _measuring(session, session.get(DeviceCalibration, queued["id"]))
 

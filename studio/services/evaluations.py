@@ -22,7 +22,7 @@ from studio.method.reward import ANSWER_MATCHES
 from studio.method.tags import SEARCH_TOOL
 from studio.method.tools import FailureLabel, check_tool_names, named_specs
 from studio.queue import TRAINING_QUEUES, enqueue
-from studio.run_config import RunConfig
+from studio.run_config import RunConfig, RunConfigError, parse_protocol
 from studio.services import exemplar_sets, runs
 from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
@@ -205,6 +205,10 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         check_tool_names((protocol or {}).get("tools", ["search"]))
     except ValueError as exc:
         raise InvalidInput(f"protocol.tools: {exc}") from None
+    try:
+        protocol = parse_protocol(protocol or {})
+    except RunConfigError as exc:
+        raise InvalidInput(str(exc)) from None
     if run_id is not None:
         with session_scope(settings.sqlalchemy_url) as session:
             run = get_or_404(session, Run, run_id, "run")

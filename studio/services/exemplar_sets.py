@@ -5,14 +5,19 @@ exemplar's findings, so the UI can list problems without recomputing them. A
 file that cannot be parsed is refused with its line or example number. The tags
 checked are every registered tool's (search, python, calculator): a set does not say
 which tools it is for.
+
+A set holds at most `max_exemplars_per_set` exemplars of at most `max_exemplar_chars`
+characters each (settings), checked before any other work. The validation runs between
+transactions, never in one that writes: a save of a large set does not hold the database's
+write lock, and other requests go on being served meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from sqlmodel import select
+from sqlmodel import select, update
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.db import session_scope
@@ -23,11 +28,12 @@ from studio.method.exemplars import (
     validate_exemplar,
     validate_exemplars,
 )
+from studio.method.json_values import NUL_PROBLEM
 from studio.method.tags import ToolSpec
 from studio.method.tools import all_specs
 from studio.services import uploads
 from studio.services.access import Actor, require_member
-from studio.services.errors import InvalidInput, NotFound
+from studio.services.errors import Conflict, InvalidInput, NotFound, TooLarge
 from studio.services.records import (
     by_name_or_404,
     check_new_name,
@@ -39,22 +45,39 @@ from studio.settings import Settings
 from studio.tables import Exemplar as ExemplarRow
 from studio.tables import ExemplarSet, utcnow
 
+Entry = tuple[int | None, Exemplar]
+"""An exemplar of a set being saved, with the id of the row that holds it (None: a new one)."""
+
 
 def _rows(session, set_id: int) -> list[ExemplarRow]:
     return list(session.exec(select(ExemplarRow).where(ExemplarRow.exemplar_set_id == set_id)
                              .order_by(ExemplarRow.position)))
 
 
-def _revalidate(session, exemplar_set: ExemplarSet) -> None:
-    rows = _rows(session, exemplar_set.id)
-    findings = validate_exemplars([Exemplar(r.question, r.solution, r.answer) for r in rows],
-                                  tools=all_specs())
-    for number, row in enumerate(rows, 1):
-        row.findings = [{"severity": f.severity, "message": f.message}
-                        for f in findings if f.exemplar == number]
+def _findings(exemplars: Sequence[Exemplar]) -> list[list[dict]]:
+    """Each exemplar's findings as views show them, in one pass over the set."""
+    found: list[list[dict]] = [[] for _ in exemplars]
+    for f in validate_exemplars(exemplars, tools=all_specs()):
+        found[f.exemplar - 1].append({"severity": f.severity, "message": f.message})
+    return found
+
+
+def _write_rows(session, set_id: int, entries: Sequence[Entry],
+                findings: Sequence[list[dict]]) -> None:
+    """Store `entries` as the set's exemplars, in order, with their findings: the rows not
+    among them are deleted, the others updated, the new ones inserted."""
+    rows = {row.id: row for row in _rows(session, set_id)}
+    kept = {row_id for row_id, _ in entries}
+    for row_id, row in rows.items():
+        if row_id not in kept:
+            session.delete(row)
+    session.flush()
+    for position, ((row_id, e), found) in enumerate(zip(entries, findings, strict=True)):
+        row = rows[row_id] if row_id is not None else ExemplarRow(exemplar_set_id=set_id)
+        row.position, row.question, row.solution, row.answer = (position, e.question,
+                                                                e.solution, e.answer)
+        row.findings = found
         session.add(row)
-    exemplar_set.updated_at = utcnow()
-    session.add(exemplar_set)
 
 
 class ExemplarView(TypedDict):
@@ -99,6 +122,11 @@ def _view(session, exemplar_set: ExemplarSet) -> ExemplarSetView:
 
 
 def _coerce(item: dict, where: str) -> Exemplar:
+    if not isinstance(item, dict):
+        raise InvalidInput(f"{where}: give an object {{question, solution, answer?}}")
+    for field in ("question", "solution", "answer"):
+        if "\x00" in str(item.get(field) or ""):
+            raise InvalidInput(f"{where}: field '{field}': {NUL_PROBLEM}")
     question, solution = item.get("question"), item.get("solution")
     if not isinstance(question, str) or not question.strip():
         raise InvalidInput(f"{where}: field 'question' must be a non-empty text")
@@ -110,9 +138,33 @@ def _coerce(item: dict, where: str) -> Exemplar:
     return Exemplar(question, solution, answer)
 
 
-def check_exemplar(item: dict) -> list[dict]:
+def _check_count(settings: Settings, count: int, where: str) -> None:
+    """Refuse a set of more than `max_exemplars_per_set` exemplars (before reading them)."""
+    most = settings.max_exemplars_per_set
+    if count > most:
+        raise TooLarge(f"{where}: {count} exemplars; a set holds at most {most} (setting "
+                       "STUDIO_MAX_EXEMPLARS_PER_SET): split them into several sets")
+
+
+def _check_length(settings: Settings, exemplar: Exemplar, where: str) -> Exemplar:
+    """The exemplar, refused when longer than `max_exemplar_chars` (before validating it)."""
+    length = len(exemplar.question) + len(exemplar.solution) + len(exemplar.answer or "")
+    most = settings.max_exemplar_chars
+    if length > most:
+        raise InvalidInput(f"{where}: {length} characters (question, solution and answer "
+                           f"together); an exemplar holds at most {most} (setting "
+                           "STUDIO_MAX_EXEMPLAR_CHARS): shorten its tool results")
+    return exemplar
+
+
+def _checked(settings: Settings, item: dict, where: str) -> Exemplar:
+    """A JSON item as an exemplar of a set, within the length bound."""
+    return _check_length(settings, _coerce(item, where), where)
+
+
+def check_exemplar(settings: Settings, item: dict) -> list[dict]:
     """The findings of one exemplar being edited (nothing stored): what the set would report."""
-    return exemplar_findings(_coerce(item, "exemplar"), 1, all_specs())
+    return exemplar_findings(_checked(settings, item, "exemplar"), 1, all_specs())
 
 
 def exemplar_findings(exemplar: Exemplar, number: int, tools: Sequence[ToolSpec]) -> list[dict]:
@@ -123,24 +175,27 @@ def exemplar_findings(exemplar: Exemplar, number: int, tools: Sequence[ToolSpec]
 
 def _create(settings: Settings, actor: Actor, name: str, exemplars: list[Exemplar],
             source_filename: str | None) -> ExemplarSetView:
+    findings = _findings(exemplars)
     with session_scope(settings.sqlalchemy_url) as session:
         exemplar_set = ExemplarSet(name=check_new_name(session, ExemplarSet, name),
                                    source_filename=source_filename, owner_id=actor.id)
         session.add(exemplar_set)
         session.flush()
-        for position, e in enumerate(exemplars):
-            session.add(ExemplarRow(exemplar_set_id=exemplar_set.id, position=position,
-                                    question=e.question, solution=e.solution, answer=e.answer))
+        _write_rows(session, exemplar_set.id, [(None, e) for e in exemplars], findings)
         session.flush()
-        _revalidate(session, exemplar_set)
         return _view(session, exemplar_set)
 
 
 def create_exemplar_set(settings: Settings, actor: Actor, name: str,
                         exemplars: list[dict] | None = None) -> ExemplarSetView:
-    """A set from JSON items `{question, solution, answer?}` (an empty set is allowed)."""
+    """A set from JSON items `{question, solution, answer?}` (an empty set is allowed), as
+    the request sent them: their number is bounded before any of them is read."""
     require_member(actor, "create exemplar sets")
-    items = [_coerce(item, f"exemplars[{i}]") for i, item in enumerate(exemplars or [])]
+    exemplars = exemplars or []
+    if not isinstance(exemplars, list):
+        raise InvalidInput("exemplars: give a list of objects {question, solution, answer?}")
+    _check_count(settings, len(exemplars), "exemplars")
+    items = [_checked(settings, item, f"exemplars[{i}]") for i, item in enumerate(exemplars)]
     return _create(settings, actor, name, items, None)
 
 
@@ -162,6 +217,9 @@ def upload_exemplar_set(settings: Settings, actor: Actor, stream: BinaryIO,
         if not exemplars:
             raise InvalidInput(f"{staged.filename}: no exemplar found; each needs a question "
                                "and a solution")
+        _check_count(settings, len(exemplars), staged.filename)
+        for number, exemplar in enumerate(exemplars, 1):
+            _check_length(settings, exemplar, f"{staged.filename}: exemplar {number}")
         return _create(settings, actor, name, exemplars, staged.filename)
 
 
@@ -190,55 +248,69 @@ def _owned(session, set_id: int, actor: Actor) -> ExemplarSet:
     return get_owned(session, ExemplarSet, set_id, "exemplar set", actor, "change")
 
 
+def _save_edit(settings: Settings, actor: Actor, set_id: int,
+               edit: Callable[[list[Entry]], list[Entry]]) -> ExemplarSetView:
+    """The set with `edit` applied to its exemplars, stored with the findings of them all.
+
+    The set is read in one transaction, validated outside any, and written in a second that
+    first claims it: an edit stored meanwhile makes this one a 409 (nothing lost, send it
+    again), where a lock held across the validation would keep every writer waiting."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        read_at = _owned(session, set_id, actor).updated_at
+        entries = edit([(row.id, Exemplar(row.question, row.solution, row.answer))
+                        for row in _rows(session, set_id)])
+    findings = _findings([exemplar for _, exemplar in entries])
+    with session_scope(settings.sqlalchemy_url) as session:
+        claimed = session.exec(update(ExemplarSet)
+                               .where(ExemplarSet.id == set_id, ExemplarSet.updated_at == read_at)
+                               .values(updated_at=utcnow()))
+        if claimed.rowcount != 1:
+            raise Conflict(f"exemplar set {set_id} changed while this edit was checked; "
+                           "open it again and repeat the edit")
+        _write_rows(session, set_id, entries, findings)
+        session.flush()
+        return _view(session, _load(session, set_id))
+
+
 def add_exemplar(settings: Settings, actor: Actor, set_id: int, item: dict
                  ) -> ExemplarSetView:
-    exemplar = _coerce(item, "exemplar")
-    with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _owned(session, set_id, actor)
-        position = len(_rows(session, set_id))
-        session.add(ExemplarRow(exemplar_set_id=set_id, position=position,
-                                question=exemplar.question, solution=exemplar.solution,
-                                answer=exemplar.answer))
-        session.flush()
-        _revalidate(session, exemplar_set)
-        return _view(session, exemplar_set)
+    exemplar = _checked(settings, item, "exemplar")
+
+    def append(entries: list[Entry]) -> list[Entry]:
+        _check_count(settings, len(entries) + 1, f"exemplar set {set_id}")
+        return [*entries, (None, exemplar)]
+
+    return _save_edit(settings, actor, set_id, append)
 
 
-def _row(session, set_id: int, number: int) -> ExemplarRow:
-    rows = _rows(session, set_id)
-    if not 1 <= number <= len(rows):
-        raise NotFound(f"exemplar {number} does not exist; the set has {len(rows)} "
+def _numbered(entries: list[Entry], number: int) -> Entry:
+    if not 1 <= number <= len(entries):
+        raise NotFound(f"exemplar {number} does not exist; the set has {len(entries)} "
                        "(numbered from 1)")
-    return rows[number - 1]
+    return entries[number - 1]
 
 
 def update_exemplar(settings: Settings, actor: Actor, set_id: int, number: int,
                     item: dict) -> ExemplarSetView:
     """Replace exemplar `number` (from 1); fields left out keep their value."""
-    with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _owned(session, set_id, actor)
-        row = _row(session, set_id, number)
-        merged = {"question": row.question, "solution": row.solution, "answer": row.answer}
+
+    def replace(entries: list[Entry]) -> list[Entry]:
+        row_id, old = _numbered(entries, number)
+        merged = {"question": old.question, "solution": old.solution, "answer": old.answer}
         merged.update({k: v for k, v in item.items() if k in merged})
-        exemplar = _coerce(merged, f"exemplar {number}")
-        row.question, row.solution, row.answer = exemplar.question, exemplar.solution, \
-            exemplar.answer
-        session.add(row)
-        _revalidate(session, exemplar_set)
-        return _view(session, exemplar_set)
+        entries[number - 1] = (row_id, _checked(settings, merged, f"exemplar {number}"))
+        return entries
+
+    return _save_edit(settings, actor, set_id, replace)
 
 
 def delete_exemplar(settings: Settings, actor: Actor, set_id: int, number: int
                     ) -> ExemplarSetView:
-    with session_scope(settings.sqlalchemy_url) as session:
-        exemplar_set = _owned(session, set_id, actor)
-        session.delete(_row(session, set_id, number))
-        session.flush()
-        for position, row in enumerate(_rows(session, set_id)):
-            row.position = position
-            session.add(row)
-        _revalidate(session, exemplar_set)
-        return _view(session, exemplar_set)
+    def remove(entries: list[Entry]) -> list[Entry]:
+        _numbered(entries, number)
+        return entries[:number - 1] + entries[number:]
+
+    return _save_edit(settings, actor, set_id, remove)
 
 
 def delete_exemplar_set(settings: Settings, actor: Actor, set_id: int) -> None:

@@ -13,7 +13,9 @@ outcome, so a failed push needs the token again to be retried.
 Exports take disk: each user's exports (folders, zips, and those being written) may hold
 at most its export quota (`User.export_quota_bytes`, set by an admin, else
 STUDIO_EXPORT_QUOTA_BYTES). A new export, or a retry, that would pass it is refused before
-anything is stored; a failed export keeps no file, and deleting an export frees its bytes.
+anything is stored, counted at what it will write (a LoRA run's: the merged model, not the
+adapter its checkpoint holds); a finished export counts at the bytes its files hold on disk.
+A failed export keeps no file, and deleting an export frees its bytes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.base_models import local_model_folder
 from studio.db import session_scope
 from studio.ingest.errors import size_text
 from studio.queue import SHORT_QUEUE, enqueue
@@ -34,7 +37,8 @@ from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.lanes import add_waits
 from studio.services.records import get_or_404, get_owned, usernames
-from studio.services.run_folder import RunFolder
+from studio.services.run_folder import RunFolder, adapter_folder
+from studio.services.run_plans import stored_plan
 from studio.settings import Settings
 from studio.tables import ACTIVE_STATES, Export, Run, RunState, User, utcnow
 
@@ -130,12 +134,32 @@ def disk_bytes(path: Path) -> int:
                for name in names)
 
 
+def _base_weights(settings: Settings, run_id: int) -> list[Path]:
+    """The weights and config of the run's base model, when it is on this machine already
+    (nothing is fetched for an estimate)."""
+    base = local_model_folder(stored_plan(settings, run_id).config.model,
+                              settings.resolved_data_dir)
+    if base is None:
+        return []
+    weights = sorted(base.glob("*.safetensors")) or sorted(base.glob("pytorch_model*.bin"))
+    return [*weights, base / "config.json"]
+
+
 def estimated_bytes(settings: Settings, run_id: int, step: int | None) -> int:
     """What an export of the checkpoint after `step` steps will hold: the model files it
-    carries (the model card and run.yaml add little; a LoRA checkpoint holds the adapter,
-    smaller than the merged weights its export holds)."""
+    carries, and for a LoRA checkpoint the merged weights with the adapter beside them. A
+    native LoRA checkpoint holds the adapter alone, and its merged model is as large as its
+    base's weights. The model card and run.yaml add little."""
     source = checkpoint_steps(settings, run_id).get(step)
-    return sum(_file_bytes(p) for p in model_files(source)) if source else 0
+    if source is None:
+        return 0
+    files = model_files(source)
+    adapter = adapter_folder(source)
+    if adapter == source:  # the adapter alone: its export holds the base merged with it
+        files += _base_weights(settings, run_id)
+    elif adapter is not None:  # veRL's merger: the merged weights, with the adapter beside
+        files += model_files(adapter)
+    return sum(_file_bytes(p) for p in files)
 
 
 def _held_bytes(settings: Settings, export: Export) -> int:

@@ -33,6 +33,10 @@ from studio.tables import QAItem, QASet, utcnow
 PURPOSES = ("train", "eval")
 _BATCH = 5000
 MAX_ROWS_PAGE = 500
+MAX_PAGE_BYTES = 2_000_000
+"""Bytes of rows (as JSON) a page of rows holds at most: past them it ends early and says
+where the next page starts (500 rows of a set stored before questions were bounded made
+115 MB). A row longer than that alone still makes a page of its own."""
 
 
 def _check_purpose(purpose: str) -> str:
@@ -66,6 +70,8 @@ class QARowsPage(TypedDict):
     total: int
     offset: int
     rows: list[QARowView]
+    next_offset: int | None  # where the next page starts; None after the last row
+    bytes_reached: bool  # the page ended before `limit` rows: it reached MAX_PAGE_BYTES
 
 
 class SplitSets(TypedDict):
@@ -160,25 +166,40 @@ def set_purpose(settings: Settings, actor: Actor, qa_set_id: int, purpose: str
         return _view(qa_set, usernames(session))
 
 
-def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -> list[QAItem]:
+def _items_query(qa_set_id: int, offset: int = 0, limit: int | None = None):
     query = select(QAItem).where(QAItem.qa_set_id == qa_set_id).order_by(QAItem.position)
     query = query.offset(offset)
-    if limit is not None:
-        query = query.limit(limit)
-    return list(session.exec(query))
+    return query if limit is None else query.limit(limit)
+
+
+def _items(session, qa_set_id: int, offset: int = 0, limit: int | None = None) -> list[QAItem]:
+    return list(session.exec(_items_query(qa_set_id, offset, limit)))
 
 
 def qa_rows(settings: Settings, qa_set_id: int, offset: int = 0, limit: int = 20
             ) -> QARowsPage:
-    """A page of rows for previews."""
+    """A page of at most `limit` rows and `MAX_PAGE_BYTES`, for previews; rows are read a
+    few at a time, so a page that ends early has not read the rest."""
     if offset < 0 or not 1 <= limit <= MAX_ROWS_PAGE:
         raise InvalidInput(f"offset must be >= 0 and limit between 1 and {MAX_ROWS_PAGE}")
+    rows: list[QARowView] = []
+    size = 0
     with session_scope(settings.sqlalchemy_url) as session:
         qa_set = _load(session, qa_set_id)
-        rows = [{"row": i.position + 1, "id": i.external_id, "question": i.question,
-                 "golden_answers": i.golden_answers} for i in _items(session, qa_set.id,
-                                                                       offset, limit)]
-        return {"total": qa_set.num_rows, "offset": offset, "rows": rows}
+        items = session.exec(_items_query(qa_set.id, offset, limit)
+                             .execution_options(yield_per=16))
+        for item in items:
+            row = {"row": item.position + 1, "id": item.external_id, "question": item.question,
+                   "golden_answers": item.golden_answers}
+            size += len(json.dumps(row, ensure_ascii=False).encode())
+            if rows and size > MAX_PAGE_BYTES:
+                break
+            rows.append(row)
+        items.close()
+    end = offset + len(rows)
+    return {"total": qa_set.num_rows, "offset": offset, "rows": rows,
+            "next_offset": end if end < qa_set.num_rows else None,
+            "bytes_reached": len(rows) < limit and end < qa_set.num_rows}
 
 
 def _qa_row(item: QAItem) -> QARow:

@@ -22,6 +22,7 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput
+from studio.services.json_input import decode_json_input
 from studio.services.run_folder import RunFolder
 from studio.services.run_plans import DataRef, RunPlan, stored_plan
 from studio.services.run_validation import resolve_plan
@@ -131,8 +132,8 @@ def parse_bundle(text: str) -> Bundle:
     when there is none, or it lacks a field."""
     for candidate in [text] + _FENCED_JSON.findall(text):
         try:
-            found = json.loads(candidate)
-        except ValueError:
+            found = decode_json_input(candidate, "card")
+        except InvalidInput:  # not JSON, or JSON no bundle holds (a 5,000-digit number)
             continue
         if isinstance(found, dict) and found.get("format") == BUNDLE_FORMAT:
             try:

@@ -29,7 +29,19 @@ from pathlib import Path
 from studio.settings import Settings
 
 CHECKPOINT_PREFIX = "step-"
-MODEL_MARKERS = ("config.json", "adapter_config.json")  # a full model, or a LoRA adapter
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+VERL_ADAPTER_DIR = "lora_adapter"
+MODEL_MARKERS = ("config.json", ADAPTER_CONFIG)  # a full model, or a LoRA adapter
+
+
+def adapter_folder(checkpoint: Path) -> Path | None:
+    """Where a checkpoint keeps its LoRA adapter: itself (native), `lora_adapter/` (veRL's
+    merger), or None (full weights)."""
+    for folder in (checkpoint, checkpoint / VERL_ADAPTER_DIR):
+        if (folder / ADAPTER_CONFIG).is_file():
+            return folder
+    return None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
 from studio.method.tools import ToolBackends, named_specs, tools_for_run, using_words
-from studio.run_config import RunConfig, RunConfigError, parse_run_config
+from studio.run_config import RunConfig, RunConfigError, VerlSpec, parse_run_config
 from studio.sandbox import SandboxUnavailable, studio_sandbox
 from studio.services import calibrations, data_doctor, exemplar_sets
 from studio.services.access import Actor
@@ -135,7 +135,8 @@ def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
 def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     """Per curriculum stage: its exemplar count, steps, longest prompt in tokens, and the
     tokens its prompts share (the instruction and the exemplars: the engine runs them once
-    per step; with sampled exemplars only the part before them)."""
+    per step; with sampled exemplars only the part before them); the same two of the
+    prompt without exemplars (`zero_shot_`: what a mixed-guidance run trains on)."""
     config = plan.config
     tokenizer = checked_tokenizer(settings, config.model)
     candidates = _longest_questions(settings, plan.train.id)
@@ -157,7 +158,9 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
         alike = prompts(stage.exemplars if config.prompt.exemplar_selection == "first" else 0)
         stages.append({"stage": number, "exemplars": stage.exemplars, "steps": stage.steps,
                        "prompt_tokens": tokens, "max_prompt_tokens": limit,
-                       "cut": tokens > limit, "shared_tokens": common_prefix_length(alike)})
+                       "cut": tokens > limit, "shared_tokens": common_prefix_length(alike),
+                       "zero_shot_prompt_tokens": max(len(ids) for ids in prompts(0)),
+                       "zero_shot_shared_tokens": common_prefix_length(prompts(0))})
     return stages
 
 
@@ -201,21 +204,45 @@ def studio_url_problem(settings: Settings, url: str | None) -> str | None:
             "others with STUDIO_VERL_STUDIO_URLS), or leave it out to use the first")
 
 
+def ray_address_problem(settings: Settings, address: str | None) -> str | None:
+    """Why a run may not go to the Ray cluster at `address` (`verl.ray_address`), or None:
+    the run, and its owner's token, go wherever it says, so only to a cluster an admin
+    listed."""
+    listed = settings.ray_addresses
+    if address is None or address.strip() in listed:
+        return None
+    allowed = f"must be one of {', '.join(listed)}" if listed else "none is listed"
+    return (f"verl.ray_address: {address!r} is not a Ray cluster an admin listed; the run and "
+            f"its owner's token go there, so it {allowed} (STUDIO_VERL_RAY_ADDRESSES); leave "
+            "it out to train on the worker's own GPUs, or ask an admin to list the cluster")
+
+
+def verl_places_problem(settings: Settings, verl: VerlSpec) -> str | None:
+    """Why a run may not call the places its `verl` settings name (the studio it searches
+    through, the Ray cluster it runs on), or None: checked by the web app at launch and by
+    the worker again, with its own settings, before it writes the owner's token."""
+    return studio_url_problem(settings, verl.studio_url) or ray_address_problem(
+        settings, verl.ray_address)
+
+
 def checked_config(settings: Settings, config: dict | str, *,
-                   queue_calibration: bool = True) -> tuple[RunPlan, LaunchReport]:
+                   queue_calibration_for: Actor | None = None
+                   ) -> tuple[RunPlan, LaunchReport]:
     """The run's plan (the parsed config, its data resolved) and its report ({stages,
     warnings, time_estimate}); InvalidInput names each field. Each stage gets
-    `seconds_per_step` once the queue's device is measured (None until then);
-    `queue_calibration` queues that measurement when missing."""
+    `seconds_per_step` once the queue's device is measured (None until then); that
+    measurement is queued when missing as `queue_calibration_for`'s (None: not queued)."""
     try:
         parsed = parse_run_config(config)
     except RunConfigError as exc:
         raise InvalidInput(str(exc)) from None
-    if problem := studio_url_problem(settings, parsed.verl.studio_url):
+    if problem := verl_places_problem(settings, parsed.verl):
         raise InvalidInput(problem)
     plan = resolve_plan(settings, parsed)
     stages = prompt_estimate(settings, plan)
-    timing = calibrations.time_estimate(settings, parsed, stages, start=queue_calibration)
+    requester = queue_calibration_for
+    timing = calibrations.time_estimate(settings, parsed, stages, start=requester is not None,
+                                        owner_id=requester.id if requester else None)
     per_stage = timing.get("stages") or [{}] * len(stages)
     for stage, estimate in zip(stages, per_stage, strict=True):
         stage["seconds_per_step"] = estimate.get("seconds_per_step")
@@ -230,7 +257,7 @@ def validate_run(settings: Settings, actor: Actor, config: dict | str) -> RunChe
     """What launching would store, without storing or queueing anything but the measurement
     of the queue's device when the time estimate needs it (the Launch page); a viewer, who
     queues nothing, gets the estimate once someone else has had the device measured."""
-    plan, report = checked_config(settings, config,
-                                  queue_calibration=actor.role != Role.viewer)
+    plan, report = checked_config(
+        settings, config, queue_calibration_for=None if actor.role == Role.viewer else actor)
     return {"config": plan.config.model_dump(mode="json"),
             "total_steps": plan.config.total_steps, **report}

@@ -62,7 +62,8 @@ def create_run(settings: Settings, actor: Actor, config: dict | str, *,
     longest prompt in tokens and seconds per step), `time_estimate` and `warnings` (e.g.
     prompts that would be cut, a run of many hours)."""
     require_member(actor, "launch runs")
-    plan, report = checked_config(settings, config, queue_calibration=start)
+    plan, report = checked_config(settings, config,
+                                  queue_calibration_for=actor if start else None)
     parsed = plan.config
     with session_scope(settings.sqlalchemy_url) as session:
         run = Run(name=parsed.name, config=parsed.model_dump(mode="json"),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from studio.ingest import Limits
+from studio.services.access import Actor, Forbidden
 from studio.services.errors import InvalidInput, TooLarge
 from studio.services.records import check_printable
 from studio.settings import Settings
@@ -46,12 +47,48 @@ def ui_upload_folder(settings: Settings) -> Path:
     return settings.resolved_data_dir / "tmp" / "ui-uploads"
 
 
+UI_UPLOADER_MARK = ".uploaded-by-"
+"""Beside a file the browser uploaded to the UI, `<mark><user id>` says who uploaded it."""
+
+
+def _ui_upload_dir(settings: Settings, path: str) -> Path | None:
+    """The folder Gradio made for the UI upload at `path` (one per content), else None."""
+    folder = Path(os.path.realpath(ui_upload_folder(settings)))
+    target = Path(os.path.realpath(path))
+    if not target.is_relative_to(folder) or len(target.relative_to(folder).parts) < 2:
+        return None
+    return folder / target.relative_to(folder).parts[0]
+
+
+def mark_ui_upload(settings: Settings, path: str, actor: Actor) -> None:
+    """Note that `actor` uploaded the UI file at `path`; two users who upload the same
+    content share its file, and each may read it."""
+    folder = _ui_upload_dir(settings, path)
+    if folder is not None and folder.is_dir():
+        (folder / f"{UI_UPLOADER_MARK}{actor.id}").touch()
+
+
+def check_ui_upload_reader(settings: Settings, path: str, actor: Actor) -> None:
+    """Refuse (403) `actor` the file at `path` if it is a UI upload of another user: an
+    upload is its uploader's and the admins' (any signed-in user could read another's).
+    Other files (what the pages give the browser to download) are not the uploads' to
+    refuse."""
+    folder = _ui_upload_dir(settings, path)
+    if folder is None or actor.is_admin or not any(folder.glob(f"{UI_UPLOADER_MARK}*")) or \
+            (folder / f"{UI_UPLOADER_MARK}{actor.id}").exists():
+        return
+    raise Forbidden(f"{actor.username} may not read this file: another user uploaded it; "
+                    "only its uploader or an admin may")
+
+
 def upload_limits(settings: Settings) -> Limits:
     """The limits the readers enforce on one upload, from the settings."""
     return Limits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_upload_rows,
                   max_archive_members=settings.max_archive_members,
                   max_unpacked_bytes=settings.max_unpacked_bytes,
-                  max_record_bytes=settings.max_record_bytes)
+                  max_record_bytes=settings.max_record_bytes,
+                  max_question_chars=settings.max_question_chars,
+                  max_answer_chars=settings.max_answer_chars)
 
 
 @dataclass(frozen=True)

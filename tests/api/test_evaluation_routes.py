@@ -4,6 +4,7 @@ through the API, as the Evaluate and Curriculum pages use them through the servi
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,7 +12,9 @@ from fastapi.testclient import TestClient
 from frontend.server import create_app
 from studio import db
 from studio.db import session_scope
+from studio.method.evaluation import PROTOCOL_KEYS, EvalConfig
 from studio.method.failures import label_set
+from studio.run_config import PROTOCOL_FIELDS_DECLARED_IN, EvaluationProtocol
 from studio.services import auth, evaluations
 from studio.services.demo import load_demo_pack
 from studio.services.evaluation_files import evaluation_records_path
@@ -95,6 +98,34 @@ def test_a_model_that_cannot_be_resolved_is_a_422_and_nothing_is_queued(api, tmp
     assert refused.status_code == 422
     assert refused.json()["detail"].startswith(f"base_model: {missing!r} is not a model folder")
     assert api.get("/evaluations").json() == []
+
+
+OUT_OF_BOUNDS = [("max_turns", 1e6), ("max_turns", -1), ("max_response_tokens", 1e12),
+                 ("max_turn_tokens", 0), ("max_obs_tokens", -5), ("top_k", 10**6),
+                 ("batch_size", 0), ("batch_size", 1e7), ("temperature", 1e308),
+                 ("temperature", -1.0), ("max_turns", "many"), ("seed", -1),
+                 ("instruction", "x" * 200_000), ("layout", "sideways")]
+
+
+def test_each_protocol_value_out_of_its_run_config_bounds_is_a_422_naming_it(api, tmp_path):
+    """Issue 41, N5: POST /evaluations took max_turns 1e6, max_response_tokens 1e12, batch 0
+    and 1e7, temperature 1e308, "many" and a 200,000-character instruction. The protocol's
+    fields are typed and bounded by the run config's own declarations, not a copy of them."""
+    run_id = checkpointed_run(api.settings, tmp_path)
+    for field, value in OUT_OF_BOUNDS:
+        for path, body in (("/evaluations", {"qa_set": "demo", "corpus": "demo",
+                                             "model": "smollm2-135m-instruct"}),
+                           (f"/runs/{run_id}/base-vs-trained", {"qa_sets": ["demo"]})):
+            refused = api.post(path, json={**body, "protocol": {field: value}})
+            assert refused.status_code == 422, (path, field, value, refused.text[:200])
+            assert refused.json()["detail"].startswith(f"protocol.{field}: "), refused.text[:200]
+    assert api.get("/evaluations").json() == []
+    for name, declared_in in PROTOCOL_FIELDS_DECLARED_IN.items():
+        assert EvaluationProtocol.model_fields[name].metadata == \
+            declared_in.model_fields[name].metadata, name
+    assert tuple(EvaluationProtocol.model_fields) == PROTOCOL_KEYS
+    assert EvaluationProtocol.model_validate(asdict(EvalConfig())).model_dump() == \
+        asdict(EvalConfig()) | {"tools": list(EvalConfig().tools)}  # the defaults fit
 
 
 def test_the_curriculum_designer_answers_presets_and_checks(api):

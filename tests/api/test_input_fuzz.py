@@ -1,6 +1,7 @@
-"""Malformed input never answers 5xx: generated uploads (corpora, QA sets, exemplar sets)
-and run configs (validate and launch), numbers no database column holds, in every integer
-parameter of the API.
+"""Malformed input never answers 5xx: generated uploads (corpora, QA sets, exemplar sets),
+run configs (validate and launch), form fields, query parameters and path ids of every
+route, numbers no database column holds, in every integer parameter of the API, and JSON
+no column stores, in every body.
 
 Each refusal is a 4xx whose message names its field, file or line, and a refused upload
 leaves no row and no file behind. The generated examples are the same on every run (CI must
@@ -16,14 +17,16 @@ import os
 import re
 import zipfile
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from frontend.server import create_app
 from studio import db
+from studio.method.json_values import NUL_PROBLEM
 from studio.services import corpora, exemplar_sets, qa_sets, runs
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
@@ -31,7 +34,7 @@ from tests.support.actors import admin
 from tests.support.api_client import bearer
 from tests.support.tiny_model import build_tiny_model
 
-EXAMPLES = int(os.environ.get("STUDIO_FUZZ_EXAMPLES", "500"))  # per test: 1,000 in all
+EXAMPLES = int(os.environ.get("STUDIO_FUZZ_EXAMPLES", "500"))  # per test: 1,500 in all
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 derandomize=not os.environ.get("STUDIO_FUZZ_RANDOM"),
                 suppress_health_check=list(HealthCheck))
@@ -332,3 +335,123 @@ def test_a_header_of_many_columns_gets_a_short_message(studio, route):
     detail = answer.json()["detail"]
     assert len(detail) < 1000 and '"column0", "column1"' in detail and "and 14980 more" in detail
     assert _stored(s) == before
+
+
+# --- ids, and JSON sent in a request ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/runs/%20%201"), ("GET", "/qa-sets/+1"), ("GET", "/corpora/1.0"),
+    ("GET", "/exemplar-sets/1_0"), ("GET", "/qa-sets/%EF%BC%91"),
+    ("DELETE", "/exemplar-sets/1/exemplars/+1"), ("GET", "/evaluations?run_id=%2B1")])
+def test_an_id_is_written_in_digits_only(studio, method, path):
+    """`/runs/%20%201` and `/qa-sets/+1` answered object 1: Python's int() and pydantic take
+    spaces, a sign, '_' and '.0' around an id."""
+    s, client, headers, _ = studio
+    answer = client.request(method, f"/api/v1{path}", headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert re.fullmatch(r"\w+: an id is written in digits only, e.g. 12",
+                        answer.json()["detail"]), answer.text
+
+
+HUGE_NUMBER = (f"a number of {len(HUGE)} digits; a number may have at most 100 (write a long "
+               "id as a string)")
+
+
+def _json_operations(client, headers) -> list[tuple[str, str]]:
+    """Every API route that takes a JSON body, its path ids filled in."""
+    paths = client.get("/api/v1/openapi.json", headers=headers).json()["paths"]
+    return [(method, re.sub(r"\{(\w+)\}", lambda m: "admin" if m[1] == "username" else "1",
+                            path))
+            for path, methods in paths.items() for method, operation in methods.items()
+            if "application/json" in operation.get("requestBody", {}).get("content", {})]
+
+
+def test_json_in_every_body_and_form_field_goes_through_the_one_decoder(studio):
+    """A 5,000-digit integer was a 500 in the corpus form's `params` (json.loads) and
+    FastAPI's 400 in a JSON body; a NUL went on to the database. The uploads' decoder
+    refuses both, naming the field, wherever a request sends JSON."""
+    s, client, headers, _ = studio
+    before = _stored(s)
+    operations = _json_operations(client, headers)
+    assert len(operations) >= 20, "the API's JSON routes were found"
+    for method, path in operations:
+        for value, problem in ((HUGE, HUGE_NUMBER), ('"a\\u0000b"', NUL_PROBLEM)):
+            answer = client.request(method, path, content=f'{{"a": {value}}}',
+                                    headers={**headers, "Content-Type": "application/json"})
+            assert (answer.status_code, answer.json()["detail"]) == (422, f"body: {problem}"), \
+                (method, path, answer.text)
+    params = client.post("/api/v1/corpora", headers=headers, data={
+        "name": "p", "params": f'{{"k1": {HUGE}}}'}, files={"file": ("d.jsonl", b'{"text": "a"}')})
+    assert (params.status_code, params.json()["detail"]) == (422, f"params: {HUGE_NUMBER}")
+    card = client.post("/api/v1/runs/from-card", headers=headers, json={"card": "[" * 100_000})
+    assert card.status_code == 422 and card.json()["detail"].startswith(
+        "holds no reproducibility bundle"), card.text
+    assert _stored(s) == before
+
+
+# --- generated form fields, query parameters and path ids -------------------------------------
+
+ODD_IDS = ["%20%201", " 1", "1 ", "+1", "1_0", "1.0", "01", "\u0661", "\uff11", "0", "-1", "1e3",
+           str(BIG), "9" * 5000, "1/2", "1?x=1"]
+path_ids = st.sampled_from(ODD_IDS) | st.integers(-BIG, BIG * 4).map(str) | \
+    st.text(min_size=1, max_size=12).filter(lambda text: text.strip(".") != "")
+field_texts = st.text(max_size=40) | json_values.map(json.dumps) | st.sampled_from(
+    ["", " ", "1", "-1", str(BIG), "1e400", "nan", "true", "null", "[]", "{}", HUGE,
+     f'{{"k1": {HUGE}}}', '{"k1": 1.2, "b": 0.75}', "[" * 3000, "a\x00b", "x" * 5000])
+UPLOADED = ("d.jsonl", b'{"text": "a", "question": "q", "golden_answers": ["a"], '
+                       b'"solution": "<answer> a </answer>"}\n')
+mostly = st.integers(0, 3).map(bool)  # True three times in four
+
+
+@pytest.fixture(scope="module")
+def operations(studio):
+    """The API's operations as the fuzz draws them: method, path, its path and query
+    parameters, its form fields (None: no form). The event stream (it follows a run until it
+    ends) and the changes to users are left out."""
+    s, client, headers, _ = studio
+    schema = client.get("/api/v1/openapi.json", headers=headers).json()
+    found = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            if path.endswith("/events") or (method != "get" and "{username}" in path):
+                continue
+            parameters = operation.get("parameters", [])
+            form = operation.get("requestBody", {}).get("content", {}).get(
+                "multipart/form-data")
+            fields = None if form is None else sorted(schema["components"]["schemas"][
+                form["schema"]["$ref"].rsplit("/", 1)[1]]["properties"])
+            found.append((method.upper(), path,
+                          [p["name"] for p in parameters if p["in"] == "path"],
+                          [p["name"] for p in parameters if p["in"] == "query"], fields))
+    return found
+
+
+@FUZZ
+@given(data=st.data())
+def test_generated_form_fields_queries_and_ids_never_get_a_5xx(studio, operations, data):
+    """Every route, its form fields (uploads), query parameters and path ids drawn: no 5xx,
+    and an id not written in digits names no object."""
+    s, client, headers, _ = studio
+    forms = [operation for operation in operations if operation[4] is not None]
+    method, path, ids, queries, fields = data.draw(st.sampled_from(forms) |
+                                                   st.sampled_from(operations))
+    url, odd_id = path, False
+    for name in ids:
+        value = data.draw(path_ids)
+        odd_id = odd_id or not (value.isascii() and value.isdigit()) and name != "label"
+        # a change drawn with a well-formed id could delete the data the other draws use
+        assume(method == "GET" or not (value.isascii() and value.isdigit()))
+        url = url.replace("{" + name + "}", quote(value, safe=""))
+    request = {"params": {name: data.draw(field_texts) for name in queries
+                          if data.draw(mostly)}}
+    if fields is not None:
+        request["data"] = {name: data.draw(field_texts) for name in fields
+                           if name != "file" and data.draw(mostly)}
+        if data.draw(mostly):
+            request["files"] = {"file": UPLOADED}
+    elif method != "GET" and data.draw(st.booleans()):
+        request["json"] = data.draw(json_values)
+    answer = client.request(method, url, headers=headers, **request)
+    assert answer.status_code < 500, (method, url, request, answer.text)
+    assert not odd_id or answer.status_code >= 400, (method, url, answer.text)

@@ -58,10 +58,10 @@ def test_every_kind_of_response_carries_the_three_headers(api, client):
         "API JSON, logged in": api.get("/me"),
         "401": client.get("/api/v1/runs"),
         "UI's 401": client.get("/config"),
-        "404": client.get("/api/v1/no-such-route"),
+        "404": client.get("/api/v1/no-such-route", headers=api.headers),
         "static file": client.get(f"/{asset}"),
         "favicon": client.get("/favicon.ico"),
-        "500": client.get("/api/v1/test-failure"),
+        "500": client.get("/api/v1/test-failure", headers=api.headers),
     }
     codes = {kind: r.status_code for kind, r in responses.items()}
     assert codes == {"UI page": 200, "login page": 200, "API JSON": 200, "API JSON, logged in": 200, "401": 401,

@@ -139,12 +139,15 @@ def test_draft_exemplar_replaces_its_stored_one_or_is_added():
     assert exemplars.draft_set(stored, exemplars.NEW, draft) == [*stored, draft]
 
 
-def test_exemplar_check_lists_tag_errors_and_missing_fields():
-    assert exemplar_sets.check_exemplar(DEMO[0]) == []
-    broken = exemplar_sets.check_exemplar({**DEMO[0], "solution": DEMO[0]["solution"]
-                                           + " <search>oops"})
+def test_exemplar_check_lists_tag_errors_and_missing_fields(settings):
+    assert exemplar_sets.check_exemplar(settings, DEMO[0]) == []
+    broken = exemplar_sets.check_exemplar(settings, {**DEMO[0], "solution": DEMO[0]["solution"]
+                                                     + " <search>oops"})
     assert any("unbalanced <search> tags" in f["message"] for f in broken)
-    assert "Not an exemplar yet" in exemplars.check("", "x", "")
+    assert "Not an exemplar yet" in exemplars.check(settings, "", "x", "")
+    too_long = exemplars.check(settings, "q", "x" * settings.max_exemplar_chars, "")
+    assert "Not an exemplar yet" in too_long
+    assert markdown_text("(setting STUDIO_MAX_EXEMPLAR_CHARS)") in too_long
 
 
 def test_form_round_trip_keeps_every_key_of_an_uploaded_config():

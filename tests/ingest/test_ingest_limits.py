@@ -332,8 +332,11 @@ def test_a_record_at_the_limit_is_read(tmp_path: Path, case: str):
     format: at the limit it is read, one byte more is refused."""
     filename, read, data, place, record, _ = RECORDS[case]
     path = tmp_path / "upload"
+    # a QA row's question and answers have bounds of their own: out of the way here
+    limits = Limits(max_record_bytes=RECORD_LIMIT, max_question_chars=RECORD_LIMIT,
+                    max_answer_chars=RECORD_LIMIT)
     path.write_bytes(data(RECORD_LIMIT))
-    assert read(path, filename, Limits(max_record_bytes=RECORD_LIMIT)) >= 1
+    assert read(path, filename, limits) >= 1
     path.write_bytes(data(RECORD_LIMIT + 1))
     with pytest.raises(RecordTooLong, match=f"^{re.escape(f'{filename}{place}: {record} ')}"):
-        read(path, filename, Limits(max_record_bytes=RECORD_LIMIT))
+        read(path, filename, limits)

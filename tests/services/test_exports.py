@@ -11,12 +11,14 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from fastapi.testclient import TestClient
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from studio.api.app import create_api
@@ -462,8 +464,6 @@ def lora_studio(tmp_path_factory):
 
 def test_a_lora_export_is_the_merged_model_for_plain_transformers_and_the_adapter(
         lora_studio, tmp_path):
-    from peft import PeftModel
-
     settings, run_id, model = lora_studio
     done = export_now(settings, run_id, target="folder")
     assert done["state"] == RunState.succeeded, done["error"]
@@ -505,3 +505,59 @@ def test_a_lora_runs_model_card_names_the_adapter(lora_studio):
                      "| demo | this model (after 2 steps) | 2 |"):
         assert expected in text, expected
     assert_card_states_its_evaluations(settings, run_id, text)
+
+
+def test_a_lora_export_is_counted_at_the_merged_model_it_writes(lora_studio):
+    """A LoRA checkpoint holds the adapter, but its export holds the merged model: the quota
+    is checked against that before anything is written, and counted from the zip written."""
+    settings, trained_id, model = lora_studio
+    xena, run_id = members_run(settings, trained_id, "xena")
+    checkpoint = exports.checkpoint_folder(settings, run_id, 2)[1]
+    adapter = sum(p.stat().st_size for p in exports.model_files(checkpoint))
+    base_weights = (model / "model.safetensors").stat().st_size
+    between = adapter + base_weights // 2  # past the adapter, short of the merged model
+    auth.set_export_quota(settings, admin(settings), "xena", between)
+    before = stored(settings)
+    refused = TestClient(api(settings)).post(f"/api/v1/runs/{run_id}/exports",
+                                             json={"target": "zip"}, headers=bearer(settings, xena))
+    assert refused.status_code == 409, refused.text
+    needed = exports.estimated_bytes(settings, run_id, 2)
+    assert needed >= adapter + base_weights
+    for words in ("xena's exports hold 0 bytes", f"needs about {size_text(needed)} more",
+                  f"past the quota of {size_text(between)}"):
+        assert words in refused.json()["detail"], refused.json()["detail"]
+    assert stored(settings) == before  # nothing written: no row, no file
+
+    auth.set_export_quota(settings, admin(settings), "xena", needed)
+    done = export_job.run_export(settings, exports.create_export(
+        settings, xena, run_id, target="zip", start=False)["id"])
+    assert done["state"] == RunState.succeeded, done["error"]
+    written = exports.export_zip(settings, done["id"]).stat().st_size
+    assert done["stored_bytes"] == written > between  # the merged model, as refused above
+    with pytest.raises(Conflict) as full:
+        exports.create_export(settings, xena, run_id, target="zip", start=False)
+    assert f"xena's exports hold {size_text(written)} and" in str(full.value)
+
+
+def test_two_zip_exports_of_one_lora_run_at_once_both_load(lora_studio, tmp_path):
+    """The short jobs' worker runs two jobs at once in threads of one process (`--pool
+    threads`); each export merges the adapter into its own copy of the base. (A worker's
+    first two loads were seen not to clash, so the two at once follow an earlier export, as
+    in a worker that has served one.)"""
+    settings, run_id, model = lora_studio
+    earlier, *made = [exports.create_export(settings, admin(settings), run_id, target="zip",
+                                            start=False)["id"] for _ in range(3)]
+    assert export_job.run_export(settings, earlier)["state"] == RunState.succeeded
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda export_id: export_job.run_export(settings, export_id), made))
+    assert [d["state"] for d in done] == [RunState.succeeded] * 2, [d["error"] for d in done]
+    ids = torch.tensor([list(range(3, 40))])
+    checkpoint = exports.checkpoint_folder(settings, run_id, 2)[1]
+    adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model), checkpoint)
+    for export_id in made:
+        with zipfile.ZipFile(exports.export_zip(settings, export_id)) as archive:
+            archive.extractall(tmp_path / str(export_id))
+        (folder,) = (tmp_path / str(export_id)).iterdir()
+        with torch.no_grad():
+            assert torch.allclose(AutoModelForCausalLM.from_pretrained(folder)(input_ids=ids).logits,
+                                  adapted(input_ids=ids).logits, atol=1e-5, rtol=0)

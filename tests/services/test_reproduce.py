@@ -151,7 +151,8 @@ def test_a_relaunched_card_sends_the_token_only_to_this_studio(studio):
     the warnings; a config that names another address is refused at launch."""
     settings, model = studio
     actor = admin(settings)
-    run = runs.create_run(settings, actor, {**tiny_config(model), "verl": {
+    cluster = settings.model_copy(update={"verl_ray_addresses": "10.0.0.5:6379"})
+    run = runs.create_run(cluster, actor, {**tiny_config(model), "verl": {
         "studio_url": settings.web_url + "/", "ray_address": "10.0.0.5:6379"}}, start=False)
     bundle = parse_bundle(build_model_card(settings, run["id"]).markdown).model_dump(mode="json")
     bundle["config"]["verl"]["studio_url"] = "http://169.254.169.254/"

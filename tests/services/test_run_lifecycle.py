@@ -297,7 +297,8 @@ def test_an_adaptive_curriculum_is_checked_against_the_run_s_own_length(studio):
      "grpo.group_size: Input should be greater than 0; grpo.lr: Input should be greater than 0"),
     ({"curriculum": {"stages": [{"exemplars": 7, "steps": 2}, {"exemplars": 0, "steps": 1}]}},
      "curriculum.stages[0].exemplars: 7 exemplars, but the set holds only 3"),
-    ({"model": "/no/such/model-folder"}, "model: '/no/such/model-folder' is not a model folder"),
+    ({"model": "/no/such/model-folder"},
+     "model: '/no/such/model-folder' is not in a folder this studio reads models from"),
 ])
 def test_bad_configs_are_refused_naming_the_field_and_nothing_is_stored(studio, change, message):
     settings, model = studio

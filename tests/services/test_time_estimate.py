@@ -8,7 +8,7 @@ from sqlmodel import delete
 
 from studio import db
 from studio.run_config import RunConfig
-from studio.services import calibrations
+from studio.services import calibrations, run_validation
 from studio.services.estimates import (
     LONG_RUN_SECONDS,
     duration_words,
@@ -16,9 +16,10 @@ from studio.services.estimates import (
     steps_per_stage,
     worst_case_response,
 )
-from studio.tables import Run, RunState, WorkerHeartbeat
-from tests.support.actors import admin
+from studio.tables import DeviceCalibration, Run, RunState, WorkerHeartbeat
+from tests.support.actors import admin, user
 from tests.support.calibrated import CPU, FIGURES, measured, worker_with
+from tests.support.training import tiny_config
 
 
 def config(**grpo) -> RunConfig:
@@ -75,6 +76,30 @@ def test_the_total_is_the_sum_over_stages_of_steps_times_seconds():
     assert steps_per_stage([10, 20], 5) == [5, 0]
     assert steps_per_stage([10, 20], 50) == [10, 40]
 
+
+def test_a_mixed_step_pays_for_the_exemplars_in_the_hinted_sampling_only():
+    """guidance.mode mixed: the reference pass and the update run on the prompt without
+    exemplars; only the hinted half of the sampling sees the long prompt, and all-failed's
+    second pass costs one more round of decoding forwards."""
+    def mixed(when: str) -> RunConfig:
+        return RunConfig.model_validate({**config().model_dump(mode="json"), "guidance": {
+            "mode": "mixed", "share": 0.5, "when": when}})
+
+    zero_shot = {"zero_shot_prompt_tokens": 150, "zero_shot_shared_tokens": 130}
+    planned = [{**stage, **zero_shot} for stage in stages()]
+    shown = estimate_run(FIGURES, config(), planned)["stages"]
+    always = estimate_run(FIGURES, mixed("always"), planned)["stages"]
+    all_failed = estimate_run(FIGURES, mixed("all-failed"), planned)["stages"]
+    no_exemplars = estimate_run(FIGURES, config(), stages(prompt=150, shared=130))["stages"][0]
+    for phase in ("reference_seconds", "update_seconds"):
+        assert always[0][phase] == pytest.approx(no_exemplars[phase])
+        assert always[0][phase] < shown[0][phase]
+    assert no_exemplars["rollout_seconds"] < always[0]["rollout_seconds"] \
+        < shown[0]["rollout_seconds"]
+    model_tokens, _ = worst_case_response(config().grpo)
+    assert all_failed[0]["rollout_seconds"] - always[0]["rollout_seconds"] == pytest.approx(
+        model_tokens * FIGURES["rates"]["decode_forward"])
+    assert always[1] == shown[1] == all_failed[1]  # a stage without exemplars is unchanged
 
 def test_no_kl_skips_the_reference_pass_and_lora_makes_the_update_cheaper():
     full = estimate_run(FIGURES, config(), stages())["stages"][0]
@@ -223,3 +248,19 @@ def test_calibration_requests_name_the_wrong_field(settings):
                           ({"dtype": "fp8"}, "dtype"), ({"model": " "}, "model")):
         with pytest.raises(calibrations.InvalidInput, match=f"^{field}: "):
             calibrations.request_calibration(settings, admin(settings), **{"model": "m", **kwargs}, start=False)
+
+
+def test_a_calibration_queued_by_a_check_is_the_checking_users(studio):
+    """The launch check queues a missing measurement: it belongs to the member whose check
+    queued it, as a run or an evaluation does, and says so (issue 41 N7)."""
+    settings, model = studio
+    worker_with(settings)
+    member = user(settings, "mallory")
+    report = run_validation.validate_run(settings, member, tiny_config(model))
+    (queued,) = calibrations.list_calibrations(settings)
+    assert report["time_estimate"]["calibration"] == queued["id"]
+    assert queued["owner"] == "mallory"
+    with db.session_scope(settings.sqlalchemy_url) as session:
+        assert session.get(DeviceCalibration, queued["id"]).owner_id == member.id
+    asked = calibrations.request_calibration(settings, admin(settings), model="m", start=False)
+    assert asked["owner"] == admin(settings).username

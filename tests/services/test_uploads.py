@@ -108,6 +108,26 @@ def test_names_with_invisible_formatting_are_refused(settings, kind, name, code,
                         f"character {position}) that can make it look like another; remove it")
 
 
+@pytest.mark.parametrize("code", [0x200D, 0x200C, 0x00AD, 0x034F, 0x115F, 0x3164, 0xFE0F,
+                                  0xE0001, 0x1D173, 0xFFF9])
+def test_names_with_other_invisible_characters_are_refused(settings, code):
+    """Joiners outside the scripts that need them, a soft hyphen, the grapheme joiner, the
+    Hangul fillers, a variation selector, a language tag, a musical format character and an
+    annotation anchor each still made a name look like another (S5)."""
+    filename, data = GOOD_FILES["qa"]
+    err = _refused(settings, "qa", filename, data, f"la{chr(code)}mp")
+    assert str(err) == (f"name: the name holds an invisible formatting character (U+{code:04X} "
+                        "at character 3) that can make it look like another; remove it")
+
+
+@pytest.mark.parametrize("name", ["\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+                                  "\u0915\u094d\u200d\u0937 set"],
+                         ids=["persian-zwnj", "devanagari-zwj"])
+def test_a_joiner_between_letters_of_a_script_that_needs_it_is_kept(settings, name):
+    filename, data = GOOD_FILES["qa"]
+    assert _upload("qa")(settings, io.BytesIO(data), filename, name)["name"] == name
+
+
 def test_names_that_are_refused_elsewhere_too(settings):
     """The JSON-made exemplar set and a QA split's halves go through the same check."""
     with pytest.raises(InvalidInput, match=r"^name: the name holds a control character"):

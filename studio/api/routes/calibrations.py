@@ -6,12 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from studio.api.deps import CurrentUser, Id, SettingsDep
+from studio.api.deps import CurrentUser, Id, JsonBodyRoute, SettingsDep
 from studio.run_config import MAX_THREADS
 from studio.services import calibrations
 from studio.services.calibrations import CalibrationView
 
-router = APIRouter(tags=["calibrations"])
+router = APIRouter(tags=["calibrations"], route_class=JsonBodyRoute)
 
 
 class CalibrationRequest(BaseModel):

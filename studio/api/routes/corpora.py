@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, File, Form, Query, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, SettingsDep
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, JsonBodyRoute, SettingsDep
+from studio.api.request_gate import UPLOAD_BOUND, BodyBound, bounded_body
 from studio.services import corpora, data_doctor
 from studio.services.corpora import CorpusView, RetrieveAnswer, SearchAnswer
 from studio.services.data_doctor import ReachabilityReport, ReplayReport
 from studio.services.errors import InvalidInput
+from studio.services.json_input import decode_json_input
 
-router = APIRouter(prefix="/corpora", tags=["corpora"])
+router = APIRouter(prefix="/corpora", tags=["corpora"], route_class=JsonBodyRoute)
 
 
 @router.post("", status_code=201)
+@bounded_body(UPLOAD_BOUND)
 def upload(file: UploadFile = File(...), name: str = Form(...),
            backend: str = Form("bm25s"), params: str = Form("{}",
            description='BM25 settings as JSON, e.g. {"k1": 1.2, "b": 0.75, "stemmer": "english"}'),
            split_on_blank_lines: bool = Form(False), *, actor: CurrentUser,
            settings: SettingsDep) -> CorpusView:
     """Store a corpus file (JSONL, CSV/TSV, Parquet, .txt/.md, or a .zip of them) and index it."""
-    try:
-        parsed = json.loads(params)
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"params: not valid JSON ({exc.msg})") from None
+    parsed = decode_json_input(params, "params")
     if not isinstance(parsed, dict):
         raise InvalidInput("params: must be a JSON object")
     return corpora.create_corpus(settings, actor, file.file, file.filename, name, backend=backend,
@@ -64,7 +62,17 @@ class RetrieveRequest(BaseModel):
     return_scores: bool = False
 
 
+RETRIEVE_BOUND = BodyBound(
+    # 12 bytes: the most one character takes in JSON (an escaped surrogate pair)
+    lambda _settings: corpora.MAX_RETRIEVE_QUERIES * (corpora.MAX_QUERY_CHARS * 12 + 8)
+    + (64 << 10),
+    f"send at most {corpora.MAX_RETRIEVE_QUERIES} queries of {corpora.MAX_QUERY_CHARS} "
+    "characters a request")
+"""/retrieve's body: its largest request written in the longest JSON, about 6 MB."""
+
+
 @router.post("/{corpus_id}/retrieve")
+@bounded_body(RETRIEVE_BOUND)
 def retrieve(corpus_id: Id, body: RetrieveRequest, settings: SettingsDep) -> RetrieveAnswer:
     """Search-R1's retriever contract: `{"result": [[{"document": {id, contents}, "score"}]]}`."""
     return corpora.retrieve(settings, corpus_id, body.queries, body.topk, body.return_scores)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT
+from studio.api.deps import MAX_SQL_INT, JsonBodyRoute
 from studio.run_config import MAX_STEPS
 from studio.services import curricula
 from studio.services.curricula import CurriculumDesign, CurriculumPresets, DesignReport
 
-router = APIRouter(tags=["curricula"])
+router = APIRouter(tags=["curricula"], route_class=JsonBodyRoute)
 
 
 class DesignCheck(BaseModel):

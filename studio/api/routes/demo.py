@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from studio.api.deps import CurrentUser, SettingsDep
+from studio.api.deps import CurrentUser, JsonBodyRoute, SettingsDep
 from studio.services.demo import (
     DemoPack,
     ToolPack,
@@ -13,7 +13,7 @@ from studio.services.demo import (
     load_math_pack,
 )
 
-router = APIRouter(tags=["demo"])
+router = APIRouter(tags=["demo"], route_class=JsonBodyRoute)
 
 
 @router.post("/demo")

@@ -9,12 +9,20 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, SettingsDep, Step
+from studio.api.deps import (
+    MAX_SQL_INT,
+    CurrentUser,
+    Id,
+    JsonBodyRoute,
+    OptionalId,
+    SettingsDep,
+    Step,
+)
 from studio.services import exports, model_card
 from studio.services.exports import ExportView
 from studio.services.model_card import CardPreview
 
-router = APIRouter(tags=["exports"])
+router = APIRouter(tags=["exports"], route_class=JsonBodyRoute)
 
 
 class ExportRequest(BaseModel):

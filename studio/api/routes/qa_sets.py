@@ -5,14 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, File, Form, Query, UploadFile
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, Offset, SettingsDep
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, JsonBodyRoute, Offset, SettingsDep
+from studio.api.request_gate import UPLOAD_BOUND, bounded_body
 from studio.services import qa_sets
 from studio.services.qa_sets import QARowsPage, QASetView, SplitSets
 
-router = APIRouter(prefix="/qa-sets", tags=["qa-sets"])
+router = APIRouter(prefix="/qa-sets", tags=["qa-sets"], route_class=JsonBodyRoute)
 
 
 @router.post("", status_code=201)
+@bounded_body(UPLOAD_BOUND)
 def upload(file: UploadFile = File(...), name: str = Form(...), purpose: str = Form("train"),
            format: str | None = Form(None, description="flashrag-jsonl, hotpotqa-json, "
                                      "musique-json or csv; default: detected"),

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field
 
-from studio.api.deps import CurrentUser, Id, Offset, SettingsDep, Step
+from studio.api.deps import CurrentUser, Id, JsonBodyRoute, Offset, SettingsDep, Step
 from studio.services import exemplar_drafts, reproduce, run_history
 from studio.services.exemplar_sets import ExemplarSetView
 from studio.services.reproduce import BundleView
@@ -20,7 +20,7 @@ from studio.services.run_history import (
     RunComparison,
 )
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=JsonBodyRoute)
 
 
 class YamlResponse(PlainTextResponse):

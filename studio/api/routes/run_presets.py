@@ -6,10 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from studio.api.deps import SettingsDep
+from studio.api.deps import JsonBodyRoute, SettingsDep
 from studio.services import presets
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=JsonBodyRoute)
 
 
 class MeasuredSeed(BaseModel):

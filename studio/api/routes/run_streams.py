@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from studio.api.deps import Id, SettingsDep
+from studio.api.deps import Id, JsonBodyRoute, SettingsDep
 from studio.services import run_history
 from studio.services.run_history import EventView
 from studio.services.run_streams import RunStreams
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=JsonBodyRoute)
 
 
 @router.get("/runs/{run_id}/events", response_class=StreamingResponse,

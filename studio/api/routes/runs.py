@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, OptionalId, SettingsDep
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, JsonBodyRoute, OptionalId, SettingsDep
 from studio.run_config import RunConfig
 from studio.services import evaluations, reproduce, run_validation, runs
 from studio.services.evaluations import (
@@ -21,7 +21,7 @@ from studio.services.evaluations import (
 from studio.services.run_validation import RunCheck
 from studio.services.runs import LaunchedRun, RunView
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], route_class=JsonBodyRoute)
 Limit = Annotated[int | None, Field(default=None, ge=1, le=MAX_SQL_INT,
                                     description="At most this many questions (default: all)")]
 

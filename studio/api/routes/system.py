@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from studio.api.deps import CurrentUser, OptionalUser, SettingsDep
+from studio.api.deps import CurrentUser, JsonBodyRoute, OptionalUser, SettingsDep
 from studio.services.access import ActorView
 from studio.services.health import HealthReport, PublicHealth, health
 
 public = APIRouter()
-router = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"], route_class=JsonBodyRoute)
 
 
 # It writes its JSONResponse itself (503 when down): response_model only documents it.

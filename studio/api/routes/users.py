@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
-from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, SettingsDep
+from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, JsonBodyRoute, SettingsDep
 from studio.services import auth
 from studio.services.auth import IssuedToken, NewUserView, TokenView, UserView
 from studio.tables import Role
 
-router = APIRouter(tags=["users"])
+router = APIRouter(tags=["users"], route_class=JsonBodyRoute)
 
 
 class NewUserRequest(BaseModel):

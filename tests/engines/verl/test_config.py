@@ -58,7 +58,7 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
     assert dict(cfg.reward.custom_reward_function.reward_kwargs) == {
         "acc_weight": 0.8, "format_weight": 0.2, "tools": ["search"], "overlong_buffer": 0,
         "overlong_penalty": 1.0, "max_response_tokens": 2048, "answer_match": "exact",
-        "call_bonus": 0.0}
+        "call_bonus": 0.0, "hint_slots": 0}
     assert list(cfg.trainer.logger) == ["console", "file"]
     assert cfg.trainer.rollout_data_dir == str(files.rollouts)
     assert cfg.trainer.validation_data_dir == str(files.validation)
@@ -70,9 +70,10 @@ def test_each_preset_composes_with_verls_config_and_passes_validate_config(verl,
 
 def test_veRL_rejects_a_bad_extra_override_and_batches_that_do_not_divide(verl, tmp_path):
     files = RunFiles(tmp_path / "verl")
-    config = run_config({"overrides": ["actor_rollout_ref.actor.no_such_key=1"]})
+    generated = hydra_overrides(run_config({}), files, model_path="m",
+                                metrics_log=files.metrics_log(1))
     with pytest.raises(Exception, match="no_such_key"):
-        compose(hydra_overrides(config, files, model_path="m", metrics_log=files.metrics_log(1)))
+        compose([*generated, "actor_rollout_ref.actor.no_such_key=1"])
     config = run_config({"overrides": ["actor_rollout_ref.actor.ppo_mini_batch_size=128"]})
     with pytest.raises(ValueError, match="ppo_mini_batch_size"):
         compose(hydra_overrides(config, files, model_path="m", metrics_log=files.metrics_log(1)))
@@ -255,6 +256,25 @@ def test_every_grpo_key_is_one_of_verls_own(verl):
         assert OmegaConf.select(shipped, key, default="missing") != "missing", key
 
 
+def test_every_override_key_is_a_setting_of_verls_config_of_its_type(verl):
+    """`verl.overrides` may set only `VERL_OVERRIDE_KEYS`: each is in veRL 0.9.1's shipped
+    trainer config, a value there (no group of settings), whose default is of the declared
+    type where it has one (veRL reads an int where a float is declared)."""
+    from omegaconf import OmegaConf
+
+    from studio.run_config import VERL_OVERRIDE_KEYS
+    from worker.engines.verl.config import verl_config_dir
+
+    shipped = OmegaConf.load(verl_config_dir() / "_generated_ppo_trainer.yaml")
+    for key, kind in VERL_OVERRIDE_KEYS.items():
+        default = OmegaConf.select(shipped, key, default="missing")
+        assert default != "missing" and not OmegaConf.is_config(default), key
+        if default is not None and not str(default).startswith("${"):
+            wanted = (int, float) if kind is float else kind
+            assert isinstance(default, wanted) and (kind is bool) == isinstance(default, bool), \
+                (key, default)
+
+
 def test_dynamic_sampling_cannot_bound_its_rounds_on_verl():
     assert with_grpo(dynamic_sampling=True, dynamic_sampling_max_batches=3).grpo.dynamic_sampling
     with pytest.raises(RunConfigError, match="grpo.dynamic_sampling_max_batches: the verl "
@@ -294,5 +314,19 @@ def test_a_worker_sends_the_token_only_to_an_address_its_own_settings_list(verl,
     settings.verl_studio_urls = None
     with pytest.raises(LaunchError, match=r"^verl.studio_url: 'http://10.1.2.3:7860/' is not "
                        "this studio's address"):
+        VerlLaunch(settings, run["id"]).prepare()
+    assert not files.token_file.exists()
+
+
+
+def test_a_worker_sends_a_run_only_to_a_ray_cluster_its_own_settings_list(studio, verl_run):
+    """The web app accepted `verl.ray_address` from its admin's list; a worker whose settings
+    do not list it refuses the run before writing the owner's token (issue 41 N1)."""
+    settings, _ = studio
+    settings.verl_ray_addresses = "10.0.0.5:6379"
+    _, run, files, _ = verl_run(verl={"ray_address": "10.0.0.5:6379"})
+    settings.verl_ray_addresses = None
+    with pytest.raises(LaunchError, match=r"^verl.ray_address: '10.0.0.5:6379' is not a Ray "
+                       r"cluster an admin listed; .*STUDIO_VERL_RAY_ADDRESSES"):
         VerlLaunch(settings, run["id"]).prepare()
     assert not files.token_file.exists()

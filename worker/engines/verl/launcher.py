@@ -33,7 +33,7 @@ from studio.services.reproduce import write_bundle
 from studio.services.run_folder import RunFolder
 from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
-from studio.services.run_validation import studio_url_problem
+from studio.services.run_validation import verl_places_problem
 from studio.settings import Settings
 from studio.tables import Run
 from worker.child_process import log_tail, stop_process_group
@@ -88,8 +88,8 @@ class VerlLaunch:
     def prepare(self) -> list[str]:
         """Write the data set, the agent loop's files and the token; the overrides to run."""
         cfg, files, data_dir = self.config, self.files, self.settings.resolved_data_dir
-        if problem := studio_url_problem(self.settings, cfg.verl.studio_url):
-            raise LaunchError(problem)  # this worker's settings may list fewer addresses
+        if problem := verl_places_problem(self.settings, cfg.verl):
+            raise LaunchError(problem)  # this worker's settings may list fewer places
         base = (cfg.verl.studio_url or self.settings.web_url).rstrip("/")
         searches = "search" in cfg.tools  # only search asks the studio's /retrieve
         if searches:
