@@ -179,13 +179,25 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
 
 
 def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page):
-    page.goto(f"{studio.base}/?run={studio.trained}")  # a link straight to a run
+    # a run of its own, launched now: the module's first run may have ended by this test
+    config = {**studio.run(studio.trained)["config"], "name": "ui-live"}
+    launched = studio.api.post("/runs", json=config)
+    assert launched.status_code == 201, launched.text
+    live = launched.json()["id"]
+    try:
+        _follow_a_run_as_it_trains(studio, page, live)
+    finally:
+        studio.api.post(f"/runs/{live}/cancel")
+
+
+def _follow_a_run_as_it_trains(studio, page, live: int) -> None:
+    page.goto(f"{studio.base}/?run={live}")  # a link straight to a run
     page.wait_for_function(PLOT_POINTS, arg=["#live-plot", 1], timeout=60_000)
     before = page.evaluate(REWARD_POINTS)
     page.evaluate("() => { window.notReloaded = true; }")
     page.wait_for_function(f"() => ({REWARD_POINTS})() > {before}", timeout=90_000)
     assert page.evaluate("() => window.notReloaded === true"), "the page was not reloaded"
-    assert "ui-trained" in page.locator("#live-status").inner_text()
+    assert "ui-live" in page.locator("#live-status").inner_text()
     status = studio.ui.wait_text("#live-status", "Now: ")  # what the step under way does
     assert re.search(r"Now: (step \d+ of 60: .*\*?\*?(rolling out|scoring|updating)|saving a "
                      r"checkpoint|loading)", status), status
@@ -205,9 +217,9 @@ def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page
     assert all(re.fullmatch(r"[−-]?[\d,]*\.?\d+", t) for t in parts["yticks"]), parts["yticks"]
     with page.expect_download() as download:
         page.click("#live-yaml")
-    assert download.value.suggested_filename == f"run-{studio.trained}-ui-trained.yaml"
+    assert download.value.suggested_filename == f"run-{live}-ui-live.yaml"
     config = yaml.safe_load(Path(download.value.path()).read_text())
-    assert config["name"] == "ui-trained" and config["grpo"]["steps"] == 60
+    assert config["name"] == "ui-live" and config["grpo"]["steps"] == 60
 
     masked = page.locator("#live-rollouts .rollout-text span.label",
                           has_text="information (not trained on)")
