@@ -180,11 +180,13 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
 
 def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page):
     # a run of its own, launched now: the module's first run may have ended by this test
+    # (60 tiny steps take under a minute on a quiet machine)
     config = {**studio.run(studio.trained)["config"], "name": "ui-live"}
     launched = studio.api.post("/runs", json=config)
     assert launched.status_code == 201, launched.text
     live = launched.json()["id"]
-    try:
+    try:  # queued behind the module's first run while that one still trains
+        wait_for(lambda: studio.run(live)["state"] == "running", 300, "the run to start")
         _follow_a_run_as_it_trains(studio, page, live)
     finally:
         studio.api.post(f"/runs/{live}/cancel")
