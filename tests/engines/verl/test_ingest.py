@@ -203,13 +203,61 @@ def test_a_python_runs_dumped_response_splits_at_its_output_blocks(studio):
     assert rebuild_rollout(text, tokenizer).num_tool_calls == 0  # search's tags: no blocks
 
 
+def ingest_one_step(settings, run, config, files, tokenizer, rollouts, golds, rewarded,
+                    monkeypatch):
+    """Step 1 of `run` as veRL writes it (the responses dumped with every key the reward
+    function gave back, one metrics line), ingested."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl.utils.tracking import FileLogger
+
+    extra = {key: [out[key] for out in rewarded] for key in rewarded[0] if key != "score"}
+    PPOTrainer._write_generations(
+        inputs=["q"] * 4, outputs=[r.response_text for r in rollouts],
+        gts=[{"target": g, "question": q} for q, g in golds],
+        scores=[out["score"] for out in rewarded],
+        reward_extra_infos_dict={**extra, "uid": [f"p{i // 2}_{i % 2}_0" for i in range(4)]},
+        dump_path=str(files.rollouts), global_steps=1)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(files.metrics_log(1)))
+    files.attempt_dir(1).mkdir(parents=True)
+    logger = FileLogger("icrl-studio", "step")
+    logger.log(data=VERL_METRICS, step=1)
+    logger.finish()
+    assert Ingestor(settings, run["id"], config, files, tokenizer,
+                    files.metrics_log(1)).poll() == 1
+
+
+def test_a_call_bonus_runs_rows_carry_the_bonus_the_reward_paid(verl, verl_run, monkeypatch):
+    """`reward.call_bonus` on veRL: the reward function pays it for a response whose tool
+    call worked (the agent loop's `working_calls`); the ingest's reward breakdown of each
+    rollout row shows it, and the row's reward is the one veRL trained on."""
+    from worker.engines.verl.reward import compute_score
+
+    settings, run, files, model = verl_run(reward={"call_bonus": 0.1})
+    config = RunConfig.model_validate(run["config"])
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    rollouts = responses(tokenizer, [("Herring Moon Fair", "held in Gorsemouth")], 1)
+    golds = [GROUPS[i // 2] for i in range(4)]
+    worked = [1, 0, 0, 0]  # the first response's search came back
+    rewarded = [compute_score("demo", r.response_text, {"target": g, "question": q},
+                              {"assistant_prefix": config.prompt.assistant_prefix,
+                               "working_calls": w},
+                              tools=config.tools, call_bonus=config.reward.call_bonus)
+                for r, (q, g), w in zip(rollouts, golds, worked, strict=True)]
+    ingest_one_step(settings, run, config, files, tokenizer, rollouts, golds, rewarded,
+                    monkeypatch)
+
+    kept = {r["sample"] + 2 * r["group"]: r for r in runs.run_rollouts(settings, run["id"],
+                                                                        limit=10)}
+    assert kept, "no rollout rows kept"
+    for index, row in kept.items():
+        assert row["reward"] == pytest.approx(rewarded[index]["score"])
+        assert row["breakdown"].get("call_bonus", 0.0) == (0.1 if worked[index] else 0.0)
+
+
 def test_a_mixed_runs_dump_gives_the_halves_and_the_hints(verl, verl_run, monkeypatch):
     """A mixed-guidance run: the reward function's `guided` and `hint_exemplar_*` keys,
     dumped by veRL beside each response, become the native engine's per-step halves and
     each rollout row's `hint_exemplars`."""
-    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
-    from verl.utils.tracking import FileLogger
-
     from worker.engines.verl.config import hint_slots
     from worker.engines.verl.reward import compute_score
 
@@ -225,24 +273,12 @@ def test_a_mixed_runs_dump_gives_the_halves_and_the_hints(verl, verl_run, monkey
                                "guided": int(bool(h)), "hint_exemplars": h},
                               tools=config.tools, hint_slots=hint_slots(config))
                 for r, (q, g), h in zip(rollouts, golds, hints, strict=True)]
-    extra = {key: [out[key] for out in rewarded] for key in rewarded[0] if key != "score"}
-    PPOTrainer._write_generations(
-        inputs=["q"] * 4, outputs=[r.response_text for r in rollouts],
-        gts=[{"target": g, "question": q} for q, g in golds],
-        scores=[out["score"] for out in rewarded],
-        reward_extra_infos_dict={**extra, "uid": [f"p{i // 2}_{i % 2}_0" for i in range(4)]},
-        dump_path=str(files.rollouts), global_steps=1)
-    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(files.metrics_log(1)))
-    files.attempt_dir(1).mkdir(parents=True)
-    logger = FileLogger("icrl-studio", "mixed")
-    logger.log(data=VERL_METRICS, step=1)
-    logger.finish()
-    assert Ingestor(settings, run["id"], config, files, tokenizer,
-                    files.metrics_log(1)).poll() == 1
+    ingest_one_step(settings, run, config, files, tokenizer, rollouts, golds, rewarded,
+                    monkeypatch)
 
     [row] = runs.run_metrics(settings, run["id"])
     prefix = config.prompt.assistant_prefix
-    rewards = [score(prefix + r.response_text, g) for r, (_, g) in zip(rollouts, golds)]
+    rewards = [score(prefix + r.response_text, g) for r, (_, g) in zip(rollouts, golds, strict=True)]
     for part, picked in (("guided", [0, 2]), ("zero_shot", [1, 3])):
         alone = rollout_metrics([rollouts[i] for i in picked], [rewards[i] for i in picked])
         for name in ("acc", "valid_search_rate", "answer_rate", "reward_mean"):

@@ -143,6 +143,7 @@ class DumpedResponse:
     output: str
     score: float
     hint: tuple[int, ...] | None = None  # the exemplars it was sampled with (mixed guidance)
+    call_worked: bool = False  # the reward's `call_bonus` key was paid (`reward.call_bonus`)
 
     @classmethod
     def from_line(cls, line: dict) -> DumpedResponse:
@@ -151,7 +152,8 @@ class DumpedResponse:
         return cls(group=uid, sample=int(sample) if sample.isdigit() else 0,
                    question=str(truth.get("question", "")) if isinstance(truth, dict) else "",
                    golden_answers=golden_answers(truth), output=str(line["output"]),
-                   score=float(line["score"]), hint=dumped_hint(line))
+                   score=float(line["score"]), hint=dumped_hint(line),
+                   call_worked=float(line.get("call_bonus") or 0) > 0)
 
 
 def read_dump(path: Path) -> list[DumpedResponse] | None:
@@ -266,7 +268,9 @@ class Ingestor:
         rewards = [score(self.prefix + r.output, r.golden_answers,
                          acc_weight=self.config.reward.acc_weight,
                          format_weight=self.config.reward.format_weight,
-                         answer_match=self.config.reward.answer_match, tools=self.tools)
+                         answer_match=self.config.reward.answer_match, tools=self.tools,
+                         call_bonus=self.config.reward.call_bonus,
+                         working_calls=int(r.call_worked))
                    for r in dump]
         metrics = rollout_metrics(rollouts, rewards) if dump else {}
         if dump:
