@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
 
-        args.models, args.names, limit = [build_tiny_model(args.data_dir / "models" / "tiny")], "tiny", 4
+        tiny = build_tiny_model(args.data_dir / "models" / "tiny")
+        args.models, args.names, limit = [tiny], "tiny", 4
     names = args.names.split(",") if args.names else [m.name for m in args.models]
     targets = dict(zip(names, map(str, args.models), strict=True))
     if args.base:

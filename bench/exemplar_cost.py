@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from worker.engines.native.logprobs import frozen_copy, reference_logprobs
     from worker.engines.native.optimizer import make_optimizer
     from worker.engines.native.policy_batch import make_batch
-    from worker.engines.native.rollout import RolloutConfig, _generate
+    from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
     if args.quick:
         from tests.support.tiny_model import build_tiny_model
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         logprobs.MIN_STEP_PREFIX = min_step_prefix if step_prefix else 1 << 30
         ids = [p for p in prompts[k] for _ in range(args.group)]
         t0 = time.perf_counter()
-        rollouts = _generate(
+        rollouts = generate_rollouts(
             model, tok, ids, lambda queries: [[] for _ in queries], rollout_config,
             generator=torch.Generator().manual_seed(seed), eos_token_id=-1, tag_stops=False)
         t1 = time.perf_counter()

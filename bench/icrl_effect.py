@@ -69,7 +69,7 @@ TOOL_PACKS = {"math": ("python", "math", "math-heldout"),
               "calc": ("calculator", "calc", "calc-heldout")}
 """--pack -> (the tool, the training QA and exemplar set, the held-out QA set)."""
 PACKS = ("demo", "span", *TOOL_PACKS)
-PRESET_PACKS = {"quick-start": "demo", "search-tour": "span", "calculator": "calc"}
+PRESET_PACKS = {"quick-start": "demo", "search-tour": "span", "calculator": "calc", "math": "math"}
 """Each ready-made run's own pack: --pack's default with --preset."""
 
 

@@ -54,7 +54,7 @@ from studio.base_models import load_causal_lm, load_tokenizer  # noqa: E402
 from studio.method.exemplars import parse_jsonl  # noqa: E402
 from studio.method.prompt import build_prompt  # noqa: E402
 from studio.retrieval import Passage, build_index  # noqa: E402
-from worker.engines.native.rollout import RolloutConfig, _generate  # noqa: E402
+from worker.engines.native.rollout import RolloutConfig, generate_rollouts  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "hotpotqa-train100"
 EXEMPLARS = ROOT / "studio" / "demo" / "exemplars.jsonl"
@@ -88,7 +88,8 @@ def make_search():
 def time_rollouts(model, tokenizer, prompts, search, cfg, seed, **switches) -> dict:
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    rollouts = _generate(model, tokenizer, prompts, search, cfg, generator=gen, **switches)
+    rollouts = generate_rollouts(model, tokenizer, prompts, search, cfg, generator=gen,
+                                 **switches)
     seconds = time.perf_counter() - start
     model_tokens = sum(sum(r.response_mask) for r in rollouts)
     env_tokens = sum(len(r.response_mask) - sum(r.response_mask) for r in rollouts)

@@ -23,6 +23,9 @@ from studio.services.uploads import check_ui_upload_reader
 from studio.settings import Settings
 
 _NEXT_FIELD = re.compile(r"; (?=[\w.\[\]-]+: )")
+PAPER = ("*In-Context Reinforcement Learning for Tool Use in Large Language Models* "
+         "([arXiv 2603.08068](https://arxiv.org/abs/2603.08068), 2026)")
+"""The paper the method comes from: named and linked where a page first says "the paper"."""
 
 CSS = """
 /* Text wraps between words; only a token longer than its line is broken. Gradio breaks the

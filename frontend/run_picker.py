@@ -36,5 +36,16 @@ def run_dropdown_update(settings: Settings, current, only=None, multiselect: boo
                      value=[v for v in chosen if v in ids] if multiselect else single)
 
 
+def usable_with_a_run(picker: gr.Dropdown, buttons: list[gr.Button]) -> None:
+    """Make `buttons`, which act on the run chosen in `picker`, usable only while one is
+    chosen: an empty list offers nothing to press (the page says what to do first), and no
+    press fails for want of a run. Build them with `interactive=False`."""
+    def usable(run_id):
+        updates = [gr.Button(interactive=run_id is not None)] * len(buttons)
+        return updates if len(buttons) > 1 else updates[0]
+
+    picker.change(usable, inputs=picker, outputs=buttons, show_progress="hidden")
+
+
 def utc_minute(iso: str | None) -> str:
     return f"{iso[:16].replace('T', ' ')} UTC" if iso else ""

@@ -52,6 +52,9 @@ class Shared:
     focus_run: gr.State = field(default_factory=lambda: gr.State(None))
     """The id of the run the user last chose to follow (*Watch it* after a launch, *Open live
     view* on Runs): the Live run page opens it (None before)."""
+    preset: gr.State = field(default_factory=lambda: gr.State(None))
+    """The ready-made run another page asked for (the Home page's quick start button): the
+    Launch page chooses it (None before)."""
     shown: gr.State = field(init=False)
     """The id of the page shown in this browser tab (the first page on load)."""
     tab: gr.Tab | None = None

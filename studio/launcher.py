@@ -137,6 +137,21 @@ def worker_command(settings: Settings, queues: Sequence[str], concurrency: int, 
             "--without-gossip", "--without-mingle"]
 
 
+NO_PROGRESS_BARS = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+"""Progress bars (Hugging Face's downloads, transformers' "Loading weights", the bundled
+model's conversion) redraw their line many times a second: in a log file every redraw
+stays. The pages, and a log line per training step, say the progress instead. Hugging Face's
+switch turns off its bars and transformers', tqdm's own any other."""
+
+
+def quiet_progress_bars() -> None:
+    """No progress bars in this process and those it starts when its errors go to a file,
+    not a terminal (`studio up > studio.log 2>&1`); a value set by the user is kept."""
+    if not sys.stderr.isatty():
+        for key, value in NO_PROGRESS_BARS.items():
+            os.environ.setdefault(key, value)
+
+
 SHORT_LANE_CONCURRENCY = 2
 """An export runs beside a long index build; both are light next to training."""
 SHORT_LANE_ENV = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

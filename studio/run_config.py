@@ -35,7 +35,7 @@ from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instructi
 from studio.method.protocol import Limits
 from studio.method.reward import AnswerMatch
 from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
-from studio.method.tools import check_tool_names
+from studio.method.tools import DEFAULT_TOOL_NAMES, check_tool_names, corpus_tools
 
 MAX_STEPS = 1_000_000  # every step count; a run of more does not fit a lifetime here anyway
 MAX_TOKENS = 131_072  # every token budget (prompt, turn, response, observation)
@@ -178,11 +178,16 @@ class GrpoSpec(_Strict):
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     weight_decay: float = Field(default=0.0, ge=0, le=1)
     kl_coef: float = Field(default=0.001, ge=0, le=10, title="Stay-close penalty (KL)",
-                           description="Keeps the model near where it started; 0.001 in the "
-                           "paper.")
+                           description="Keeps the model near where it started, so it learns "
+                           "the tool without forgetting how to write; 0.001 in the paper. KL "
+                           "(Kullback-Leibler divergence) measures how far the model's word "
+                           "choices have moved from the starting model's; the penalty grows "
+                           "with it.")
     clip: float = Field(default=0.2, gt=0, le=10, title="Clip range",
-                        description="Limits how far one update moves the model (PPO clipping); "
-                        "0.2 is the usual value.")
+                        description="Limits how far one update moves the model, so one lucky "
+                        "batch cannot change it much; 0.2 is the usual value. PPO clipping: PPO "
+                        "(proximal policy optimization) is the reinforcement-learning update "
+                        "GRPO builds on.")
     entropy_coef: float = Field(default=0.0, ge=0, le=10)
     temperature: float = Field(default=1.0, gt=0, le=10, title="Sampling temperature",
                                description="Randomness of answers while training; 1.0 lets the "
@@ -346,8 +351,9 @@ class EngineSpec(_Strict):
     dtype: Literal["auto", "float32", "bfloat16", "bfloat16-autocast"] = Field(
         default="auto", title="Precision", description="The weights' dtype. auto: bfloat16 on "
         "a GPU, float32 on a CPU. bfloat16-autocast: float32 weights, optimizer and loss with "
-        "the matmuls in bfloat16 (a faster CPU step where the CPU has AVX512-BF16 or AMX; "
-        "docs/engine.md)")
+        "the matmuls in bfloat16 (a faster CPU step where the CPU has AVX512-BF16 or AMX, "
+        "instructions of recent Intel and AMD processors for bfloat16 arithmetic: `lscpu` "
+        "lists them among its flags as avx512_bf16 and amx_bf16; docs/engine.md)")
     evaluate_at_end: bool = Field(
         default=False, description="When training succeeds, evaluate the base model and the "
         "final checkpoint zero-shot on each data.eval set (the run's own token budgets)")
@@ -642,7 +648,7 @@ class RunConfig(_Strict):
     model: str = Field(default="smollm2-135m-instruct",
                        description="The bundled model, a Hugging Face id or a local folder")
     tools: list[str] = Field(
-        default_factory=lambda: ["search"], title="Tools",
+        default_factory=lambda: list(DEFAULT_TOOL_NAMES), title="Tools",
         description="What the model may call, any registered tool (studio.method.tools): "
         "search (a query in <search>, passages of the corpus back in <information>), python "
         "(a program in <code>, run in a sandbox, what it prints back in <output>) and "
@@ -691,9 +697,10 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _search_has_a_corpus(self) -> RunConfig:
-        if "search" in self.tools and self.data.corpus is None:
-            raise ValueError("data.corpus: the search tool searches a corpus; name one "
-                             "(or remove search from tools)")
+        readers = corpus_tools(self.tools)
+        if readers and self.data.corpus is None:
+            raise ValueError(f"data.corpus: the {readers[0]} tool searches a corpus; name one "
+                             f"(or remove {readers[0]} from tools)")
         return self
 
     @model_validator(mode="after")

@@ -90,6 +90,11 @@ def test_up_serves_api_and_ui_and_ctrl_c_stops_everything(tmp_path):
         assert f"ICRL Studio is serving {base}/" in out
         assert "superuser" not in out and "[tasks]" not in out, "no Celery warning nor banner"
         assert len(out.splitlines()) == 5, out  # the admin's credentials, then the address
+        # its output is a file: its processes draw no progress bar there (a model's loading
+        # or conversion wrote "Loading weights: 0%|..." redraws into studio.log)
+        for pid in _group_pids(up.pid) - {up.pid}:
+            environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+            assert {b"HF_HUB_DISABLE_PROGRESS_BARS=1", b"TQDM_DISABLE=1"} <= environ, pid
 
         assert httpx.get(f"{base}/api/v1/me").status_code == 401
         me = httpx.get(f"{base}/api/v1/me", headers={"Authorization": f"Bearer {token}"})

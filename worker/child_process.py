@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 from studio.gpus import visible_gpus
+from studio.launcher import NO_PROGRESS_BARS
 from studio.settings import Settings
 
 STOP_GRACE_SECONDS = 10.0
@@ -61,9 +62,10 @@ def devices_for(on_gpu: bool, count: int = 1):
 
 def child_env(settings: Settings, gpus: list[str]) -> dict[str, str]:
     """A job process's environment: unbuffered output, one OpenMP thread (the job sets its
-    own torch threads), the worker's data folder and database and, with GPUs lent, only
-    those visible."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+    own torch threads), no progress bars (its output goes to its log file) unless the user
+    asked for them, the worker's data folder and database and, with GPUs lent, only those
+    visible."""
+    env = {**NO_PROGRESS_BARS, **os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "STUDIO_DATA_DIR": str(settings.resolved_data_dir)}
     if settings.database_url:
         env["STUDIO_DATABASE_URL"] = settings.database_url

@@ -46,7 +46,8 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     update_evaluation(settings, evaluation_id, state=RunState.running)
     try:
         params = evaluation["params"]
-        rows = qa_sets.load_rows(settings, evaluation["qa_set_id"])[:params.get("limit")]
+        rows = qa_sets.load_rows(settings, evaluation["qa_set_id"],
+                                 positions=params.get("rows"))[:params.get("limit")]
         index = corpus_index(settings, params["corpus_id"])  # None: no search
         config = EvalConfig(**params.get("protocol", {}))
         tools = build_tools(config.tools, settings, search_fn(index, config.top_k),

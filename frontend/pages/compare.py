@@ -14,7 +14,7 @@ import pandas as pd
 from frontend import shared
 from frontend.charts import compare_figure, half_metrics, plot_value
 from frontend.components import toast_user_errors
-from frontend.run_picker import run_dropdown_update, run_label
+from frontend.run_picker import run_choices, run_dropdown_update, run_label
 from studio.services import run_history
 from studio.settings import Settings
 
@@ -28,6 +28,15 @@ METRICS = {  # key -> panel title
 }
 DEFAULT_METRICS = ["reward_mean", "acc", "format", "search_calls"]
 EMPTY = "Choose two or more runs above to overlay their curves and compare their configs."
+TOO_FEW = ("### Nothing to compare yet\nCompare overlays the curves of two or more runs and "
+           "sets their configs side by side: launch them on **Launch** (after loading data on "
+           "**Data**), and pick them above.")
+
+
+def idle_message(runs_in_studio: int) -> str:
+    """What the page says while fewer than two runs are chosen: to choose them, or, with
+    fewer than two in the studio, what to do first."""
+    return EMPTY if runs_in_studio >= 2 else TOO_FEW
 DIFFERS = "≠"
 NOT_USED = "not used"
 SETTING_WIDTH = 22  # % of the table; the runs share what the marks and settings leave
@@ -103,14 +112,18 @@ def build(settings: Settings) -> None:
                          label="Configs (≠ marks a setting that differs; those come first)")
 
     def refresh_choices(current):
-        return run_dropdown_update(settings, current, multiselect=True)
+        """Fresh choices; with none chosen, what to do (`idle_message`)."""
+        update = run_dropdown_update(settings, current, multiselect=True)
+        return update, gr.skip() if current else idle_message(len(update["choices"]))
 
-    shared.on_show(refresh_choices, inputs=chosen, outputs=chosen, show_progress="hidden")
+    shared.on_show(refresh_choices, inputs=chosen, outputs=[chosen, message],
+                   show_progress="hidden")
 
     @toast_user_errors
     def compare(run_ids, metric_keys, differences_only):
         if not run_ids or len(run_ids) < 2:
-            return EMPTY, gr.Plot(visible=False), gr.Dataframe(visible=False)
+            return idle_message(len(run_choices(settings))), gr.Plot(visible=False), \
+                gr.Dataframe(visible=False)
         found = run_history.compare_runs(settings, [int(i) for i in run_ids])
         labels = [run_label(r) for r in found["runs"]]
         missing = [METRICS[k] for k in metric_keys or [] if k not in found["series"]]

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from frontend.shared import current
 from studio.escaping import markdown_text
 from studio.run_config import AdaptiveSpec, CurriculumSpec, config_field
-from studio.services import curricula, run_history
+from studio.services import curricula, presets, run_history
 from studio.settings import Settings
 
 TITLE = "Curriculum"
@@ -53,6 +53,15 @@ DEFAULT_STEPS = CurriculumSpec().steps_per_stage
 
 def default_design() -> dict:
     return curricula.preset_design(curricula.BEST_PRESET, DEFAULT_STEPS)
+
+
+def steps_info() -> str:
+    """Why the default stages are long, and what the ready-made runs use instead."""
+    ready_made = sorted(stage["steps"] for preset in presets.RUN_PRESETS.values()
+                        for stage in preset["curriculum"]["stages"])
+    return (f"{DEFAULT_STEPS} a stage is the paper's length, trained on four large GPUs; on "
+            "two CPU cores a step of the bundled model takes minutes, so the ready-made runs "
+            f"on the Launch page use {ready_made[0]} to {ready_made[-1]} steps a stage.")
 
 
 def stages_of(design: dict | None) -> list[dict]:
@@ -226,7 +235,8 @@ def build(settings: Settings) -> None:
                                           else "secondary", elem_id=f"preset-{name}")
                           for name, label in PRESET_LABELS.items()}
     preset_steps = gr.Slider(1, 1000, value=DEFAULT_STEPS, step=1,
-                             label="Steps per stage for a preset", elem_id="preset-steps")
+                             label="Steps per stage for a preset", info=steps_info(),
+                             elem_id="preset-steps")
     with gr.Row():
         with gr.Column(scale=2):
             table = gr.Dataframe(headers=["Exemplars", "Steps"], datatype="number",

@@ -33,7 +33,7 @@ from frontend.components import (
 from frontend.shared import current, on_show, page_timer
 from studio.escaping import markdown_text
 from studio.ingest import QA_FORMATS
-from studio.services import corpora, data_doctor, exemplar_sets, qa_sets
+from studio.services import corpora, data_doctor, data_usage, exemplar_sets, presets, qa_sets
 from studio.services.access import Actor
 from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.services.errors import UserError
@@ -56,6 +56,16 @@ for the calculator tool (QA sets `calc` and `calc-heldout`, exemplars that call 
 calculator; no corpus).
 """
 
+ADD_WORDS = """### 1. Add data
+Load a ready-made pack, or upload your own: a corpus for the model to search, a QA set to train
+and evaluate on, and exemplars to start from."""
+CHECK_WORDS = """### 2. Check it
+Search the corpus as the model will, read what you uploaded, and let the data doctor say
+whether the corpus can answer the questions."""
+USE_WORDS = """### 3. Use it
+What is stored, with each corpus's search index (a run can use a corpus once its index is
+done), and the runs that use each set. Launch a run on them on the **Launch** page."""
+
 CORPUS_COLUMNS = [("id", "#"), ("name", "Name"), ("source_filename", "File"),
                   ("status", "Status"), ("num_documents", "Documents"),
                   ("num_passages", "Passages"), ("index", "Index build")]
@@ -65,6 +75,8 @@ EXEMPLAR_COLUMNS = [("id", "#"), ("name", "Name"), ("size", "Exemplars"), ("erro
                     ("warnings", "Warnings"), ("source_filename", "File")]
 QA_ROW_COLUMNS = [("row", "Row"), ("id", "Id"), ("question", "Question"),
                   ("answers", "Answers")]
+USAGE_COLUMNS = [("kind", "Kind"), ("name", "Name"), ("runs", "Runs that trained on it"),
+                 ("presets", "Ready-made runs that use it")]
 HIT_COLUMNS = [("rank", "Doc"), ("title", "Title"), ("score", "Score"), ("id", "Passage id")]
 WORST_COLUMNS = [("id", "Id"), ("question", "Question"), ("answers", "Answers"),
                  ("hops_found", "Hops found"), ("retrieved", "Passages it finds")]
@@ -117,22 +129,31 @@ def corpora_view(settings: Settings):
     rows = [{**row, "index": index_progress(row)} for row in corpora.list_corpora(settings)]
     busy = any(plain(row["status"]) in BUSY for row in rows)
     return (*list_view(rows, CORPUS_COLUMNS, lambda c: f"{c['name']} ({plain(c['status'])})",
-                       ("No corpus yet.", "Upload your documents below, or click "
-                        "**Load the demo pack**.")),
+                       ("No corpus yet.", "Upload your documents under *Add data* above, or "
+                        "click **Load the demo pack**.")),
             busy)
 
 
 def qa_view(settings: Settings):
     rows = [{**row, "notes": qa_notes(row)} for row in qa_sets.list_qa_sets(settings)]
     return list_view(rows, QA_COLUMNS, lambda q: q["name"],
-                     ("No QA set yet.", "Upload questions with their answers below (JSONL, "
-                      "JSON or CSV)."))
+                     ("No QA set yet.", "Upload questions with their answers under *Add data* "
+                      "above (JSONL, JSON or CSV)."))
 
 
 def exemplar_view(settings: Settings):
     return list_view(exemplar_sets.list_exemplar_sets(settings), EXEMPLAR_COLUMNS,
                      lambda e: e["name"], ("No exemplar set yet.", "Upload worked examples "
-                                           "below, or write them on the **Exemplars** page."))
+                                           "under *Add data* above, or write them on the "
+                                           "**Exemplars** page."))
+
+
+def usage_view(settings: Settings) -> list[list]:
+    """Where each data set is used (studio.services.data_usage), in words."""
+    return table([{**row, "runs": ", ".join(f"#{run['id']} {run['name']} ({run['state']})"
+                                            for run in row["runs"]) or "none yet",
+                   "presets": ", ".join(row["presets"]) or "none"}
+                  for row in data_usage.data_usage(settings)], USAGE_COLUMNS)
 
 
 # --- uploads ----------------------------------------------------------------------------
@@ -148,7 +169,7 @@ def upload_corpus(settings: Settings, actor: Actor, path: str | None, name: str,
     except UserError as exc:
         return error_markdown(str(exc), "The corpus was not stored")
     return ok_markdown(f"Stored corpus '{corpus['name']}' ({corpus['num_documents']} "
-                       "documents); its search index is being built, see the table.")
+                       "documents); its search index is being built, see *Use it* below.")
 
 
 def upload_qa(settings: Settings, actor: Actor, path: str | None, name: str, purpose: str,
@@ -207,16 +228,23 @@ def load_demo(settings: Settings, actor: Actor) -> str:
                       "curriculum and launch a run.")
 
 
+def ready_made_next(preset: str, tool_words: str) -> str:
+    """What to do after loading a tool pack: launch its ready-made run, set up for it."""
+    return (f"choose the ready-made run `{preset}` at the top of the **Launch** page and "
+            f"launch it: it trains with {tool_words} and compares answers as numbers, all set "
+            "for you.")
+
+
 def load_math(settings: Settings, actor: Actor) -> str:
     return _load_pack(load_math_pack, settings, actor, "Math pack",
-                      "train with the python tool (its exemplars run Python) and numeric "
-                      "answer matching (`reward.answer_match: numeric`).")
+                      ready_made_next(presets.MATH, "the python tool (its exemplars run "
+                                                    "Python)"))
 
 
 def load_calc(settings: Settings, actor: Actor) -> str:
     return _load_pack(load_calc_pack, settings, actor, "Arithmetic pack",
-                      "train with the calculator tool (its exemplars call `<calc>`) and "
-                      "numeric answer matching (`reward.answer_match: numeric`).")
+                      ready_made_next(presets.CALCULATOR, "the calculator tool (its exemplars "
+                                                          "call `<calc>`)"))
 
 
 # --- previews ---------------------------------------------------------------------------
@@ -269,7 +297,7 @@ PROGRESS = gr.Progress()  # Gradio hands each call of a handler with this defaul
 
 # --- the data doctor ----------------------------------------------------------------------
 
-DOCTOR_INTRO = """### Data doctor: check before you launch
+DOCTOR_INTRO = """#### Data doctor: check before you launch
 Searches each question of a QA set on a corpus, the question itself as the query, and counts
 how many find their answer in the passages returned (matched as the reward matches answers);
 and runs each exemplar's searches on the corpus to see whether it returns what the exemplar
@@ -321,7 +349,7 @@ def run_doctor(settings: Settings, corpus_id: int | None, qa_set_id: int | None,
 
 def listing(key: str, heading: str, columns) -> tuple[gr.Markdown, gr.Dataframe]:
     """A kind of data's heading, empty state (`#{key}-empty`) and table (`#{key}-table`)."""
-    gr.Markdown(f"### {heading}")
+    gr.Markdown(f"#### {heading}")
     return gr.Markdown(elem_id=f"{key}-empty"), dataframe(columns, elem_id=f"{key}-table")
 
 
@@ -350,70 +378,84 @@ def upload_form(key: str, file_label: str, what: str) -> Iterator[UploadForm]:
 
 def build(settings: Settings) -> None:
     gr.Markdown(INTRO)
-    with gr.Row():
-        demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
-                                min_width=220, elem_id="load-demo")
-        math_button = gr.Button("Load the math pack", scale=0, min_width=220,
-                                elem_id="load-math")
-        calc_button = gr.Button("Load the arithmetic pack", scale=0, min_width=220,
-                                elem_id="load-calc")
-        demo_message = gr.Markdown(elem_id="demo-message")
+    with gr.Column(elem_id="data-add"):
+        gr.Markdown(ADD_WORDS)
+        with gr.Row():
+            demo_button = gr.Button("Load the demo pack", variant="primary", scale=0,
+                                    min_width=220, elem_id="load-demo")
+            math_button = gr.Button("Load the math pack", scale=0, min_width=220,
+                                    elem_id="load-math")
+            calc_button = gr.Button("Load the arithmetic pack", scale=0, min_width=220,
+                                    elem_id="load-calc")
+            demo_message = gr.Markdown(elem_id="demo-message")
+        with gr.Row():
+            with upload_form("corpus", "Corpus: your documents (JSONL, CSV/TSV, Parquet, "
+                             "txt/md, zip)", "corpus") as corpus:
+                backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
+                                      label="BM25 library")
+                split = gr.Checkbox(label="Plain text: a blank line starts a new document")
+            with upload_form("qa", "QA set: questions with their answers (FlashRAG JSONL, "
+                             "HotpotQA or MuSiQue JSON, CSV)", "QA set") as qa:
+                purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
+                fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
+            with upload_form("exemplar", "Exemplars: worked examples (JSONL or "
+                             "'===== Example N =====' text)", "exemplar set") as ex:
+                pass
 
-    corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model searches",
-                                         CORPUS_COLUMNS)
-    with gr.Row():
-        with upload_form("corpus", "Corpus file (JSONL, CSV/TSV, Parquet, txt/md, zip)",
-                         "corpus") as corpus:
-            backend = gr.Dropdown(list(corpora.BACKENDS), value=corpora.BACKENDS[0],
-                                  label="BM25 library")
-            split = gr.Checkbox(label="Plain text: a blank line starts a new document")
-        with gr.Column():
-            gr.Markdown("**Try a search**: exactly what the model reads after it searches.")
-            search_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="search-corpus")
-            query = gr.Textbox(label="Query", placeholder="e.g. lighthouse first lit",
-                               elem_id="search-query")
-            k = gr.Slider(1, 10, value=3, step=1, label="Passages returned (top-k)")
-            search_button = gr.Button("Search", elem_id="search-button")
-            tool_text = gr.Textbox(label="What the model reads", lines=8, interactive=False,
-                                   elem_id="search-result")
-            hits = dataframe(HIT_COLUMNS)
+    with gr.Column(elem_id="data-check"):
+        gr.Markdown(CHECK_WORDS)
+        with gr.Row():
+            with gr.Column():
+                gr.Markdown("#### Try a search\nExactly what the model reads after it "
+                            "searches.")
+                search_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="search-corpus")
+                query = gr.Textbox(label="Query", placeholder="e.g. lighthouse first lit",
+                                   elem_id="search-query")
+                k = gr.Slider(1, 10, value=3, step=1, label="Passages returned (top-k)")
+                search_button = gr.Button("Search", elem_id="search-button")
+                tool_text = gr.Textbox(label="What the model reads", lines=8,
+                                       interactive=False, elem_id="search-result")
+                hits = dataframe(HIT_COLUMNS)
+            with gr.Column():
+                gr.Markdown("#### Read an exemplar set\nEach worked example, and what to fix "
+                            "in it.")
+                ex_pick = gr.Dropdown(label="Preview exemplar set", choices=[],
+                                      elem_id="exemplar-pick")
+                ex_preview = gr.Markdown(elem_id="exemplar-preview")
+        gr.Markdown("#### Read a QA set")
+        qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
+        qa_shown = gr.Markdown()
+        qa_rows = dataframe(QA_ROW_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
+                            elem_id="qa-rows")
+        gr.Markdown(DOCTOR_INTRO)
+        with gr.Row():
+            doctor_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="doctor-corpus")
+            doctor_qa = gr.Dropdown(label="QA set", choices=[], elem_id="doctor-qa")
+            doctor_ex = gr.Dropdown(label="Exemplar set", choices=[],
+                                    elem_id="doctor-exemplars")
+            doctor_k = gr.Slider(1, 10, value=3, step=1, label="Passages per search (the "
+                                 "run's top-k)")
+        doctor_button = gr.Button("Check the data", elem_id="doctor-button")
+        doctor_summary = gr.Markdown(elem_id="doctor-summary")
+        gr.Markdown("**Unreachable questions**, fewest supporting passages found first:")
+        doctor_worst = dataframe(WORST_COLUMNS, elem_id="doctor-worst")
+        doctor_replay = gr.Markdown(elem_id="doctor-replay")
+
+    with gr.Column(elem_id="data-use"):
+        gr.Markdown(USE_WORDS)
+        corpus_empty, corpus_table = listing("corpus", "Corpora: the documents the model "
+                                             "searches, and their search index",
+                                             CORPUS_COLUMNS)
+        qa_empty, qa_table = listing("qa", "QA sets: questions with their answers",
+                                     QA_COLUMNS)
+        ex_empty, ex_table = listing("exemplar", "Exemplar sets: worked examples shown in the "
+                                     "prompt", EXEMPLAR_COLUMNS)
+        gr.Markdown("#### Where each is used\nThe runs that trained on it (a run keeps the "
+                    "data it started with) and the ready-made runs on the **Launch** page "
+                    "that use it.")
+        usage_table = dataframe(USAGE_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
+                                elem_id="data-usage")
     index_timer = page_timer(1.0)
-
-    qa_empty, qa_table = listing("qa", "QA sets: questions with their answers", QA_COLUMNS)
-    with gr.Row():
-        with upload_form("qa", "QA file (FlashRAG JSONL, HotpotQA or MuSiQue JSON, CSV)",
-                         "QA set") as qa:
-            purpose = gr.Radio(list(qa_sets.PURPOSES), value="train", label="Used for")
-            fmt = gr.Dropdown(["auto", *QA_FORMATS], value="auto", label="Format")
-        with gr.Column():
-            qa_pick = gr.Dropdown(label="Preview QA set", choices=[], elem_id="qa-pick")
-            qa_shown = gr.Markdown()
-            qa_rows = dataframe(QA_ROW_COLUMNS, column_widths=["12%", "18%", "45%", "25%"],
-                                elem_id="qa-rows")
-
-    ex_empty, ex_table = listing("exemplar", "Exemplar sets: worked examples shown in the prompt",
-                                 EXEMPLAR_COLUMNS)
-    with gr.Row():
-        with upload_form("exemplar", "Exemplar file (JSONL or '===== Example N =====' text)",
-                         "exemplar set") as ex:
-            pass
-        with gr.Column():
-            ex_pick = gr.Dropdown(label="Preview exemplar set", choices=[],
-                                  elem_id="exemplar-pick")
-            ex_preview = gr.Markdown(elem_id="exemplar-preview")
-
-    gr.Markdown(DOCTOR_INTRO)
-    with gr.Row():
-        doctor_corpus = gr.Dropdown(label="Corpus", choices=[], elem_id="doctor-corpus")
-        doctor_qa = gr.Dropdown(label="QA set", choices=[], elem_id="doctor-qa")
-        doctor_ex = gr.Dropdown(label="Exemplar set", choices=[], elem_id="doctor-exemplars")
-        doctor_k = gr.Slider(1, 10, value=3, step=1, label="Passages per search (the run's "
-                             "top-k)")
-    doctor_button = gr.Button("Check the data", elem_id="doctor-button")
-    doctor_summary = gr.Markdown(elem_id="doctor-summary")
-    gr.Markdown("**Unreachable questions**, fewest supporting passages found first:")
-    doctor_worst = dataframe(WORST_COLUMNS, elem_id="doctor-worst")
-    doctor_replay = gr.Markdown(elem_id="doctor-replay")
     doctor_pickers = [doctor_corpus, doctor_qa, doctor_ex]
 
     def check_data(corpus_id, qa_set_id, exemplar_set_id, k, progress=PROGRESS):
@@ -438,12 +480,15 @@ def build(settings: Settings) -> None:
 
     def everything(page):
         return (*corpora_now(page), *qa_view(settings), *exemplar_view(settings),
-                *doctor_now())
+                *across_now())
 
-    def doctor_now():
-        return doctor_choices(settings)
+    def across_now():
+        """What any upload changes besides its own list: the doctor's pickers, and where
+        each data set is used."""
+        return *doctor_choices(settings), usage_view(settings)
 
-    all_outputs = corpus_outputs + qa_outputs + ex_outputs + doctor_pickers
+    across = [*doctor_pickers, usage_table]
+    all_outputs = corpus_outputs + qa_outputs + ex_outputs + across
     on_show(everything, None, all_outputs, with_page=True)
     index_timer.timer.tick(corpora_tick, shown, corpus_outputs)
     for button, load in ((demo_button, load_demo), (math_button, load_math),
@@ -452,13 +497,13 @@ def build(settings: Settings) -> None:
             everything, shown, all_outputs)
     corpus.button.click(acting(settings, upload_corpus),
                         [corpus.file, corpus.name, backend, split], corpus.message).then(
-        corpora_now, shown, corpus_outputs).then(doctor_now, outputs=doctor_pickers)
+        corpora_now, shown, corpus_outputs).then(across_now, outputs=across)
     qa.button.click(acting(settings, upload_qa), [qa.file, qa.name, purpose, fmt],
                     qa.message).then(lambda: qa_view(settings), outputs=qa_outputs).then(
-        doctor_now, outputs=doctor_pickers)
+        across_now, outputs=across)
     ex.button.click(acting(settings, upload_exemplars), [ex.file, ex.name],
                     ex.message).then(lambda: exemplar_view(settings), outputs=ex_outputs).then(
-        doctor_now, outputs=doctor_pickers)
+        across_now, outputs=across)
     gr.on([search_button.click, query.submit], lambda *a: search(settings, *a),
           [search_corpus, query, k], [tool_text, hits])
     qa_pick.change(lambda i: preview_qa(settings, i), qa_pick, [qa_rows, qa_shown])

@@ -7,7 +7,7 @@ import gradio as gr
 
 from frontend import shared
 from frontend.components import counted_from_one, picker, plain, signed_in, toast_user_errors
-from frontend.run_picker import run_dropdown_update
+from frontend.run_picker import run_dropdown_update, usable_with_a_run
 from studio.escaping import markdown_text
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
@@ -229,10 +229,11 @@ def build(settings: Settings) -> None:
                                     minimum=1, elem_id="evaluate-turn-tokens")
             max_turns = gr.Number(label="Tool calls at most", value=6, precision=0, minimum=0,
                                   elem_id="evaluate-max-turns")
-    with gr.Row():
-        start = gr.Button("Evaluate base and trained", variant="primary",
+    with gr.Row():  # usable once a run is chosen (`NO_RUN` says why there is none)
+        start = gr.Button("Evaluate base and trained", variant="primary", interactive=False,
                           elem_id="evaluate-start")
-        stop = gr.Button("Cancel running evaluations", variant="stop", elem_id="evaluate-stop")
+        stop = gr.Button("Cancel running evaluations", variant="stop", interactive=False,
+                         elem_id="evaluate-stop")
     message = gr.Markdown(elem_id="evaluate-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="evaluate-table")
     notes = gr.Markdown(elem_id="evaluate-notes")
@@ -307,6 +308,7 @@ def build(settings: Settings) -> None:
     run.change(pick_run, inputs=[common.shown, run],
                outputs=[base_model, sets, corpus, *filled, examples["base"],
                         examples["trained"], timer.timer])
+    usable_with_a_run(run, [start, stop])
 
     @toast_user_errors
     def show_examples(run_id, model, event: gr.SelectData):

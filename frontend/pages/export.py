@@ -12,7 +12,7 @@ from PIL import Image
 from frontend import shared
 from frontend.components import picker, plain, signed_in, toast_user_errors
 from frontend.downloads import export_url
-from frontend.run_picker import run_dropdown_update
+from frontend.run_picker import run_dropdown_update, usable_with_a_run
 from studio.escaping import html_text, markdown_text
 from studio.ingest.errors import human_bytes
 from studio.services import exports, model_card, runs
@@ -95,7 +95,8 @@ def build(settings: Settings) -> None:
                                type="password", elem_id="export-token",
                                info="Used for this export only; never stored or shown")
         private = gr.Checkbox(value=True, label="Private repository", elem_id="export-private")
-    start = gr.Button("Export", variant="primary", elem_id="export-start")
+    # usable once a run is chosen (`NO_RUN` says why there is none)
+    start = gr.Button("Export", variant="primary", interactive=False, elem_id="export-start")
     message = gr.Markdown(elem_id="export-message")
     table = gr.Dataframe(headers=HEADERS, interactive=False, wrap=True, elem_id="export-table",
                          label="Exports of this run")
@@ -174,6 +175,7 @@ def build(settings: Settings) -> None:
 
     run.change(pick_run, inputs=[common.shown, run],
                outputs=[step, card, card_text, curves, *followed, sent, message, timer.timer])
+    usable_with_a_run(run, [start])
 
     @toast_user_errors
     def preview(run_id, at_step, repo):

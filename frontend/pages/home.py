@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from frontend.components import PAPER
+from frontend.shared import current, switch_to
 from studio.escaping import code_span, markdown_text
 from studio.queue import QUEUE_JOBS
 from studio.services import presets
@@ -14,16 +16,22 @@ TITLE = "Home"
 
 INTRO = """
 # ICRL Studio
-Teach a language model to use a tool with **in-context reinforcement learning**: a few
-worked examples in the prompt start the training, and a curriculum removes them
-(3 → 2 → 0) until the model uses the tool on its own. The tools:
-- **search**: a search engine over your own documents, for questions they answer;
-- **calculator**: arithmetic handed to an exact calculator;
-- **python**: short programs run in a sandbox, for questions that need computing.
+Teach a small language model to use a tool, with **in-context reinforcement learning**
+(ICRL, from the paper {paper}): a few worked examples in the prompt show the model how to
+call the tool, training rewards the answers that come out right, and a curriculum removes
+the examples (3 → 2 → 0) until the model calls the tool on its own. What it can learn:
+- **Search over your documents**: it looks things up in your own files (a search engine
+  over them) before it answers, instead of making facts up. Ready-made run: `{search}`.
+- **A calculator**: it hands the arithmetic to an exact calculator instead of guessing
+  digits. Ready-made run: `{calculator}`, the quick start.
+- **Sandboxed Python**: it writes a short program, runs it in a locked-down sandbox and
+  reads what it prints, for questions that need computing. Ready-made run: `{math}`.
 
-**Quick start:** on the **Launch** page choose the ready-made run `{quick_start}` and press
-**Launch this ready-made run**: {quick_start_words}
+**Quick start:** the ready-made run `{quick_start}`, launched in one click on the **Launch**
+page: {quick_start_words}
+"""
 
+OWN_DATA = """
 **Getting started with your own data**
 1. **Data**: upload your documents, questions and worked examples, or load the demo pack.
 2. **Exemplars**: check the worked examples and see the prompt the model will read.
@@ -56,14 +64,24 @@ def status_markdown(settings: Settings) -> str:
 
 
 def intro() -> str:
-    """The page's opening, with what the quick start did when measured (its stored results:
-    `presets.expectation`)."""
-    return INTRO.format(quick_start=presets.CALCULATOR,
-                        quick_start_words=markdown_text(presets.expectation(presets.CALCULATOR)))
+    """The page's opening, with what the quick start did when measured and how long it took
+    (its stored results: `presets.expectation`)."""
+    return INTRO.format(
+        paper=PAPER, search=presets.SEARCH_TOUR, calculator=presets.CALCULATOR,
+        math=presets.MATH, quick_start=presets.RECOMMENDED,
+        quick_start_words=markdown_text(presets.expectation(presets.RECOMMENDED)))
 
 
 def build(settings: Settings) -> None:
-    gr.Markdown(intro())
+    shared = current()
+    gr.Markdown(intro(), elem_id="home-intro")
+    quick_start = gr.Button(f"Open the quick start ({presets.RECOMMENDED}) on the Launch page",
+                            variant="primary", elem_id="home-quick-start")
+    gr.Markdown(OWN_DATA)
+    # None first: asking again for the preset asked for last still reaches the Launch page
+    quick_start.click(lambda: None, outputs=shared.preset, show_progress="hidden").then(
+        lambda: (presets.RECOMMENDED, *switch_to("launch")),
+        outputs=[shared.preset, *shared.switch], show_progress="hidden")
     status = gr.Markdown(lambda: status_markdown(settings), elem_id="studio-status")
     refresh = gr.Button("Refresh status", size="sm")
     refresh.click(lambda: status_markdown(settings), outputs=status)

@@ -17,7 +17,9 @@ from typing import Literal, get_args, get_origin
 
 import gradio as gr
 
+from frontend import model_shelf
 from frontend.components import (
+    PAPER,
     acting,
     choices,
     dataframe,
@@ -33,7 +35,7 @@ from studio.base_models import DEFAULT_MODEL, packaged_model
 from studio.engines import ENGINES
 from studio.escaping import code_span, markdown_text
 from studio.method.sentinel import ACTIONS, SIGNALS
-from studio.method.tools import TOOLS
+from studio.method.tools import TOOLS, corpus_tools
 from studio.run_config import (
     GRPO_VARIANTS,
     GrpoSpec,
@@ -46,34 +48,35 @@ from studio.run_config import (
 from studio.services import corpora, exemplar_sets, presets, qa_sets, run_validation, runs
 from studio.services.access import Actor, Forbidden, require_member
 from studio.services.errors import InvalidInput, UserError
-from studio.services.model_shelf import model_shelf, shelf_words
 from studio.services.uploads import check_ui_upload_reader
 from studio.settings import Settings
 
 TITLE = "Launch"
 
-INTRO = """
+INTRO = f"""
 ## Launch a run
 Choose the model and the data, check the settings (each says what it does; the
-defaults follow the paper, scaled to the small bundled model), and launch. The
+defaults follow the paper, {PAPER}, scaled to the small bundled model), and launch. The
 curriculum is the one on the **Curriculum** page.
 """
 
 QUICK_START_WORDS = """
 ### Quick start: a whole run, end to end
-One click launches a ready-made run on the demo pack's invented world. Its settings were
-chosen by experiment for the bundled model on two CPU cores (docs/engine.md). Nothing else
-is needed: it stores the demo pack if it is missing.
+One click launches a ready-made run on one of the demo packs. Their settings were chosen
+by experiment for the bundled model on two CPU cores (docs/engine.md). Nothing else is
+needed: the run stores its pack if it is missing.
 """
 
 
 def preset_expectation(name: str) -> str:
-    """What a ready-made run did when it was measured, beside its choice."""
-    return f"**What to expect:** {presets.expectation(name)}"
+    """What a ready-made run needs and what it did when it was measured, beside its choice
+    (`presets.expectation`: from its stored results)."""
+    return (f"**What it needs:** {presets.needs(name)}.\n\n"
+            f"**What to expect:** {presets.expectation(name)}")
 
 MODEL_SOURCES = {
     "shelf": "A model on the shelf: the bundled SmolLM2-135M-Instruct (small, runs on a CPU) "
-             "or an installed model package (see the shelf below)",
+             "or an installed model package (see the model shelf above)",
     "hub": "A Hugging Face model id (e.g. Qwen/Qwen2.5-0.5B-Instruct)",
     "folder": "A model folder on the studio's machine",
 }
@@ -107,13 +110,14 @@ class Setting:
     optional: bool = False  # an empty box leaves it unset
 
 
-FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.kl_coef", "grpo.clip",
-                 "grpo.temperature", "grpo.max_turns", "grpo.top_k", "grpo.max_response_tokens",
-                 "grpo.max_obs_tokens", "grpo.max_prompt_tokens", "reward.acc_weight",
-                 "reward.format_weight", "reward.answer_match", "engine.checkpoint_every",
-                 "engine.dtype", "seed",
-                 "mirror.tensorboard")
+FORM_SETTINGS = ("grpo.batch_size", "grpo.group_size", "grpo.lr", "grpo.temperature",
+                 "grpo.max_turns", "grpo.top_k", "grpo.max_response_tokens",
+                 "reward.answer_match")
 """The config keys the form shows; their labels and help are the fields' own (run_config)."""
+ADVANCED_SETTINGS = ("grpo.kl_coef", "grpo.clip", "grpo.max_obs_tokens",
+                     "grpo.max_prompt_tokens", "reward.acc_weight", "reward.format_weight",
+                     "engine.checkpoint_every", "engine.dtype", "seed", "mirror.tensorboard")
+"""The keys a first run leaves at their defaults, folded away under *Advanced settings*."""
 SENTINEL_SETTINGS = [Setting(f"sentinel.{name}.action", signal.title,
                              f"{signal.meaning[0].upper()}{signal.meaning[1:]}. Try: "
                              f"{signal.advice}.", ACTIONS)
@@ -140,8 +144,8 @@ GUIDANCE_SETTINGS = [_form_setting(path) for path in GUIDANCE_PATHS]
 the call bonus folded away."""
 GUIDANCE_WORDS = ("**Guidance**: how each stage's exemplars teach (the curriculum above says "
                   "how many a stage shows).")
-SETTINGS = ([_form_setting(path) for path in FORM_SETTINGS + GRPO_OPTIONS] + SENTINEL_SETTINGS
-            + GUIDANCE_SETTINGS)
+SETTINGS = ([_form_setting(path) for path in FORM_SETTINGS + ADVANCED_SETTINGS + GRPO_OPTIONS]
+            + SENTINEL_SETTINGS + GUIDANCE_SETTINGS)
 SENTINEL_WORDS = ("The **collapse sentinel** watches signs that training is breaking down "
                   "before the reward shows it. *warn* marks the step on the curves; *pause* "
                   "also stops the run at a checkpoint, and *Resume* continues it. Windows and "
@@ -179,16 +183,6 @@ def model_fields(ref: str) -> tuple[str, str]:
     if packaged_model(ref) is not None:
         return "shelf", ref
     return ("folder" if ref.startswith(("/", ".", "~")) else "hub"), ref
-
-
-SHELF_COLUMNS = (("name", "Model"), ("source", "From"), ("state", "State"), ("size", "Size"),
-                 ("licence", "Licence"), ("template", "Chat template"), ("speed", "Speed here"),
-                 ("reads", "Reads what it is handed"))
-
-
-def shelf_table(settings: Settings) -> list[list]:
-    """The model shelf's rows for the Launch page's table (studio.services.model_shelf)."""
-    return table([{**row, **shelf_words(row)} for row in model_shelf(settings)], SHELF_COLUMNS)
 
 
 def run_name(name: str | None) -> str:
@@ -270,7 +264,7 @@ def assemble(base: dict, design: dict | None, name: str, source: str, typed_mode
                   backend=backend, queue=queue, tools=list(tools or []),
                   lora=lora_section(base.get("lora"), use_lora, lora_rank, lora_alpha))
     config["curriculum"].update(curriculum_section(design))
-    searches = "search" in config["tools"]  # a run without search names no corpus
+    searches = bool(corpus_tools(config["tools"]))  # a run without search names no corpus
     config["data"].update(corpus=(corpus or "") if searches else None, train=train or "",
                           eval=list(evals or []), exemplars=exemplars or None)
     config["prompt"]["layout"] = layout
@@ -308,8 +302,15 @@ def curriculum_words(design: dict | None) -> str:
     spec = " → ".join(str(s["exemplars"]) for s in design["stages"])
     total = sum(s["steps"] for s in design["stages"])
     mode = ", adaptive" if design.get("adaptive") else ""
-    return (f"**Curriculum:** {spec} exemplars over {total} steps{mode}. Change it on the "
-            "**Curriculum** page.")
+    words = (f"**Curriculum:** {spec} exemplars over {total} steps{mode}. Change it on the "
+             "**Curriculum** page.")
+    ready_made = sorted(presets.preset_steps(name) for name in presets.RUN_PRESETS)
+    if total > ready_made[-1]:
+        words += (f" {total} steps is long on a CPU: the paper trained 100 steps a stage on "
+                  f"four large GPUs, and the ready-made runs above show the method in "
+                  f"{ready_made[0]}-{ready_made[-1]} small steps (*Estimate* below says how "
+                  "long this run takes here).")
+    return words
 
 
 def estimate(settings: Settings, actor: Actor, *form) -> tuple[list, str]:
@@ -339,23 +340,26 @@ def stage_time(stage: dict) -> str:
     return "" if seconds is None else f", about {seconds:,.0f} s a step"
 
 
-def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.QUICK_START
+def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.RECOMMENDED
                          ) -> str:
-    """A ready-made run's stages and time on its queue's worker, before it is launched."""
+    """A ready-made run's stages and time on its queue's worker, before it is launched, beside
+    the time it took when it was measured."""
+    config = presets.preset_config(name, settings)
     if not presets.data_ready(settings, name):
         return (f"*Estimate:* the {presets.PACKS[name]} pack is not stored yet; load it on the "
                 "**Data** page to see this run's time here, or launch: the run stores it "
-                "first.")
+                "first.\n\n" + markdown_text(presets.time_beside_measured(
+                    name, {}, config["model"])))
     try:
-        report = run_validation.validate_run(
-            settings, actor, presets.preset_config(name, settings))
+        report = run_validation.validate_run(settings, actor, config)
     except UserError as exc:
         return error_markdown(str(exc), "No estimate")
     lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
              f"prompts up to {s['prompt_tokens']:,} tokens{stage_time(s)}"
              for s in report["stages"]]
+    measured = presets.time_beside_measured(name, report["time_estimate"], config["model"])
     return "\n".join([f"**Estimate:** {markdown_text(report['time_estimate']['message'])}",
-                      *lines])
+                      *lines, "", markdown_text(measured)])
 
 
 def chosen_preset(settings: Settings, actor: Actor, name: str) -> tuple[str, str]:
@@ -464,6 +468,16 @@ def setting_field(setting: Setting, default):
     return gr.Number(default, precision=0 if isinstance(default, int) else None, **common)
 
 
+def setting_rows(settings: list[Setting], defaults: dict) -> list:
+    """The settings' fields, two to a row."""
+    fields = []
+    for pair in range(0, len(settings), 2):
+        with gr.Row(equal_height=True):
+            fields += [setting_field(s, get_path(defaults, s.path))
+                       for s in settings[pair:pair + 2]]
+    return fields
+
+
 def build(settings: Settings) -> None:
     shared = current()
     base = gr.State(default_config())
@@ -472,9 +486,9 @@ def build(settings: Settings) -> None:
         gr.Markdown(QUICK_START_WORDS)
         quick_preset = gr.Radio([(f"{name}: {words}", name)
                                  for name, words in presets.DESCRIPTIONS.items()],
-                                value=presets.QUICK_START, label="Ready-made run",
+                                value=presets.RECOMMENDED, label="Ready-made run",
                                 elem_id="quick-start-preset")
-        quick_expect = gr.Markdown(preset_expectation(presets.QUICK_START),
+        quick_expect = gr.Markdown(preset_expectation(presets.RECOMMENDED),
                                    elem_id="quick-start-expect")
         quick_estimate = gr.Markdown(elem_id="quick-start-estimate")
         quick_button = gr.Button("Launch this ready-made run", variant="primary",
@@ -482,8 +496,9 @@ def build(settings: Settings) -> None:
         quick_message = gr.Markdown(elem_id="quick-start-message")
         quick_follow = gr.Button("Watch it on the Live run page", visible=False,
                                  elem_id="quick-start-follow")
-    gr.Markdown(INTRO)
+    gr.Markdown(INTRO, elem_id="launch-intro")
     data_empty = gr.Markdown(elem_id="launch-empty")
+    model_shelf.build(settings)  # across the page: its table is wide
     with gr.Row():
         with gr.Column():
             name = gr.Textbox(label="Run name", placeholder="e.g. demo-3-2-0",
@@ -495,10 +510,6 @@ def build(settings: Settings) -> None:
                               value=default_source, label="Model", elem_id="model-source")
             typed_model = gr.Textbox(default_ref, label="Model: a shelf name, a Hub id or a "
                                      "folder (empty: the bundled model)", elem_id="model-ref")
-            with gr.Accordion("The model shelf: what each model is, its speed here, and how "
-                              "well it reads what it is handed", open=False,
-                              elem_id="model-shelf-accordion"):
-                shelf = dataframe(SHELF_COLUMNS, elem_id="model-shelf")
             with gr.Group():
                 corpus = gr.Dropdown(label="Corpus the model searches", allow_custom_value=True,
                                      info="Used by the search tool only: a run without "
@@ -532,16 +543,16 @@ def build(settings: Settings) -> None:
         with gr.Column():
             gr.Markdown("**Settings** (defaults in place; each says what it does)")
             values = []
-            shown = SETTINGS[:len(FORM_SETTINGS)]
-            for pair in range(0, len(shown), 2):
-                with gr.Row(equal_height=True):
-                    for setting in shown[pair:pair + 2]:
-                        values.append(setting_field(setting, get_path(defaults, setting.path)))
+            shown = len(FORM_SETTINGS)
+            advanced = shown + len(ADVANCED_SETTINGS)
+            values += setting_rows(SETTINGS[:shown], defaults)
+            with gr.Accordion("Advanced settings: the update's limits, the reward's weights, "
+                              "precision, checkpoints", open=False, elem_id="advanced-settings"):
+                values += setting_rows(SETTINGS[shown:advanced], defaults)
             with gr.Accordion("GRPO variants", open=False, elem_id="grpo-variants"):
                 gr.Markdown(GRPO_OPTION_WORDS)
                 values += [setting_field(s, get_path(defaults, s.path))
-                           for s in SETTINGS[len(FORM_SETTINGS):len(FORM_SETTINGS)
-                                             + len(GRPO_OPTIONS)]]
+                           for s in SETTINGS[advanced:advanced + len(GRPO_OPTIONS)]]
             with gr.Accordion("Collapse sentinel", open=False, elem_id="sentinel"):
                 gr.Markdown(SENTINEL_WORDS)
                 values += [setting_field(s, get_path(defaults, s.path))
@@ -590,9 +601,10 @@ def build(settings: Settings) -> None:
         return suggest_name(settings, *now)
 
     named = [name, train, shared.curriculum]
+    # always_last: a data set filled in while the tab's own suggestion runs is seen after it
     gr.on([shared.blocks.load, shared.tab.select, train.change, shared.curriculum.change],
           suggest, [name, suggested, train, shared.curriculum], [name, suggested, name_hint],
-          show_progress="hidden")
+          trigger_mode="always_last", show_progress="hidden")
     name.change(lambda *now: name_note(settings, *now), named, name_hint, show_progress="hidden")
     gr.on([shared.blocks.load, shared.curriculum.change], curriculum_words, shared.curriculum,
           curriculum)
@@ -600,7 +612,6 @@ def build(settings: Settings) -> None:
     gr.on([field.change for field in guidance],
           lambda *now: dict(zip(GUIDANCE_PATHS, now, strict=True)), guidance, shared.guidance,
           trigger_mode="always_last", show_progress="hidden")
-    on_show(lambda: shelf_table(settings), outputs=shelf)
     lr = values[[s.path for s in SETTINGS].index("grpo.lr")]
     use_lora.input(lr_for_lora, [use_lora, lr], lr)  # the user's tick, not a loaded YAML's
     estimate_button.click(acting(settings, estimate), form, [stage_table, estimate_note])
@@ -636,6 +647,9 @@ def build(settings: Settings) -> None:
     on_show(acting(settings, quick_start_estimate), quick_preset, quick_estimate)
     quick_preset.change(acting(settings, chosen_preset), quick_preset,
                         [quick_estimate, quick_expect])
+    # the ready-made run another page asked for (Home's quick start button)
+    shared.preset.change(lambda name: gr.skip() if name is None else name, shared.preset,
+                         quick_preset, show_progress="hidden")
     for button in (follow, quick_follow):  # the Live run page keeps its run until asked
         button.click(lambda run_id: (run_id, *switch_to(live_page)), launched,
                      [shared.focus_run, *shared.switch])

@@ -89,6 +89,9 @@ LEGEND_CSS = "\n".join(f"{chosen(name)} .legend-{name} {{ display: block; }}"
                         for name in OVERLAYS)
 CSS = f"""
 .rollout-card {{ max-height: 420px; overflow: auto; }}
+/* A card's parts keep their height and the card scrolls: as items of the group's flex column
+   they shrank to fit 420px, and the header slid over "Open full screen". */
+.rollout-card > .styler, .rollout-card .styler > .block {{ flex-shrink: 0; }}
 {OPEN} {{ position: fixed !important; inset: 0; z-index: 1000;
   max-height: none; background: var(--background-fill-primary); padding: 16px 32px; }}
 {OPEN} .rollout-card {{ max-height: none; overflow: visible; }}
@@ -134,14 +137,22 @@ def default_run(settings: Settings) -> int | None:
     return chosen["id"] if chosen else None
 
 
-STATE_HELP = {
-    "queued": "waiting for a worker",
-    "interrupted": "its worker stopped: *Resume* on **Runs** continues from its last checkpoint",
-    "paused": "the collapse sentinel stopped it at a checkpoint (the reason is below): *Resume* "
-              "on **Runs** continues from there",
-    "failed": "*Resume* on **Runs** continues from its last checkpoint",
-    "cancelled": "*Resume* on **Runs** continues from its last checkpoint",
-}
+def state_help(run: dict) -> str:
+    """What a run that is not training waits for, or what *Resume* would do: continue from
+    its last checkpoint, or start again from step 1 when it has none yet. Empty for a
+    running or finished run."""
+    state = plain(run["state"])
+    if state == "queued":
+        return "waiting for a worker"
+    if state == "paused":
+        return ("the collapse sentinel stopped it at a checkpoint (the reason is below): "
+                "*Resume* on **Runs** continues from there")
+    if state not in ("interrupted", "failed", "cancelled"):
+        return ""
+    why = "its worker stopped: " if state == "interrupted" else ""
+    return f"{why}*Resume* on **Runs** continues it {runs.resume_point(run)}"
+
+
 # a step's phase -> the metric that timed it at the last step
 PHASE_TIMES = dict(zip(STEP_PHASES, ("time_rollout", "time_reference", "time_update"),
                        strict=True))
@@ -149,9 +160,9 @@ PHASE_TIMES = dict(zip(STEP_PHASES, ("time_rollout", "time_reference", "time_upd
 
 def doing_now(run: dict, last: dict | None, now: datetime) -> str:
     """What a running run does now: the step under way, its phases with the current one in
-    bold, and how long it has been at it against the last step's time (or, before the
-    first step, the launch's estimate). Empty for an engine that says nothing (veRL) once
-    its steps come."""
+    bold, and how long it has been at it against what that phase and the whole step took at
+    the last step (or, before the first step, the launch's estimate of a step). Empty for
+    an engine that says nothing (veRL) once its steps come."""
     phase = run.get("phase")
     if not phase:
         return "" if last else "Now: starting the training process."
@@ -160,9 +171,10 @@ def doing_now(run: dict, last: dict | None, now: datetime) -> str:
     if name not in PHASE_TIMES:
         return f"Now: {markdown_text(name)} ({seconds} s so far)."
     phases = " → ".join(f"**{p}**" if p == name else p for p in STEP_PHASES)
-    took = (last or {}).get(PHASE_TIMES[name])
+    took, step_took = ((last or {}).get(key) for key in (PHASE_TIMES[name], "time_step"))
     if took is not None:
-        pace = f"; it took {duration_words(took)} at the last step"
+        whole = f", the whole step {duration_words(step_took)}" if step_took is not None else ""
+        pace = f"; at the last step {name} took {duration_words(took)}{whole}"
     elif run.get("first_step_seconds"):
         pace = (f"; a whole step takes at most about {duration_words(run['first_step_seconds'])}"
                 " (the launch's estimate)")
@@ -201,10 +213,10 @@ def status_markdown(run: dict, rows: list[dict], events: list[dict],
     state = plain(run["state"])
     if state == "running" and (now_line := doing_now(run, last, now or utcnow())):
         lines.append(now_line)
-    if state in STATE_HELP:
+    if help_now := state_help(run):
         position = run.get("queue_position")
         where = f" (#{position} in the {markdown_text(run['queue'])} queue)" if position else ""
-        lines.append(f"{state}{where}: {STATE_HELP[state]}.")
+        lines.append(f"{state}{where}: {help_now}.")
     if run["error"]:
         label = "Why" if state == "paused" else "Error"
         lines.append(f"**{label}:** {markdown_text(run['error'].strip().splitlines()[-1])}")
@@ -286,6 +298,39 @@ def keep_rollout(settings: Settings, actor: Actor, current: dict | None,
                        f"'{found['name']}': edit it on the Exemplars page")
 
 
+CANCELLABLE = ("queued", "running")
+
+
+def cancel_button(run: dict | None) -> gr.Button:
+    """*Cancel run*, shown while the run shown is queued or running."""
+    return gr.Button(visible=bool(run) and plain(run["state"]) in CANCELLABLE)
+
+
+def cancel_question(settings: Settings, current: dict | None) -> str:
+    """What the confirmation asks before a cancel: which run, and what a resume would do."""
+    run = runs.get_run(settings, current["run_id"])
+    return (f"Cancel run **{markdown_text(run_label(run))}** (step {run['current_step']} of "
+            f"{run['total_steps']})? It stops within seconds; *Resume* on **Runs** continues "
+            f"it later {runs.resume_point(run)}.")
+
+
+def cancelled_words(run: dict) -> str:
+    """What a page says of a run it just cancelled (after its name)."""
+    return f"is cancelled; *Resume* on **Runs** continues it {runs.resume_point(run)}."
+
+
+def cancel_shown_run(settings: Settings, actor: Actor, current: dict | None) -> str:
+    """Cancel the run shown as the signed-in user, checked as on the Runs page (its owner or
+    an admin); the outcome, or why not, as the page's message."""
+    if not current:
+        return error_markdown("run: choose the run to cancel first", "Not cancelled")
+    try:
+        run = runs.cancel_run(settings, actor, current["run_id"])
+    except UserError as exc:
+        return error_markdown(str(exc), "Not cancelled")
+    return f"Run #{run['id']} **{markdown_text(run['name'])}** {cancelled_words(run)}"
+
+
 def config_path(settings: Settings, run_id: int) -> str:
     """The run's YAML as a file to download (`studio run launch` takes it as it is)."""
     name, text = run_history.run_config_yaml(settings, run_id)
@@ -308,6 +353,14 @@ def build(settings: Settings) -> None:
         refresh = gr.Button("↻ Runs", size="sm", scale=0, min_width=80)
         config_file = gr.DownloadButton("Run YAML", size="sm", scale=0, min_width=120,
                                         visible=False, elem_id="live-yaml")
+        cancel = gr.Button("Cancel run", variant="stop", size="sm", scale=0, min_width=120,
+                           visible=False, elem_id="live-cancel")
+    with gr.Row(visible=False, elem_id="live-cancel-confirm") as confirm_row:
+        confirm_text = gr.Markdown()
+        really = gr.Button("Yes, cancel run", variant="stop", scale=0, min_width=200,
+                           elem_id="live-cancel-yes")
+        keep = gr.Button("Keep it", scale=0, min_width=120, elem_id="live-cancel-no")
+    cancel_message = gr.Markdown(elem_id="live-cancel-message")
     status = gr.Markdown(NO_RUN, elem_id="live-status")
     with gr.Row():
         with gr.Column(scale=3):
@@ -351,14 +404,14 @@ def build(settings: Settings) -> None:
 
     timer = shared.page_timer(TICK_SECONDS)
     filters = [step, stage, reward_min, reward_max, count]
-    opened = [state, status, plot, shown, stage, timer.timer]
+    opened = [state, status, plot, shown, stage, timer.timer, cancel]
 
     def open_run(run_id, page, *filter_values):
         """Everything the page shows of a run, read once; the timer then adds what is new
         (while the page is shown: `page` is the page shown)."""
         if run_id is None:
             return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.skip(),
-                    gr.DownloadButton(visible=False))
+                    cancel_button(None), gr.DownloadButton(visible=False))
         follower = RunFollower(settings, int(run_id))
         progress = follower.poll()
         run, final = progress.run, progress.final
@@ -369,6 +422,7 @@ def build(settings: Settings) -> None:
                 status, plot_value(live_figure(rows, events, note)),
                 filter_rollouts(settings, run["id"], *filter_values),
                 gr.update(choices=stage_choices(rows)), timer.start(page, not final),
+                cancel_button(run),
                 gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
     @toast_user_errors
@@ -404,7 +458,7 @@ def build(settings: Settings) -> None:
         it changed (a running run's phase and seconds), the curves when rows came (or the
         empty curves' note changed); nothing new sends nothing."""
         if not current:
-            return [gr.skip()] * 5 + [gr.Timer(active=False)]
+            return [gr.skip()] * 5 + [gr.Timer(active=False), gr.skip()]
         progress = current["follower"].poll()
         run = progress.run
         keep_going = timer.follow(page, not progress.final)
@@ -414,17 +468,17 @@ def build(settings: Settings) -> None:
         status, note = status_markdown(run, rows, events), first_point_note(run)
         redraw = new or (not rows and note != current["note"])
         if not redraw and status == current["status"]:
-            return [gr.skip()] * 5 + [keep_going]
+            return [gr.skip()] * 5 + [keep_going, gr.skip()]
         current = {**current, "rows": rows, "events": events, "status": status, "note": note}
         figure = plot_value(live_figure(rows, events, note)) if redraw else gr.skip()
         if not new:
-            return current, status, figure, gr.skip(), gr.skip(), keep_going
+            return current, status, figure, gr.skip(), gr.skip(), keep_going, cancel_button(run)
         try:
             rollouts = filter_rollouts(settings, run["id"], *filter_values)
         except InvalidInput:  # a bad filter was already reported when it was typed
             rollouts = gr.skip()
         return (current, status, figure, rollouts, gr.update(choices=stage_choices(rows)),
-                keep_going)
+                keep_going, cancel_button(run))
 
     timer.timer.tick(tick, inputs=[state, common.shown, *filters], outputs=opened,
                      show_progress="hidden")
@@ -437,5 +491,17 @@ def build(settings: Settings) -> None:
 
     keep_button.click(acting(settings, keep_rollout), [state, keep_id, keep_set],
                       keep_message)
+
+    # *Cancel run* asks first; *Yes, cancel run* cancels as the Runs page does, then the
+    # status line and the button follow at once (not at the next tick)
+    cancel.click(toast_user_errors(lambda current: (gr.Row(visible=True), cancel_question(
+        settings, current))), inputs=state, outputs=[confirm_row, confirm_text])
+    keep.click(lambda: gr.Row(visible=False), outputs=confirm_row)
+    really.click(acting(settings, cancel_shown_run), inputs=state, outputs=cancel_message) \
+        .then(lambda: gr.Row(visible=False), outputs=confirm_row) \
+        .then(tick, inputs=[state, common.shown, *filters], outputs=opened,
+              show_progress="hidden")
+    chosen.change(lambda: (gr.Row(visible=False), ""), outputs=[confirm_row, cancel_message],
+                  show_progress="hidden")
     gr.on([step.submit, stage.input, reward_min.release, reward_max.release, count.submit],
           refilter, inputs=[state, *filters], outputs=shown)

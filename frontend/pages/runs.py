@@ -8,7 +8,7 @@ import gradio as gr
 from frontend import shared
 from frontend.components import plain, signed_in, toast_user_errors
 from frontend.pages import live_run
-from frontend.run_picker import run_dropdown_update, utc_minute
+from frontend.run_picker import run_dropdown_update, usable_with_a_run, utc_minute
 from studio.escaping import markdown_text
 from studio.services import runs
 from studio.services.errors import InvalidInput
@@ -63,12 +63,14 @@ def build(settings: Settings) -> None:
                          column_widths=["5%", "15%", "9%", "14%", "11%", "7%", "13%", "13%",
                                         "13%"])
     sent = gr.State(None)  # the rows last sent, so an unchanged table is not re-sent
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True):  # the buttons act on the chosen run: usable once one is
         chosen = gr.Dropdown(label="Run", choices=[], elem_id="runs-chosen", scale=3)
-        open_live = gr.Button("Open live view", elem_id="runs-open", scale=1)
-        resume = gr.Button("Resume", elem_id="runs-resume", scale=1)
-        cancel = gr.Button("Cancel run", variant="stop", elem_id="runs-cancel", scale=1)
-        delete = gr.Button("Delete…", elem_id="runs-delete", scale=1)
+        open_live = gr.Button("Open live view", elem_id="runs-open", scale=1,
+                              interactive=False)
+        resume = gr.Button("Resume", elem_id="runs-resume", scale=1, interactive=False)
+        cancel = gr.Button("Cancel run", variant="stop", elem_id="runs-cancel", scale=1,
+                           interactive=False)
+        delete = gr.Button("Delete…", elem_id="runs-delete", scale=1, interactive=False)
     with gr.Row(visible=False, elem_id="runs-confirm") as confirm_row:
         confirm_text = gr.Markdown()
         really = gr.Button("Yes, delete it", variant="stop", elem_id="runs-delete-yes",
@@ -114,6 +116,7 @@ def build(settings: Settings) -> None:
         return event.row_value[0]
 
     table.select(pick, outputs=chosen)
+    usable_with_a_run(chosen, [open_live, resume, cancel, delete])
 
     @toast_user_errors
     def show_live(run_id):
@@ -134,14 +137,13 @@ def build(settings: Settings) -> None:
     @toast_user_errors
     def do_cancel(run_id, request: gr.Request):
         run = runs.cancel_run(settings, signed_in(settings, request), chosen_id(run_id))
-        return speaks_of(run, "is cancelled; its checkpoints and metrics are kept, and "
-                         "*Resume* continues it.")
+        return speaks_of(run, live_run.cancelled_words(run))
 
     @toast_user_errors
     def do_resume(run_id, request: gr.Request):
         run = runs.resume_run(settings, signed_in(settings, request), chosen_id(run_id))
         return speaks_of(run, f"is queued again (attempt {run['attempt']}); it continues "
-                         "from its last checkpoint.")
+                         f"{runs.resume_point(run)}.")
 
     then_refresh(cancel.click(do_cancel, inputs=chosen, outputs=[message, said]))
     then_refresh(resume.click(do_resume, inputs=chosen, outputs=[message, said]))

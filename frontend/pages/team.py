@@ -16,18 +16,24 @@ from frontend.components import (
     error_markdown,
     ok_markdown,
     only_choice,
+    picker,
     table,
 )
 from frontend.shared import on_show
 from studio.escaping import markdown_text
+from studio.ingest.errors import human_bytes, size_text
 from studio.services import auth
 from studio.services.access import Actor
 from studio.services.errors import UserError
-from studio.services.records import parse_sql_int
+from studio.services.records import parse_size
 from studio.settings import Settings
 from studio.tables import Role
 
 TITLE = "Team"
+
+INTRO = """## Team
+Who may do what here: your own API tokens; for admins, the team's users, their roles and
+how much disk their exports may hold."""
 
 ROLE_WORDS = {
     Role.admin: "you can do everything, users included",
@@ -36,8 +42,13 @@ ROLE_WORDS = {
     Role.viewer: "you can read everything of the team but change nothing; ask an admin for "
                  "the member role",
 }
+ROLES = [Role.viewer.value, Role.member.value, Role.admin.value]
+"""The role pickers' choices, least privileged first: a new user starts as a viewer."""
+ROLE_INFO = ("viewer: reads everything of the team, changes nothing · member: also uploads, "
+             "launches, evaluates and exports, and changes what it owns · admin: everything, "
+             "users included")
 USER_COLUMNS = [("id", "#"), ("username", "User"), ("role", "Role"), ("state", "State"),
-                ("created", "Since (UTC)"), ("quota", "Export quota (bytes)")]
+                ("created", "Since (UTC)"), ("quota", "Export quota")]
 TOKEN_COLUMNS = [("id", "#"), ("name", "Name"), ("prefix", "Starts with"),
                  ("created", "Created (UTC)"), ("last", "Last used (UTC)"), ("state", "State")]
 
@@ -61,17 +72,18 @@ def tokens_view(settings: Settings, actor: Actor):
 
 
 def users_view(settings: Settings, actor: Actor):
-    """The users table and pickers for an admin; the section hidden for everyone else."""
+    """The users table and picker for an admin (the user picked stays picked: users are never
+    deleted); the section hidden for everyone else."""
     if not actor.is_admin:
         return gr.Column(visible=False), [], gr.Dropdown(choices=[])
     rows = [{**u, "state": "disabled" if u["disabled"] else "active",
              "created": _minute(u["created_at"]),
-             "quota": u["export_quota_bytes"] if u["export_quota_bytes"] is not None
-             else f"default ({settings.export_quota_bytes})"}
+             "quota": human_bytes(u["export_quota_bytes"])
+             if u["export_quota_bytes"] is not None
+             else f"default ({human_bytes(settings.export_quota_bytes)})"}
             for u in auth.list_users(settings, actor)]
-    names = [u["username"] for u in rows]
     return (gr.Column(visible=True), table(rows, USER_COLUMNS),
-            gr.Dropdown(choices=names, value=only_choice(names)))
+            picker([u["username"] for u in rows]))
 
 
 def page_view(settings: Settings, actor: Actor):
@@ -129,22 +141,24 @@ def change_user(settings: Settings, actor: Actor, username: str | None, action: 
 
 def set_export_quota(settings: Settings, actor: Actor, username: str | None,
                      quota: str) -> str:
-    """The admin's quota for the chosen user's exports: bytes, or empty for the default."""
+    """The admin's quota for the chosen user's exports: a size ('500 MB', '2 GB', bytes),
+    or empty for the default."""
     if not username:
         return error_markdown("user: choose a user first", "Nothing changed")
     try:
-        quota_bytes = parse_sql_int(quota, "export quota", "a number of bytes; leave it "
-                                    "empty for the default") if quota.strip() else None
+        quota_bytes = parse_size(quota, "export quota", "leave it empty for the default") \
+            if quota.strip() else None
         found = auth.set_export_quota(settings, actor, username, quota_bytes)
     except UserError as exc:
         return error_markdown(str(exc), "Nothing changed")
     limit = found["export_quota_bytes"]
-    return ok_markdown(f"{username}'s exports may hold {limit} bytes" if limit is not None
+    return ok_markdown(f"{username}'s exports may hold {size_text(limit)}" if limit is not None
                        else f"{username}'s exports may hold the default, "
-                            f"{settings.export_quota_bytes} bytes")
+                            f"{size_text(settings.export_quota_bytes)}")
 
 
 def build(settings: Settings) -> None:
+    gr.Markdown(INTRO, elem_id="team-title")
     gr.Markdown("### Your API tokens\nFor scripts and CI: `Authorization: Bearer <token>` on "
                 "`/api/v1`. A token acts as you, with your role as it is at each request.")
     tokens = dataframe(TOKEN_COLUMNS, elem_id="team-tokens")
@@ -159,26 +173,28 @@ def build(settings: Settings) -> None:
     token_message = gr.Markdown(elem_id="team-token-message")
 
     with gr.Column(visible=False, elem_id="team-admin") as admin_section:
-        gr.Markdown("### Users\nA **viewer** reads; a **member** also creates, and changes "
-                    "what it owns; an **admin** does everything. A disabled user's tokens and "
+        gr.Markdown("### Users\nA new user is a **viewer** unless you pick another role "
+                    "(what each may do is under the picker). A disabled user's tokens and "
                     "sessions stop at once; its data and runs stay.")
         users = dataframe(USER_COLUMNS, elem_id="team-users")
         with gr.Row():
             new_name = gr.Textbox(label="New user", elem_id="team-new-user")
-            new_role = gr.Dropdown([r.value for r in Role], value=Role.member.value,
-                                   label="Role", elem_id="team-new-role")
+            new_role = gr.Dropdown(ROLES, value=Role.viewer.value, label="Role",
+                                   info=ROLE_INFO, elem_id="team-new-role")
             add = gr.Button("Add user", variant="primary", elem_id="team-add-user")
         with gr.Row():
             user_pick = gr.Dropdown(label="User", choices=[], elem_id="team-user-pick")
-            role_pick = gr.Dropdown([r.value for r in Role], value=Role.member.value,
-                                    label="Role", elem_id="team-role-pick")
+            role_pick = gr.Dropdown(ROLES, value=Role.viewer.value, label="Role",
+                                    info=ROLE_INFO, elem_id="team-role-pick")
             set_role = gr.Button("Set role", elem_id="team-set-role")
+        with gr.Row():
             disable = gr.Button("Disable", variant="stop", elem_id="team-disable")
             enable = gr.Button("Enable", elem_id="team-enable")
             reset = gr.Button("Reset password", elem_id="team-reset")
         with gr.Row():
-            quota = gr.Textbox(label="Export quota in bytes (empty: the default, "
-                               f"{settings.export_quota_bytes})", elem_id="team-quota")
+            quota = gr.Textbox(label="Export quota (empty: the default, "
+                               f"{human_bytes(settings.export_quota_bytes)})",
+                               placeholder="e.g. 500 MB or 2 GB", elem_id="team-quota")
             set_quota = gr.Button("Set export quota", elem_id="team-set-quota")
         password = gr.Textbox(label="Password to hand over (shown once)", interactive=False,
                               elem_id="team-password")

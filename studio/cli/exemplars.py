@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from studio.cli.common import DataDir, acting_user, call, studio_ready
+from studio.method.tools import drafted_tools
 
 exemplars_app = typer.Typer(help="Exemplar sets: draft them from a QA set.",
                             no_args_is_help=True)
@@ -15,7 +16,7 @@ exemplars_app = typer.Typer(help="Exemplar sets: draft them from a QA set.",
 @exemplars_app.command("draft")
 def exemplars_draft(
         qa_set: str = typer.Option(..., "--qa-set", help="The QA set whose questions to draft."),
-        tool: str = typer.Option("search", help="search | calculator | python"),
+        tool: str = typer.Option(drafted_tools()[0], help=" | ".join(drafted_tools())),
         corpus: str = typer.Option(None, help="The corpus search drafts search."),
         count: int = typer.Option(3, help="How many drafts (1 to 10)."),
         k: int = typer.Option(3, help="Passages a search returns."),

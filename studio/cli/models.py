@@ -45,8 +45,9 @@ def model_list(data_dir: Path = DataDir) -> None:
 
     for row in model_shelf(studio_ready(data_dir)):
         words = shelf_words(row)
+        install = f": {row['install']}" if row["install"] else ""
         typer.echo(f"{row['name']}{' (default)' if row['default'] else ''}: {row['title']}, "
-                   f"{row['source']}, {row['state']}")
+                   f"{row['source']}, {row['state']}{install}")
         facts = (words[key] for key in ("size", "licence", "template", "eos", "check"))
         typer.echo(f"  {' · '.join(fact for fact in facts if fact)}")
         typer.echo(f"  speed here: {words['speed']}")

@@ -82,7 +82,8 @@ def _exit_with(run: dict) -> None:
 ConfigFile = typer.Argument(None, help="A run YAML file (or --preset).")
 Preset = typer.Option(None, "--preset", help="A ready-made run instead of a file: quick-start "
                       "(search on the demo pack), search-tour (search on its short-span "
-                      "questions) or calculator (arithmetic with the calculator, guided); the "
+                      "questions), calculator (arithmetic with the calculator, guided) or "
+                      "math (word problems with the python tool, guided); the "
                       "pack it trains on is stored if missing; the default model. "
                       "GET /api/v1/run-presets says what each did when measured.")
 

@@ -32,6 +32,7 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
     from studio.services.runs import reap_stale_runs
     from studio.services.uploads import remove_stale_staging
 
+    launcher.quiet_progress_bars()  # before any child is started: they inherit it
     settings = settings_with(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
     created = create_admin_once(settings)
@@ -68,6 +69,7 @@ def web(host: str = Host, port: int = Port, data_dir: Path = DataDir) -> None:
     settings = settings_with(host=host, port=port, data_dir=data_dir)
     _preflight(settings, migrate=False)
     remove_stale_staging(settings)  # uploads half received by a web app that was killed
+    launcher.quiet_progress_bars()
     os.execv(sys.executable, launcher.web_command(settings))
 
 
@@ -89,6 +91,7 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
     if names == [SHORT_QUEUE]:
         os.environ.update(launcher.SHORT_LANE_ENV)
     _preflight(settings, migrate=False)
+    launcher.quiet_progress_bars()
     os.execv(sys.executable, launcher.worker_command(
         settings, names, concurrency or settings.worker_concurrency))
 

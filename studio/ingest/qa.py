@@ -200,36 +200,40 @@ def _flashrag(obj: dict) -> tuple[str | None, str, list[str], dict]:
                         '{"question": ..., "golden_answers": [...]} (or "answer": "...")',
                         "golden_answers")
     answers = _answers(obj[key], key)
-    qid = _id(obj, ("id",))
-    meta = {k: v for k, v in obj.items() if k not in ("id", "question", key)}
-    return qid, question, answers, meta
+    return _id(obj, ("id",)), question, answers, _meta(obj, ("id", "question", key))
+
+
+def _answer_field(obj: dict, rows_need: str) -> list[str]:
+    """The answers of the row's "answer" field; a row without one is refused, saying what
+    the schema's rows need."""
+    if "answer" not in obj:
+        raise _RowError(f'field "answer" is missing; {rows_need}', "answer")
+    return _answers(obj["answer"], "answer")
+
+
+def _meta(obj: dict, read: Sequence[str]) -> dict:
+    """The row's fields other than those `read`: its `meta`."""
+    return {k: v for k, v in obj.items() if k not in read}
 
 
 def _hotpotqa(obj: dict) -> tuple[str | None, str, list[str], dict]:
     question = _question(obj, "hotpotqa-json")
-    if "answer" not in obj:
-        raise _RowError('field "answer" is missing; HotpotQA rows need "question" and "answer" '
-                        "(the test set has no answers and cannot be used)", "answer")
-    answers = _answers(obj["answer"], "answer")
-    qid = _id(obj, ("_id", "id"))
-    meta = {k: v for k, v in obj.items()
-            if k not in ("_id", "id", "question", "answer", "context")}
+    answers = _answer_field(obj, 'HotpotQA rows need "question" and "answer" (the test set '
+                            "has no answers and cannot be used)")
+    meta = _meta(obj, ("_id", "id", "question", "answer", "context"))
     if "supporting_facts" in obj:
         meta["supporting_titles"] = _supporting_titles_hotpot(obj["supporting_facts"])
-    return qid, question, answers, meta
+    return _id(obj, ("_id", "id")), question, answers, meta
 
 
 def _musique(obj: dict) -> tuple[str | None, str, list[str], dict]:
     question = _question(obj, "musique-json")
-    if "answer" not in obj:
-        raise _RowError('field "answer" is missing; MuSiQue rows need "question", "answer" '
-                        'and optionally "answer_aliases"', "answer")
-    answers = _answers(obj["answer"], "answer")
+    answers = _answer_field(obj, 'MuSiQue rows need "question", "answer" and optionally '
+                            '"answer_aliases"')
     if obj.get("answer_aliases") is not None:
         answers += _answers(obj["answer_aliases"], "answer_aliases")
     qid = _id(obj, ("id", "_id"))
-    meta = {k: v for k, v in obj.items()
-            if k not in ("id", "_id", "question", "answer", "answer_aliases", "paragraphs")}
+    meta = _meta(obj, ("id", "_id", "question", "answer", "answer_aliases", "paragraphs"))
     paragraphs = obj.get("paragraphs")
     if isinstance(paragraphs, list):
         meta["supporting_titles"] = [

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .prompt import SEARCH_ONLY, check_eval_prefix
+from .prompt import check_eval_prefix
 from .protocol import Limits
 from .reward import ANSWER_MATCHES, AnswerMatch
-from .tools import check_tool_names
+from .tools import DEFAULT_TOOL_NAMES, check_tool_names
 
 MAX_TRIED_EXEMPLARS = 8
 
@@ -35,7 +35,7 @@ class EvalConfig:
     instruction: str | None = None
     seed: int = 0
     answer_match: AnswerMatch = "exact"
-    tools: tuple[str, ...] = SEARCH_ONLY
+    tools: tuple[str, ...] = DEFAULT_TOOL_NAMES
     exemplars: int = 0
     """Exemplars shown before each question: 0 is the protocol; a "try it" of an exemplar set
     before launch shows k of them, as a run's first stage would."""

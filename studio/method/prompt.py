@@ -28,7 +28,7 @@ from typing import Literal
 
 from .exemplars import Exemplar
 from .tags import ANSWER, THINK
-from .tools import TOOLS
+from .tools import DEFAULT_TOOL_NAMES, TOOLS
 
 Layout = Literal["inline", "chat"]
 LAYOUTS: tuple[str, ...] = ("inline", "chat")
@@ -44,14 +44,13 @@ DEFAULT_INSTRUCTION = (
 )
 
 
-SEARCH_ONLY: tuple[str, ...] = ("search",)
-
 
 def instruction_for(tools: Sequence[str]) -> str:
     """The default instruction for a run's tools (registered names, in the run's order):
-    method.md's search wording for search alone (`DEFAULT_INSTRUCTION`, unchanged), else one
+    method.md's search wording for the default, search alone (`DEFAULT_INSTRUCTION`,
+    unchanged), else one
     line per tool naming its tags and what it does (the tool's `description`)."""
-    if tuple(tools) == SEARCH_ONLY:
+    if tuple(tools) == DEFAULT_TOOL_NAMES:
         return DEFAULT_INSTRUCTION
     lines = []
     for name in tools:
@@ -288,15 +287,3 @@ def longest_prompt_inputs(tokenizer, questions: Sequence[str], exemplars: Sequen
         shown = [e for _, e in sorted(zip(sizes, shown, strict=True), key=lambda p: -p[0])]
     return longest, shown
 
-
-def build_messages(
-    question: str,
-    exemplars: Sequence[Exemplar | Mapping[str, object]],
-    k: int,
-    template: PromptTemplate | None = None,
-    layout: Layout = "inline",
-    *,
-    sample_seed: int | None = None,
-) -> list[dict[str, str]]:
-    """The ``{"role", "content"}`` messages of :func:`build_prompt` (no assistant prefix)."""
-    return build_prompt(question, exemplars, k, template, layout, sample_seed=sample_seed).messages

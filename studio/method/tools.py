@@ -7,7 +7,9 @@ a tool in one batch, the veRL agent loop one at a time) and `observation` (a res
 text the environment inserts, in the tool's result tag), the words the launch checks, the
 warnings and the model card use (`results`, `using`, `card`), the failure labels an
 evaluation with it gives a wrong answer (`misses`, `holds_answer`: `studio.method.failures`),
-and `for_run` (how it is built from what a run offers). Register it with `@register_tool`:
+what the studio around it asks of it (`needs_corpus`, `verb`, `drafted_from`: the run config's
+checks, the words about a run that uses it, the exemplar drafts), and `for_run` (how it is
+built from what a run offers). Register it with `@register_tool`:
 the run config accepts its name, both engines drive it through the protocol
 (`studio.method.protocol`) as they drive search, and the viewer colours its calls.
 Executing is the backend's business (a BM25 index, the studio's /retrieve, a sandbox): a
@@ -25,6 +27,7 @@ from typing import ClassVar, Literal, Protocol
 from .arithmetic import Calculation, calculate
 from .tags import (
     CALCULATOR_TOOL,
+    DEFAULT_TOOLS,
     PYTHON_TOOL,
     SEARCH_TOOL,
     ToolSpec,
@@ -48,6 +51,17 @@ class ToolCard:
     use: str  # the limits' "intended for research and prototypes of ..."
     calls: str  # the limits' "its ... and answers may be poor"
     example: str  # the question of the usage example (for the run's first tool)
+
+
+@dataclass(frozen=True)
+class CallVerb:
+    """A tool whose call is a verb of its own ("search"), in the forms the words about a model
+    that uses it alone need: "a valid search", "3.1 searches per question", "whether it
+    searches", "it searched" (and `Tool.using`: "without searching")."""
+
+    noun: str
+    plural: str  # also the verb's: "it searches"
+    past: str
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,17 @@ class Tool(ABC):
     """When a result holds a gold answer (the failure labels ask): `contains`, as SubEM finds
     one in a prediction (a passage, a program's output); `is`, as acc matches a prediction (a
     calculator's value), each by the evaluation's answer matching."""
+    needs_corpus: ClassVar[bool] = False
+    """Whether it reads the run's corpus: a run, an evaluation or a draft with it names one,
+    and veRL's launcher checks the studio's /retrieve, which serves it."""
+    verb: ClassVar[CallVerb | None] = None
+    """Its call as a verb of its own; None: a "call" of "the <name> tool"."""
+    drafted_from: ClassVar[Literal["passages", "arithmetic"] | None] = None
+    """How the studio drafts exemplars for it (`studio.services.exemplar_drafts`): from the
+    passages a search for the question returns, from the arithmetic the question asks for
+    (written as `arithmetic_call`), or not at all."""
+    arithmetic_call: ClassVar[str] = "{expression}"
+    """An arithmetic draft's call for the question's `expression`."""
 
     @classmethod
     def failure_labels(cls) -> ToolMisses:
@@ -133,6 +158,8 @@ class Tool(ABC):
 
 
 TOOLS: dict[str, type[Tool]] = {}
+DEFAULT_TOOL_NAMES: tuple[str, ...] = tuple(spec.name for spec in DEFAULT_TOOLS)
+"""The tools of a run, an evaluation or a prompt preview that names none."""
 
 
 def register_tool(cls: type[Tool]) -> type[Tool]:
@@ -159,6 +186,9 @@ class SearchTool(Tool):
     description = "searches the documents for a query and returns the best passages"
     results = "search results"
     using = "searching"
+    needs_corpus = True
+    verb = CallVerb("search", "searches", "searched")
+    drafted_from = "passages"
     card = ToolCard(
         "a query", "your application runs the\nquery (top-{top_k} passages of a BM25 index in "
         "training) and appends\n", "with the passages", "run the query",
@@ -227,6 +257,8 @@ class PythonTool(Tool):
     can_fail = True
     results = "program output"
     using = "running Python"
+    drafted_from = "arithmetic"
+    arithmetic_call = "print({expression})"
     card = ToolCard(
         "a Python program", "your application runs it\nin a sandbox (in training: a "
         "throw-away bubblewrap sandbox with no network, {wall:g} s and {cpu} CPU seconds "
@@ -278,6 +310,7 @@ class CalculatorTool(Tool):
     can_fail = True
     results = "calculator results"
     using = "calling the calculator"
+    drafted_from = "arithmetic"
     card = ToolCard(
         "an arithmetic expression", "your application evaluates it\n(in training: numbers, "
         "+ - * / // % ** and parentheses, computed exactly, nothing else run) and appends\n",
@@ -360,6 +393,21 @@ def results_words(names: Sequence[str]) -> str:
 def using_words(names: Sequence[str]) -> str:
     """Using the named tools, in words: "searching or running Python"."""
     return " or ".join(TOOLS[name].using for name in names)
+
+
+def corpus_tools(names: Sequence[str]) -> list[str]:
+    """The named (registered) tools that read the run's corpus: a run with none names none."""
+    return [name for name in names if TOOLS[name].needs_corpus]
+
+
+def sole_verb(names: Sequence[str]) -> CallVerb | None:
+    """The call verb of the one tool named, where it has one; None for several tools."""
+    return TOOLS[names[0]].verb if len(names) == 1 and names[0] in TOOLS else None
+
+
+def drafted_tools() -> tuple[str, ...]:
+    """The registered tools the studio drafts exemplars for, in registration order."""
+    return tuple(name for name, tool in TOOLS.items() if tool.drafted_from)
 
 
 def all_specs() -> tuple[ToolSpec, ...]:

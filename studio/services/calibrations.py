@@ -27,7 +27,7 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
 from studio.services.estimates import LONG_RUN_SECONDS, duration_words, estimate_run
 from studio.services.health import live_workers
-from studio.services.records import get_or_404, usernames
+from studio.services.records import get_or_404, inserted_id, usernames
 from studio.services.tokenizers import check_model_folder
 from studio.settings import Settings
 from studio.tables import DeviceCalibration, Run, RunState, utcnow
@@ -115,11 +115,9 @@ def _queue_calibration(settings: Settings, owner_id: int | None, *, model: str, 
     devices = _queue_devices(settings, queue)
     kind = devices[0]["kind"] if devices else ("cuda" if queue == "gpu" else "cpu")
     with session_scope(settings.sqlalchemy_url) as session:
-        row = DeviceCalibration(owner_id=owner_id, model=model, queue=queue, threads=threads,
-                                dtype=resolved_dtype(dtype, kind))
-        session.add(row)
-        session.flush()
-        calibration_id = row.id
+        calibration_id = inserted_id(session, DeviceCalibration(
+            owner_id=owner_id, model=model, queue=queue, threads=threads,
+            dtype=resolved_dtype(dtype, kind)))
     if start:
         enqueue(settings, CALIBRATE_TASK, calibration_id, queue=queue)
     return get_calibration(settings, calibration_id)
@@ -129,6 +127,18 @@ def get_calibration(settings: Settings, calibration_id: int) -> CalibrationView:
     with session_scope(settings.sqlalchemy_url) as session:
         return _view(get_or_404(session, DeviceCalibration, calibration_id, "calibration"),
                      usernames(session))
+
+
+def measured_speed(settings: Settings, model: str, queue: str, threads: int = 1
+                   ) -> CalibrationView | None:
+    """The latest finished measurement of `model` on `queue` at `threads` (an evaluation's
+    process runs one): the figures that estimate an evaluation's time; None when there is
+    none."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        row = _latest(session, DeviceCalibration.model == model, DeviceCalibration.queue == queue,
+                      DeviceCalibration.threads == threads,
+                      DeviceCalibration.state == RunState.succeeded)
+        return _view(row, usernames(session)) if row else None
 
 
 def list_calibrations(settings: Settings) -> list[CalibrationView]:

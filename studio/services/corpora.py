@@ -40,6 +40,7 @@ from studio.services.records import (
     check_new_name,
     get_or_404,
     get_owned,
+    inserted_id,
     usernames,
 )
 from studio.services.run_plans import pinned_ids
@@ -78,16 +79,11 @@ def create_corpus(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
                 split_text_on_blank_lines=split_on_blank_lines))
         except IngestError as exc:
             raise InvalidInput(str(exc)) from None
-        with uploads.kept_upload(staged, settings) as path, \
-                session_scope(settings.sqlalchemy_url) as session:
-            check_new_name(session, Corpus, name)
-            corpus = Corpus(
+        with uploads.kept_as_new(staged, settings, Corpus, name) as (upload_path, session):
+            corpus_id = inserted_id(session, Corpus(
                 name=name, source_filename=staged.filename, content_hash=staged.sha256,
-                upload_path=str(path.relative_to(settings.resolved_data_dir)), backend=backend,
-                index_params=index_params, num_documents=documents, owner_id=actor.id)
-            session.add(corpus)
-            session.flush()
-            corpus_id = corpus.id
+                upload_path=upload_path, backend=backend, index_params=index_params,
+                num_documents=documents, owner_id=actor.id))
     if start_indexing:
         enqueue(settings, INDEX_TASK, corpus_id, queue=SHORT_QUEUE)
     return get_corpus(settings, corpus_id)

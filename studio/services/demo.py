@@ -28,21 +28,23 @@ from studio.services.exemplar_sets import ExemplarSetView
 from studio.services.qa_sets import QASetView
 from studio.settings import Settings
 
-DEMO_NAME = "demo"
-HELDOUT_NAME = "demo-heldout"
-QA_SETS = {DEMO_NAME: ("train", "train"), HELDOUT_NAME: ("heldout", "eval")}
-"""QA set name -> (the ``split`` of its rows in qa.jsonl, the set's purpose)."""
-SPAN_NAME = "demo-span"
-SPAN_HELDOUT_NAME = "demo-span-heldout"
-SPAN_QA_SETS = {SPAN_NAME: ("train", "train"), SPAN_HELDOUT_NAME: ("heldout", "eval")}
+
+def _train_and_heldout(train: str, heldout: str) -> dict[str, tuple[str, str]]:
+    """A pack's two QA sets: name -> (the ``split`` of its rows in the pack's QA file, the
+    set's purpose)."""
+    return {train: ("train", "train"), heldout: ("heldout", "eval")}
+
+
+DEMO_NAME, HELDOUT_NAME = "demo", "demo-heldout"
+QA_SETS = _train_and_heldout(DEMO_NAME, HELDOUT_NAME)
+SPAN_NAME, SPAN_HELDOUT_NAME = "demo-span", "demo-span-heldout"
+SPAN_QA_SETS = _train_and_heldout(SPAN_NAME, SPAN_HELDOUT_NAME)
 """The short-span questions (span_qa.jsonl), kept apart from qa.jsonl's so that each kind of
 question is evaluated on its own."""
-MATH_NAME = "math"
-MATH_HELDOUT_NAME = "math-heldout"
-MATH_QA_SETS = {MATH_NAME: ("train", "train"), MATH_HELDOUT_NAME: ("heldout", "eval")}
-CALC_NAME = "calc"
-CALC_HELDOUT_NAME = "calc-heldout"
-CALC_QA_SETS = {CALC_NAME: ("train", "train"), CALC_HELDOUT_NAME: ("heldout", "eval")}
+MATH_NAME, MATH_HELDOUT_NAME = "math", "math-heldout"
+MATH_QA_SETS = _train_and_heldout(MATH_NAME, MATH_HELDOUT_NAME)
+CALC_NAME, CALC_HELDOUT_NAME = "calc", "calc-heldout"
+CALC_QA_SETS = _train_and_heldout(CALC_NAME, CALC_HELDOUT_NAME)
 
 
 class ToolPack(TypedDict):
@@ -88,9 +90,21 @@ def demo_pack_stored(settings: Settings) -> bool:
 
 def calc_pack_stored(settings: Settings) -> bool:
     """Whether the arithmetic pack's two QA sets and its exemplar set are stored."""
-    return (_existing(exemplar_sets.find_exemplar_set, settings, CALC_NAME) is not None
+    return _tool_pack_stored(settings, CALC_QA_SETS)
+
+
+def math_pack_stored(settings: Settings) -> bool:
+    """Whether the math pack's two QA sets and its exemplar set are stored."""
+    return _tool_pack_stored(settings, MATH_QA_SETS)
+
+
+def _tool_pack_stored(settings: Settings, sets: dict[str, tuple[str, str]]) -> bool:
+    """Whether a pack without a corpus is stored: its QA sets and its exemplar set, named as
+    its training set (the first of `sets`)."""
+    train = next(iter(sets))
+    return (_existing(exemplar_sets.find_exemplar_set, settings, train) is not None
             and all(_existing(qa_sets.find_qa_set, settings, name) is not None
-                    for name in CALC_QA_SETS))
+                    for name in sets))
 
 
 def load_demo_pack(settings: Settings, actor: Actor, *, index_now: bool = False

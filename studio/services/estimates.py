@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from studio.method.guidance import guided_count
+from studio.method.protocol import Limits
 from studio.run_config import GrpoSpec, RunConfig
 
 #: A run longer than this on its queue gets a warning at launch.
@@ -184,11 +185,26 @@ def mixed_rollout_seconds(shape: ModelShape, rates: Rates, trained: StepShape, g
             - (len(parts) - min(passes, len(parts))) * trained.model_tokens * rates.decode_forward)
 
 
-def worst_case_response(grpo: GrpoSpec) -> tuple[int, int]:
-    """(model tokens, environment tokens) of the longest response the budgets allow, the
-    model writing as much of it as it may (decoding costs more per token than prefill)."""
+def worst_case_response(grpo: GrpoSpec | Limits) -> tuple[int, int]:
+    """(model tokens, environment tokens) of the longest response the budgets allow (a run's
+    or an evaluation's), the model writing as much of it as it may (decoding costs more per
+    token than prefill)."""
     model = min(grpo.max_response_tokens, (grpo.max_turns + 1) * grpo.max_turn_tokens)
     return model, min(grpo.max_response_tokens - model, grpo.max_turns * grpo.max_obs_tokens)
+
+
+def answering_seconds(figures: dict, limits: Limits, questions: int, prompt_tokens: int,
+                      batch_size: int) -> float:
+    """Seconds an evaluation's rollouts take at most: `questions` prompts of up to
+    `prompt_tokens` each, `batch_size` at a time, every answer using its whole budget (a
+    batch lasts as long as its longest answer, and a small model often writes to the end of
+    its budget). Loading the model is not counted."""
+    shape, rates = ModelShape.from_dict(figures["shape"]), Rates.from_dict(figures["rates"])
+    model_tokens, env_tokens = worst_case_response(limits)
+    return sum(rollout_seconds(shape, rates, StepShape(
+        batch=min(batch_size, questions - start), group=1, prompt=prompt_tokens, shared=0,
+        model_tokens=model_tokens, env_tokens=env_tokens))
+        for start in range(0, questions, batch_size))
 
 
 def steps_per_stage(planned: Sequence[int], total_steps: int) -> list[int]:

@@ -17,10 +17,18 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.db import session_scope
 from studio.method import failures
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, PROTOCOL_KEYS
-from studio.method.prompt import EVAL_PREFIXES, SEARCH_ONLY, check_eval_prefix
+from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
 from studio.method.reward import ANSWER_MATCHES
 from studio.method.tags import SEARCH_TOOL
-from studio.method.tools import FailureLabel, check_tool_names, named_specs
+from studio.method.tools import (
+    DEFAULT_TOOL_NAMES,
+    TOOLS,
+    FailureLabel,
+    check_tool_names,
+    corpus_tools,
+    named_specs,
+    sole_verb,
+)
 from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig, RunConfigError, parse_protocol
 from studio.services import exemplar_sets, runs
@@ -28,7 +36,13 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.evaluation_files import evaluation_records_path
 from studio.services.lanes import add_waits
-from studio.services.records import by_name_or_404, get_or_404, get_owned, usernames
+from studio.services.records import (
+    by_name_or_404,
+    get_or_404,
+    get_owned,
+    inserted_id,
+    usernames,
+)
 from studio.services.run_plans import DataRef, PlannedDataGone, RunPlan, load_plan, pinned_row
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
@@ -67,8 +81,8 @@ def run_protocol(config: RunConfig) -> dict:
 def with_run_tools(protocol: dict | None, run_config: dict) -> dict | None:
     """An evaluation of a run's models calls the run's tools unless the protocol names
     others; a search-only run's protocol stays as given (search is the default)."""
-    tools = run_config.get("tools", list(SEARCH_ONLY))
-    if tools == list(SEARCH_ONLY) or "tools" in (protocol or {}):
+    tools = run_config.get("tools", list(DEFAULT_TOOL_NAMES))
+    if tools == list(DEFAULT_TOOL_NAMES) or "tools" in (protocol or {}):
         return protocol
     return {**(protocol or {}), "tools": tools}
 
@@ -82,7 +96,8 @@ class EvaluationView(TypedDict):
     model: str  # the model reference, or the checkpoint's folder relative to the data folder
     qa_set_id: int
     state: str  # queued | running | succeeded | failed | cancelled
-    params: dict | None  # corpus, limit, protocol overrides, queue, progress (done, total)
+    params: dict | None  # corpus, limit, protocol overrides, queue, progress (done, total),
+    # started_at (when a worker took it), a try's `rows` (positions asked, from 0)
     metrics: dict | None  # em, subem, f1, acc, format, search_calls, answer_rate,
     # tool_calls (per tool, per question), code_errors (the tool errors, with python or
     # the calculator), ...
@@ -143,19 +158,22 @@ def create_evaluation(settings: Settings, actor: Actor, *, qa_set: str | DataRef
                       corpus: str | DataRef | None = None, model: str | None = None,
                       run_id: int | None = None, limit: int | None = None,
                       protocol: dict | None = None, queue: str = "cpu",
-                      exemplar_set: str | None = None, start: bool = True) -> EvaluationView:
+                      exemplar_set: str | None = None, rows: list[int] | None = None,
+                      start: bool = True) -> EvaluationView:
     """Evaluate `model` (or run `run_id`'s latest checkpoint: any run of the team) on a QA
     set, searching `corpus` (default: the corpus of the run's plan). Data is named (resolved
     now) or a `DataRef` of a run's plan. `protocol` overrides method.md's evaluation protocol
     (temperature 0.1, 512 tokens per turn, 6 tool calls, top-3) key by key; its `exemplars`
     (k, 0 in the protocol) shows the first k exemplars of `exemplar_set` before each question,
-    pinned now (a "try it" of a set before launch). A model whose tokenizer does not load is
-    refused (422, naming `model`) before anything is stored, as a run's model is."""
+    pinned now (a "try it" of a set before launch, `exemplar_trials`, which asks the set's
+    questions at `rows`: positions from 0, in place of the first `limit`). A model whose
+    tokenizer does not load is refused (422, naming `model`) before anything is stored, as a
+    run's model is."""
     require_member(actor, "evaluate models")
     shown = _shown_exemplars(settings, exemplar_set, (protocol or {}).get("exemplars", 0))
     return _queue_evaluation(settings, actor.id, qa_set=qa_set, corpus=corpus, model=model,
                              run_id=run_id, limit=limit, protocol=protocol, queue=queue,
-                             start=start, exemplars=shown)
+                             start=start, exemplars=shown, rows=rows)
 
 
 def _shown_exemplars(settings: Settings, exemplar_set: str | None, k: object) -> dict:
@@ -184,7 +202,8 @@ def _shown_exemplars(settings: Settings, exemplar_set: str | None, k: object) ->
 def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str | DataRef,
                       corpus: str | DataRef | None, model: str | None, run_id: int | None,
                       limit: int | None, protocol: dict | None, queue: str,
-                      start: bool, exemplars: dict | None = None) -> EvaluationView:
+                      start: bool, exemplars: dict | None = None,
+                      rows: list[int] | None = None) -> EvaluationView:
     if (model is None) == (run_id is None):
         raise InvalidInput("give either model (a model to evaluate) or run_id (a trained run)")
     if queue not in TRAINING_QUEUES:
@@ -202,7 +221,7 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
     if (protocol or {}).get("answer_match", "exact") not in ANSWER_MATCHES:
         raise InvalidInput(f"protocol.answer_match: use one of {', '.join(ANSWER_MATCHES)}")
     try:
-        check_tool_names((protocol or {}).get("tools", ["search"]))
+        check_tool_names((protocol or {}).get("tools", DEFAULT_TOOL_NAMES))
     except ValueError as exc:
         raise InvalidInput(f"protocol.tools: {exc}") from None
     try:
@@ -217,7 +236,7 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
             model = run.checkpoint_dir
             protocol = with_run_tools(protocol, run.config)
         corpus = corpus or load_plan(settings, run_id).corpus
-    if corpus is None and "search" in (protocol or {}).get("tools", ["search"]):
+    if corpus is None and corpus_tools((protocol or {}).get("tools", DEFAULT_TOOL_NAMES)):
         raise InvalidInput("corpus: name the corpus the model searches")
     if run_id is None:  # a run's checkpoint is the studio's own; a named model is checked
         checked_tokenizer(settings, model)
@@ -227,16 +246,15 @@ def _queue_evaluation(settings: Settings, owner_id: int | None, *, qa_set: str |
         if found and found.status != CorpusStatus.ready:
             raise InvalidInput(f"corpus: '{found.name}' is {found.status}; wait until it is "
                                "ready")
-        total = min(limit or qa.num_rows, qa.num_rows)
-        evaluation = Evaluation(run_id=run_id, model_ref=model, qa_set_id=qa.id,
-                                owner_id=owner_id,
-                                params={"corpus": found and found.name,
-                                        "corpus_id": found and found.id,
-                                        "limit": limit, "protocol": protocol or {}, "done": 0,
-                                        "total": total, "queue": queue, **(exemplars or {})})
-        session.add(evaluation)
-        session.flush()
-        evaluation_id = evaluation.id
+        if rows is not None and not all(0 <= row < qa.num_rows for row in rows):
+            raise InvalidInput(f"rows: positions from 0 to {qa.num_rows - 1} of '{qa.name}'")
+        total = len(rows) if rows is not None else min(limit or qa.num_rows, qa.num_rows)
+        evaluation_id = inserted_id(session, Evaluation(
+            run_id=run_id, model_ref=model, qa_set_id=qa.id, owner_id=owner_id,
+            params={"corpus": found and found.name, "corpus_id": found and found.id,
+                    "limit": limit, "protocol": protocol or {}, "done": 0, "total": total,
+                    "queue": queue, **(exemplars or {}),
+                    **({"rows": rows} if rows is not None else {})}))
     if start:
         enqueue(settings, EVAL_TASK, evaluation_id, queue=queue)
     return get_evaluation(settings, evaluation_id)
@@ -267,6 +285,8 @@ def claim_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView |
         if evaluation.state != RunState.queued:
             return None
         evaluation.state = RunState.running
+        # when the wait in the queue ended: how long the evaluation itself takes
+        evaluation.params = {**(evaluation.params or {}), "started_at": utcnow().isoformat()}
         session.add(evaluation)
     return get_evaluation(settings, evaluation_id)
 
@@ -476,7 +496,7 @@ def evaluation_labels(evaluation: EvaluationView) -> tuple[FailureLabel, ...]:
     """The failure labels an evaluation gives, those of its tools in the order they are
     checked (`failures.label_set`); one labelled before the labels followed the tools has
     search's."""
-    tools = ((evaluation["params"] or {}).get("protocol") or {}).get("tools", SEARCH_ONLY)
+    tools = ((evaluation["params"] or {}).get("protocol") or {}).get("tools", DEFAULT_TOOL_NAMES)
     labels = failures.label_set(named_specs(tools))
     stored = ((evaluation["metrics"] or {}).get("labels") or {})
     return labels if set(stored) <= {label.key for label in labels} else failures.label_set()
@@ -548,9 +568,11 @@ def zero_score_reason(metrics: dict | None) -> str | None:
         return None
     answered, calls = metrics["answer_rate"], metrics.get("search_calls", 0)
     called = metrics.get("valid_search_rate", 0)
-    tools = list(metrics.get("tool_calls") or ["search"])
-    if tools == ["search"]:
-        did, never, per, without = "searched", "never searched", "searches", "without searching"
+    tools = list(metrics.get("tool_calls") or DEFAULT_TOOL_NAMES)
+    verb = sole_verb(tools)
+    if verb:
+        did, never, per, without = (verb.past, f"never {verb.past}", verb.plural,
+                                    f"without {TOOLS[tools[0]].using}")
     else:
         named = f"the {' or '.join(tools)} tool"
         did, never, per, without = (f"called {named}", f"never called {named}", "calls",

@@ -1,13 +1,14 @@
 """Exemplars drafted from the team's own data: the one step of ICRL a team without RL
 expertise could not do alone (docs/data-doctor.md, "Exemplar drafts").
 
-The studio picks questions the tool can answer and runs the tool for real:
-- search: questions whose answer the corpus reaches (the data doctor's test: the answer is
-  in the top k of a search for the question itself; else, for a question that keeps its
-  supporting passages, of a second search for the last one's title);
-- calculator and python: questions that say what to compute (a bare expression, or a QA
-  row's `expression` field); python prints it in the sandbox. Other questions keep a
-  marked gap for the user (`studio.method.drafting.GAP`).
+The studio picks questions the tool can answer and runs the tool for real, as the tool's
+`drafted_from` says:
+- passages (search): questions whose answer the corpus reaches (the data doctor's test: the
+  answer is in the top k of a search for the question itself; else, for a question that
+  keeps its supporting passages, of a second search for the last one's title);
+- arithmetic (calculator and python): questions that say what to compute (a bare
+  expression, or a QA row's `expression` field); python prints it in the sandbox. Other
+  questions keep a marked gap for the user (`studio.method.drafting.GAP`).
 
 Drafts are returned, not stored: each says it is a draft and carries the findings the
 exemplar checks give it; the user edits them and saves them as a set.
@@ -33,14 +34,21 @@ from studio.method.drafting import (
 from studio.method.exemplars import Exemplar
 from studio.method.reachability import answer_rank, hop_titles
 from studio.method.reward import normalize_answer, numeric_match
-from studio.method.tools import CalculatorTool, PythonTool, SearchTool, Tool, named_specs
+from studio.method.tools import (
+    TOOLS,
+    CodeExecutor,
+    SearchBackend,
+    Tool,
+    ToolBackends,
+    drafted_tools,
+    named_specs,
+)
 from studio.sandbox import SandboxUnavailable, studio_sandbox
 from studio.services import corpora, exemplar_sets, qa_sets, run_history
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput, NotFound
 from studio.settings import Settings
 
-DRAFTED_TOOLS = ("search", "calculator", "python")
 MAX_DRAFTS = 10
 SCANNED = 200
 """Questions read at most to find drafts: the work a request makes stays small whatever
@@ -65,23 +73,30 @@ class Drafts(TypedDict):
     gaps: int  # drafts with a part left for the user to write
 
 
-def _search_tool(settings: Settings, corpus: str | None, k: int) -> SearchTool:
+def _corpus_search(settings: Settings, tool: str, corpus: str | None, k: int) -> SearchBackend:
     if not corpus:
-        raise InvalidInput("corpus: drafting search exemplars needs the corpus they search; "
+        raise InvalidInput(f"corpus: drafting {tool} exemplars needs the corpus they search; "
                            "name one")
     index = corpora.open_index(settings, corpora.find_corpus(settings, corpus)["id"])
-    return SearchTool(lambda queries: index.titled_passages(queries, k), k)
+    return lambda queries: index.titled_passages(queries, k)
 
 
-def _python_tool(settings: Settings) -> PythonTool:
+def _sandbox(settings: Settings, tool: str) -> CodeExecutor:
     try:
-        return PythonTool(studio_sandbox(settings).run_batch)
+        return studio_sandbox(settings).run_batch
     except SandboxUnavailable as exc:
-        raise InvalidInput(f"tool: python drafts run in the sandbox, which cannot start here: "
+        raise InvalidInput(f"tool: {tool} drafts run in the sandbox, which cannot start here: "
                            f"{exc}") from None
 
 
-def _search_draft(tool: SearchTool, row: QARow) -> Exemplar | None:
+def _drafting_tool(settings: Settings, tool: str, corpus: str | None, k: int) -> Tool:
+    """The tool as a draft runs it, for real: over the corpus's index where it reads one, in
+    the studio's sandbox where it runs code (opened only by such a tool)."""
+    search = _corpus_search(settings, tool, corpus, k) if TOOLS[tool].needs_corpus else None
+    return TOOLS[tool].for_run(ToolBackends(search, k, lambda: _sandbox(settings, tool)))
+
+
+def _search_draft(tool: Tool, row: QARow) -> Exemplar | None:
     """The row's trace when one search (the question) or two (then the title of its last
     supporting passage) reach the gold answer; None when they do not."""
     queries = [row.question] + hop_titles(row.meta)[-1:]
@@ -101,11 +116,12 @@ def _search_draft(tool: SearchTool, row: QARow) -> Exemplar | None:
 def _computation_draft(tool: Tool, row: QARow) -> Exemplar | None:
     """The row's trace with the tool's own output; None where the question does not say what
     to compute, or where the tool's output is not the gold answer (the expression read is
-    not what the question meant). Python runs only what the calculator reads as arithmetic."""
+    not what the question meant). A tool runs only what the calculator reads as arithmetic,
+    written as its `arithmetic_call`."""
     expression = expression_of(row.question, row.meta)
     if expression is None or calculate(expression).error:
         return None
-    call = expression if isinstance(tool, CalculatorTool) else f"print({expression})"
+    call = tool.arithmetic_call.format(expression=expression)
     (result,) = tool.execute([call])
     observation = tool.observation(result)
     if not numeric_match(observation, row.golden_answers):
@@ -114,39 +130,42 @@ def _computation_draft(tool: Tool, row: QARow) -> Exemplar | None:
                              ToolStep(call, observation))
 
 
+_DRAFTERS = {"passages": _search_draft, "arithmetic": _computation_draft}
+"""A QA row's draft (or None) by the tool's `drafted_from`."""
+
+
 def draft_exemplars(settings: Settings, actor: Actor, *, qa_set: str, tool: str,
                     corpus: str | None = None, count: int = 3, k: int = 3) -> Drafts:
     """Up to `count` drafts for `tool` from the QA set `qa_set` (the first questions the tool
     can serve, in an even sample of `SCANNED`), each with its findings; search needs the
     corpus and uses its top `k`."""
     require_member(actor, "draft exemplars")
-    if tool not in DRAFTED_TOOLS:
-        raise InvalidInput(f"tool: '{tool}' is not one of {', '.join(DRAFTED_TOOLS)}")
+    if tool not in drafted_tools():
+        raise InvalidInput(f"tool: '{tool}' is not one of {', '.join(drafted_tools())}")
     if not 1 <= count <= MAX_DRAFTS:
         raise InvalidInput(f"count: must be between 1 and {MAX_DRAFTS}, got {count}")
     if not 1 <= k <= corpora.MAX_TOP_K:
         raise InvalidInput(f"k: must be between 1 and {corpora.MAX_TOP_K}, got {k}")
     rows = qa_sets.sample_rows(settings, qa_sets.find_qa_set(settings, qa_set)["id"],
                                SCANNED)[1]
-    runner = {"search": lambda: _search_tool(settings, corpus, k),
-              "python": lambda: _python_tool(settings), "calculator": CalculatorTool}[tool]()
+    runner = _drafting_tool(settings, tool, corpus, k)
+    drafted_from = runner.drafted_from
     drafts: list[Exemplar] = []
     unserved: list[QARow] = []
     for row in (row for row in rows if row.golden_answers):
         if len(drafts) == count:
             break
-        found = (_search_draft(runner, row) if isinstance(runner, SearchTool)
-                 else _computation_draft(runner, row))
+        found = _DRAFTERS[drafted_from](runner, row)
         if found is None:
             unserved.append(row)
         else:
             drafts.append(found)
-    if tool != "search":  # the user writes the call where the question does not say it
+    if drafted_from == "arithmetic":  # the user writes the call the question does not say
         drafts += [computation_draft(row.question, row.golden_answers[0], runner.spec, None)
                    for row in unserved[:count - len(drafts)]]
     items = [{**d.to_dict(), "draft": True, "findings": exemplar_sets.exemplar_findings(
         d, n, named_specs([tool]))} for n, d in enumerate(drafts, 1)]
-    return {"qa_set": qa_set, "tool": tool, "corpus": corpus if tool == "search" else None,
+    return {"qa_set": qa_set, "tool": tool, "corpus": corpus if runner.needs_corpus else None,
             "k": k, "scanned": len(rows), "drafts": items,
             "gaps": sum(GAP in item["solution"] for item in items)}
 

@@ -36,7 +36,7 @@ from studio.queue import SHORT_QUEUE, enqueue
 from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.lanes import add_waits
-from studio.services.records import get_or_404, get_owned, usernames
+from studio.services.records import get_or_404, get_owned, inserted_id, usernames
 from studio.services.run_folder import RunFolder, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
@@ -313,12 +313,9 @@ def create_export(settings: Settings, actor: Actor, run_id: int, *, target: str 
     with session_scope(settings.sqlalchemy_url) as session:
         _check_quota(settings, session, actor.id, estimated_bytes(settings, run_id, step),
                      f"this export of run {run_id}'s checkpoint after {step} steps")
-        export = Export(run_id=run_id, target=target, step=step, repo_id=repo_id,
-                        owner_id=actor.id,
-                        private=private)
-        session.add(export)
-        session.flush()
-        export_id = export.id
+        export_id = inserted_id(session, Export(run_id=run_id, target=target, step=step,
+                                                repo_id=repo_id, owner_id=actor.id,
+                                                private=private))
     _start(settings, export_id, token.strip() if token else None, start)
     return get_export(settings, export_id)
 

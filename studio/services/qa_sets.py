@@ -124,13 +124,10 @@ def create_qa_set(settings: Settings, actor: Actor, stream: BinaryIO, filename: 
                              fmt=fmt)
         except IngestError as exc:
             raise InvalidInput(str(exc)) from None
-        with uploads.kept_upload(staged, settings) as path, \
-                session_scope(settings.sqlalchemy_url) as session:
-            check_new_name(session, QASet, name)
+        with uploads.kept_as_new(staged, settings, QASet, name) as (upload_path, session):
             qa_set = QASet(
                 name=name, purpose=purpose, source_filename=staged.filename,
-                content_hash=staged.sha256, source_format=result.fmt,
-                upload_path=str(path.relative_to(settings.resolved_data_dir)),
+                content_hash=staged.sha256, source_format=result.fmt, upload_path=upload_path,
                 num_rows=len(result.rows), report=result.report, owner_id=actor.id)
             return _store(session, qa_set, result.rows)
 
@@ -207,12 +204,67 @@ def _qa_row(item: QAItem) -> QARow:
                  golden_answers=list(item.golden_answers or []), meta=item.meta or {})
 
 
-def load_rows(settings: Settings, qa_set_id: int) -> list[QARow]:
+def load_rows(settings: Settings, qa_set_id: int, positions: list[int] | None = None
+              ) -> list[QARow]:
     """Every row of a set, as the engines and evaluation read them (a retired set's too:
-    the runs whose plan pins it still train and evaluate on it)."""
+    the runs whose plan pins it still train and evaluate on it), or the rows at `positions`
+    (from 0), in that order (the questions a try of an exemplar set chose)."""
     with session_scope(settings.sqlalchemy_url) as session:
         get_or_404(session, QASet, qa_set_id, "QA set", retired=True)
-        return [_qa_row(i) for i in _items(session, qa_set_id)]
+        if positions is None:
+            return [_qa_row(i) for i in _items(session, qa_set_id)]
+        found = {i.position: i for i in session.exec(select(QAItem).where(
+            QAItem.qa_set_id == qa_set_id, col(QAItem.position).in_(positions)))}
+        return [_qa_row(found[p]) for p in positions if p in found]
+
+
+def _question_key(question: str) -> str:
+    """A question as compared with another: case, spacing and a final '?' left out (the
+    prompt adds the '?', `studio.method.prompt.normalize_question`)."""
+    return " ".join(question.split()).casefold().rstrip("?").rstrip()
+
+
+def questions_other_than(settings: Settings, qa_set_id: int, questions: list[str],
+                         count: int, scan: int) -> tuple[list[QARowView], int]:
+    """The first `count` rows of a set whose question is none of `questions` (compared
+    without case and spacing), reading at most `scan` rows; and how many rows read were
+    left out for being one of them."""
+    taken = {_question_key(q) for q in questions}
+    rows: list[QARowView] = []
+    left_out = 0
+    with session_scope(settings.sqlalchemy_url) as session:
+        _load(session, qa_set_id)
+        items = session.exec(_items_query(qa_set_id, 0, scan).execution_options(yield_per=64))
+        for item in items:
+            if _question_key(item.question) in taken:
+                left_out += 1
+                continue
+            rows.append({"row": item.position + 1, "id": item.external_id,
+                         "question": item.question, "golden_answers": item.golden_answers})
+            if len(rows) == count:
+                break
+        items.close()
+    return rows, left_out
+
+
+def held_out_split(settings: Settings, qa_set_id: int) -> QASetView | None:
+    """The evaluation set kept apart from a training set: a pack's `<name>-heldout`, or the
+    `eval` half of the split that made it (or of a split of it); None for a set of purpose
+    eval, or one with no such set."""
+    source = get_qa_set(settings, qa_set_id)
+    if source["purpose"] == "eval":
+        return None
+    made_by = source["report"] or {}
+    for other in list_qa_sets(settings):
+        split = other["report"] or {}
+        if other["purpose"] != "eval" or other["id"] == source["id"]:
+            continue
+        if other["name"] == f"{source['name']}-heldout" or split.get("split_of") and (
+                split["split_of"] == source["name"]
+                or (split["split_of"], split.get("seed")) == (made_by.get("split_of"),
+                                                              made_by.get("seed"))):
+            return other
+    return None
 
 
 def sample_rows(settings: Settings, qa_set_id: int, limit: int) -> tuple[int, list[QARow]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import TypeVar
 
 from sqlmodel import Session, SQLModel, select
@@ -27,6 +29,27 @@ def parse_sql_int(text: str, field: str, hint: str) -> int:
     return int(text)
 
 
+SIZE_UNITS = {"": 1, "b": 1, "byte": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+              "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+"""A size's units, in any case: decimal as `human_bytes` shows sizes, binary by their
+KiB-style names."""
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?) *([a-z]*)", re.ASCII | re.IGNORECASE)
+
+
+def parse_size(text: str, field: str, hint: str = "") -> int:
+    """A size as a person types it ('500 MB', '2gb', '1.5 GiB', or bytes: '5000000') in
+    bytes, else a 422 naming `field` that shows how to write one (then `hint`)."""
+    typed = text.strip()
+    found = _SIZE.fullmatch(typed)
+    unit = SIZE_UNITS.get(found.group(2).lower()) if found else None
+    size = int(Decimal(found.group(1)) * unit) if unit else None
+    if size is None or size > MAX_SQL_INT:
+        raise InvalidInput(f"{field}: {typed[:40]!r} is not a size; write it as 500 MB or "
+                           "2 GB (kB, MB, GB, TB; KiB, MiB, GiB, TiB) or a number of bytes"
+                           + (f"; {hint}" if hint else ""))
+    return size
+
+
 def get_or_404(session: Session, table: type[Row], row_id: int, kind: str, *,
                retired: bool = False) -> Row:
     """The row as its users see it: a retired row (deleted, kept for the runs that pin it,
@@ -45,6 +68,14 @@ def get_owned(session: Session, table: type[Row], row_id: int, kind: str, actor:
     row = get_or_404(session, table, row_id, kind)
     require_owner(actor, row.owner_id, action, f"{kind} {row_id}")
     return row
+
+
+def inserted_id(session: Session, row: SQLModel) -> int:
+    """Add a new row and return the id the database gave it, read inside the session: the
+    caller queues the row's job once the session has committed it."""
+    session.add(row)
+    session.flush()
+    return row.id
 
 
 def usernames(session: Session) -> dict[int, str]:

@@ -221,6 +221,15 @@ def resume_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
     return get_run(settings, run_id)
 
 
+def resume_point(run: RunView) -> str:
+    """Where a resume of `run` starts, in words: its latest checkpoint, or step 1 while it has
+    none (the trainer then starts over and replaces the steps it wrote), so that no page
+    promises a checkpoint that is not there."""
+    if run["checkpoint_dir"]:
+        return "from its last checkpoint"
+    return "from step 1 (it has no checkpoint yet)"
+
+
 def _remove(path: Path) -> None:
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
@@ -260,7 +269,7 @@ def delete_run(settings: Settings, actor: Actor, run_id: int) -> None:
 
 def _interrupt(session: Session, run_id: int, attempt: int, reason: str, *conditions) -> bool:
     resume = (f"`studio run resume {run_id}` (POST /api/v1/runs/{run_id}/resume) continues "
-              "from its latest checkpoint")
+              "it from its latest checkpoint, or from step 1 if it wrote none")
     done = session.exec(update(Run).where(
         Run.id == run_id, Run.attempt == attempt, Run.state == RunState.running, *conditions,
     ).values(state=RunState.interrupted, pid=None, finished_at=utcnow(),

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from sqlmodel import Session, SQLModel
+
+from studio.db import session_scope
 from studio.ingest import Limits
 from studio.services.access import Actor, Forbidden
 from studio.services.errors import InvalidInput, TooLarge
-from studio.services.records import check_printable
+from studio.services.records import check_new_name, check_printable
 from studio.settings import Settings
 
 CHUNK = 1 << 20
@@ -262,3 +265,15 @@ def kept_upload(staged: StagedUpload, settings: Settings) -> Iterator[Path]:
         if created:
             path.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def kept_as_new(staged: StagedUpload, settings: Settings, table: type[SQLModel],
+                name: str) -> Iterator[tuple[str, Session]]:
+    """`kept_upload` for a new row of `table` named `name`: the kept file's path in the data
+    directory and the session to add the row in, the name checked again there (another
+    upload may have taken it while this one was read)."""
+    with kept_upload(staged, settings) as path, \
+            session_scope(settings.sqlalchemy_url) as session:
+        check_new_name(session, table, name)
+        yield str(path.relative_to(settings.resolved_data_dir)), session

@@ -183,6 +183,9 @@ ROUTES: dict[tuple[str, str], tuple[str, Call]] = {
     ("POST", f"{R}/exemplar-sets/{{set_id}}/preview"): ("read", lambda w, r: (
         f"{R}/exemplar-sets/{w.exemplar_set_id}/preview", {
             "json": {"question": "Where?", "ks": [0], "model": w.model}})),
+    ("POST", f"{R}/exemplar-sets/{{set_id}}/try"): ("create", lambda w, r: (
+        f"{R}/exemplar-sets/{w.exemplar_set_id}/try", {
+            "json": {"qa_set": "demo", "corpus": "demo", "model": w.model, "questions": 1}})),
     ("POST", f"{R}/demo"): ("create", lambda w, r: (f"{R}/demo", {})),
     ("POST", f"{R}/demo/math"): ("create", lambda w, r: (f"{R}/demo/math", {})),
     ("POST", f"{R}/demo/calc"): ("create", lambda w, r: (f"{R}/demo/calc", {})),

@@ -22,7 +22,7 @@ NOW = utcnow()
 def running(**extra) -> dict:
     return {"id": 3, "name": "first-try", "state": "running", "current_step": 3,
             "total_steps": 9, "queue": "cpu", "queue_position": None, "error": None,
-            "phase": None, "first_step_seconds": None, **extra}
+            "phase": None, "first_step_seconds": None, "checkpoint_dir": None, **extra}
 
 
 def phase(name: str, step: int, seconds_ago: int) -> dict:
@@ -30,16 +30,23 @@ def phase(name: str, step: int, seconds_ago: int) -> dict:
 
 
 ROW = {"step": 2, "stage": 0, "exemplars": 3, "reward_mean": 0.04, "time_rollout": 6.2,
-       "time_reference": 0.4, "time_update": 2.0}
+       "time_reference": 0.4, "time_update": 2.0, "time_step": 128.6}
 
 
 def test_a_running_step_shows_its_phase_and_how_long_it_takes():
+    """The time said is the phase's at the last step, named as such, beside the whole step's
+    (before: "it took 6 s at the last step", the phase's time read as the step's)."""
     status = status_markdown(running(phase=phase("rolling out", 3, 4)), [ROW], [], now=NOW)
     assert "step 3 / 9 · stage 1 (3 exemplars) · reward 0.04" in status
-    assert ("Now: step 4 of 9: **rolling out** → scoring → updating (4 s so far; it took "
-            "6 s at the last step).") in status
+    assert ("Now: step 4 of 9: **rolling out** → scoring → updating (4 s so far; at the last "
+            "step rolling out took 6 s, the whole step 2 min).") in status
     scoring = status_markdown(running(phase=phase("scoring", 3, 1)), [ROW], [], now=NOW)
-    assert "rolling out → **scoring** → updating (1 s so far" in scoring
+    assert "rolling out → **scoring** → updating (1 s so far; at the last step scoring took " \
+        "1 s, the whole step 2 min)" in scoring
+    no_step_time = {key: value for key, value in ROW.items() if key != "time_step"}
+    updating = status_markdown(running(phase=phase("updating", 3, 1)), [no_step_time], [],
+                               now=NOW)
+    assert "(1 s so far; at the last step updating took 2 s)." in updating
     saving = status_markdown(running(phase=phase("saving a checkpoint", 2, 2)), [ROW], [],
                              now=NOW)
     assert "Now: saving a checkpoint (2 s so far)." in saving
@@ -89,3 +96,17 @@ def test_a_paused_run_says_why_and_how_to_go_on():
     assert "*Resume* on **Runs** continues from there" in status
     assert "**Why:** search\\_stopped\\: search\\_calls averaged 0" in status
     assert "Error" not in status
+
+
+@pytest.mark.parametrize("state, why", [("cancelled", ""), ("failed", ""),
+                                        ("interrupted", "its worker stopped: ")])
+def test_a_stopped_run_promises_a_checkpoint_only_when_it_has_one(state, why):
+    """Before: every stopped run "continues from its last checkpoint", one stopped before its
+    first checkpoint too (its resume starts again from step 1)."""
+    fresh = status_markdown(running(state=state), [ROW], [], now=NOW)
+    assert (f"{state}: {why}*Resume* on **Runs** continues it from step 1 (it has no "
+            "checkpoint yet).") in fresh
+    assert "last checkpoint" not in fresh
+    saved = running(state=state, checkpoint_dir="runs/3/checkpoints/step-2")
+    assert (f"{state}: {why}*Resume* on **Runs** continues it from its last checkpoint."
+            in status_markdown(saved, [ROW], [], now=NOW))

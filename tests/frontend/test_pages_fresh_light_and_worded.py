@@ -62,6 +62,12 @@ SET_VISIBILITY = """(hidden) => {
         Object.defineProperty(document, name, {configurable: true, get: () => value});
     document.dispatchEvent(new Event('visibilitychange'));
 }"""
+# Per rollout card: the box of its "Open full screen" toggle and of its header.
+CARD_HEAD_BOXES = """() => [...document.querySelectorAll('#live-rollouts .rollout-card .rollout-card')]
+    .map(card => [card.querySelector('.rollout-toggle summary'),
+                  [...card.querySelectorAll('.prose')].find(p => p.innerText.startsWith('Step '))]
+        .map(e => { const r = e.getBoundingClientRect();
+                    return {x: r.x, y: r.y, width: r.width, height: r.height}; }))"""
 WORDY = ("The Myrrowmere lighthouse was built before the harbour wall, and its keeper wrote "
          "down every ship that passed the reef. ") * 6
 
@@ -235,6 +241,9 @@ def test_text_wraps_between_words(studio):
         timeout=60_000)
     assert page.evaluate(SPLIT_WORDS, "#live-rollouts .rollout-text .textfield") == []
     assert page.evaluate(SPLIT_BADGES, "#live-rollouts .rollout-text span.label") == []
+    # issue 42, item 14: a long rollout's header slid over "Open full screen"
+    for toggle, header in page.evaluate(CARD_HEAD_BOXES):
+        assert not _overlap(toggle, header), (toggle, header)
     page.locator(".rollout-open").first.click()
     assert page.evaluate(SPLIT_WORDS, ".rollout-card .textfield") == []
     assert page.evaluate(SPLIT_BADGES, ".rollout-card span.label, .live-legend span") == []

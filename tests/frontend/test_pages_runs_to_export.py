@@ -203,6 +203,9 @@ def _follow_a_run_as_it_trains(studio, page, live: int) -> None:
     status = studio.ui.wait_text("#live-status", "Now: ")  # what the step under way does
     assert re.search(r"Now: (step \d+ of 60: .*\*?\*?(rolling out|scoring|updating)|saving a "
                      r"checkpoint|loading)", status), status
+    if " of 60: " in status:  # the time it names is the phase's, beside the whole step's
+        assert re.search(r"at the last step (rolling out|scoring|updating) took [^,]+, the "
+                         r"whole step \d", status), status
     points, mode = page.evaluate("() => { const t = document.querySelector("
                                  "'#live-plot .js-plotly-plot').data[0]; "
                                  "return [t.x.length, t.mode]; }")
@@ -254,6 +257,27 @@ def _follow_a_run_as_it_trains(studio, page, live: int) -> None:
     time.sleep(2)  # a second report (a handler bound twice) would have come by now
     toasts = page.locator(".toast-body").all_inner_texts()
     assert len(toasts) == 1 and "(2)" not in toasts[0], f"reported once: {toasts}"
+    _cancel_it_on_the_live_page(studio, page, live)
+
+
+def _cancel_it_on_the_live_page(studio, page, live: int) -> None:
+    """*Cancel run* asks first: *Keep it* leaves the run training, *Yes, cancel run* cancels it
+    as the Runs page does, and the status line and the button follow at once."""
+    page.click("#live-cancel")
+    studio.ui.wait_text("#live-cancel-confirm", "It stops within seconds")
+    page.click("#live-cancel-no")
+    page.locator("#live-cancel-confirm").wait_for(state="hidden")
+    assert studio.run(live)["state"] == "running"
+    page.click("#live-cancel")
+    page.click("#live-cancel-yes")
+    said = studio.ui.wait_text("#live-cancel-message", "is cancelled")
+    assert studio.run(live)["state"] == "cancelled"
+    resume = ("from its last checkpoint" if studio.run(live)["checkpoint_dir"]
+              else "from step 1 (it has no checkpoint yet)")
+    assert f"Resume on Runs continues it {resume}" in said, said
+    studio.ui.wait_text("#live-status", f"cancelled: Resume on Runs continues it {resume}",
+                        timeout=15)
+    page.locator("#live-cancel").wait_for(state="hidden", timeout=15_000)
 
 
 def test_a_run_launched_meanwhile_does_not_take_the_live_page_from_its_run(studio, page,

@@ -10,7 +10,6 @@ from studio.method.prompt import (
     LAYOUTS,
     PromptTemplate,
     PromptTemplateError,
-    build_messages,
     build_prompt,
     derive_seed,
     instruction_for,
@@ -49,7 +48,7 @@ def test_empty_question_rejected():
 
 
 def test_inline_zero_shot_is_instruction_then_question():
-    msgs = build_messages("who directed jaws", EXEMPLARS, 0)
+    msgs = build_prompt("who directed jaws", EXEMPLARS, 0).messages
     assert msgs == [
         {"role": "user", "content": DEFAULT_INSTRUCTION + "\n\nQuestion: who directed jaws?"}
     ]
@@ -99,7 +98,7 @@ def test_the_instruction_names_each_chosen_tool_its_tags_and_what_it_does():
 
 def test_inline_with_exemplars_order_and_parts():
     t = PromptTemplate()
-    (msg,) = build_messages("who directed jaws", EXEMPLARS, 2)
+    (msg,) = build_prompt("who directed jaws", EXEMPLARS, 2).messages
     content = msg["content"]
     order = [
         content.index(DEFAULT_INSTRUCTION),
@@ -117,13 +116,13 @@ def test_inline_with_exemplars_order_and_parts():
 
 
 def test_chat_layout_turns():
-    msgs = build_messages("who directed jaws", EXEMPLARS, 2, layout="chat")
+    msgs = build_prompt("who directed jaws", EXEMPLARS, 2, layout="chat").messages
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert msgs[0]["content"] == DEFAULT_INSTRUCTION
     assert msgs[1]["content"] == "Question: Question 0?"
     assert msgs[2]["content"] == EXEMPLARS[0].solution
     assert msgs[-1]["content"] == "Question: who directed jaws?"
-    zero = build_messages("q", EXEMPLARS, 0, layout="chat")
+    zero = build_prompt("q", EXEMPLARS, 0, layout="chat").messages
     assert [m["role"] for m in zero] == ["system", "user"]
 
 
@@ -157,12 +156,12 @@ def test_derive_seed_is_stable():
 @pytest.mark.parametrize("k", [-1, 6, 1.5, True])
 def test_bad_k(k):
     with pytest.raises(ValueError):
-        build_messages("q", EXEMPLARS, k)
+        build_prompt("q", EXEMPLARS, k)
 
 
 def test_bad_layout():
     with pytest.raises(ValueError, match="layout"):
-        build_messages("q", EXEMPLARS, 0, layout="html")
+        build_prompt("q", EXEMPLARS, 0, layout="html")
 
 
 def test_custom_template_and_literal_placeholders():
@@ -174,7 +173,7 @@ def test_custom_template_and_literal_placeholders():
         question_format="Now: {question}",
     )
     ex = [Exemplar("has {solution} inside", "<answer>x</answer>")]
-    (msg,) = build_messages("q", ex, 1, template=t)
+    (msg,) = build_prompt("q", ex, 1, template=t).messages
     assert msg["content"] == (
         "Use tags. {not a placeholder}\n\n"
         "Q1: has {solution} inside?\nA1: <answer>x</answer>\n\nYour turn.\n\nNow: q?"
@@ -182,7 +181,7 @@ def test_custom_template_and_literal_placeholders():
 
 
 def test_mappings_accepted_as_exemplars():
-    msgs = build_messages("q", [{"question": "Q0", "solution": "S0"}], 1, layout="chat")
+    msgs = build_prompt("q", [{"question": "Q0", "solution": "S0"}], 1, layout="chat").messages
     assert msgs[2] == {"role": "assistant", "content": "S0"}
 
 

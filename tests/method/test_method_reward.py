@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from studio.method import Exemplar, build_messages
+from studio.method import Exemplar, build_prompt
 from studio.method.reward import (
     PENALTY_NAMES,
     PENALTY_TABLE,
@@ -316,7 +316,7 @@ def test_upstream_defect_cannot_happen(layout):
     assert ours[0].answer is None and ours[0].acc == 0.0
     upstream_like = []
     for k in range(4):
-        messages = build_messages("What is the capital of France", EXEMPLARS, k, layout=layout)
+        messages = build_prompt("What is the capital of France", EXEMPLARS, k, layout=layout).messages
         prompt_text = "\n".join(m["content"] for m in messages)
         assert score(NO_ANSWER, golds) == ours[0]
         upstream_like.append(score(prompt_text + NO_ANSWER, golds))
@@ -348,7 +348,7 @@ def test_upstream_defect_cannot_happen(layout):
     seed=st.one_of(st.none(), st.integers(0, 10)),
 )
 def test_score_independent_of_prompt_property(response, k, seed):
-    build_messages("q", EXEMPLARS, k, sample_seed=seed)
+    build_prompt("q", EXEMPLARS, k, sample_seed=seed)
     a, b = score(response, ["Paris"]), score(response, ["Paris"])
     assert a == b
     assert 0.0 <= a.score <= 1.0 and 0.0 <= a.format <= 1.0

@@ -14,7 +14,7 @@ from frontend.server import create_app
 from studio.method.arithmetic import calculate
 from studio.method.drafting import GAP
 from studio.method.reachability import contains_answer, written_searches
-from studio.method.tags import format_information
+from studio.method.tags import SEARCH_TOOL, ToolSpec, format_information
 from studio.services import corpora, exemplar_drafts, qa_sets
 from studio.services.access import Forbidden
 from studio.services.demo import load_calc_pack, load_math_pack
@@ -22,6 +22,7 @@ from studio.services.errors import InvalidInput
 from studio.tables import Role
 from tests.support.actors import admin, user
 from tests.support.api_client import admin_headers
+from tests.support.lookup_tool import LOOKUP, registered_lookup
 from tests.support.processes import run_studio, studio_env
 from tests.support.shared_data import HOTPOT, needs_shared
 
@@ -31,10 +32,10 @@ def _result_blocks(solution: str, tag: str) -> list[str]:
     return re.findall(rf"<{tag}>(.*?)</{tag}>", solution, re.DOTALL)
 
 
-def _top_k(settings, corpus: str, query: str, k: int) -> str:
+def _top_k(settings, corpus: str, query: str, k: int, tool: ToolSpec = SEARCH_TOOL) -> str:
     index = corpora.open_index(settings, corpora.find_corpus(settings, corpus)["id"])
     return format_information([(h.passage.title, h.passage.text)
-                               for h in index.search([query], k)[0]])
+                               for h in index.search([query], k)[0]], tool)
 
 
 @pytest.mark.parametrize("qa_set", ["demo", "demo-span"])
@@ -50,6 +51,23 @@ def test_search_drafts_hold_the_corpus_s_own_top_k_and_the_gold_answer(studio, q
         assert block in item["solution"], "the block is the search tool's own top 3"
         assert contains_answer(block, [item["answer"]])
         assert item["solution"].endswith(f"<answer> {item['answer']} </answer>")
+
+
+def test_a_tool_drafted_from_passages_is_drafted_over_the_corpus_whatever_its_name(
+        studio, monkeypatch):
+    """The runner is the tool's registration's (`drafted_from`, `needs_corpus`), not its
+    name's: the test-only lookup tool drafts as search does, in its own tags."""
+    settings, _ = studio
+    registered_lookup(monkeypatch)
+    drafted = exemplar_drafts.draft_exemplars(settings, admin(settings), qa_set="demo",
+                                              tool="lookup", corpus="demo", k=3)
+    assert drafted["corpus"] == "demo" and len(drafted["drafts"]) == 3
+    for item in drafted["drafts"]:
+        assert item["findings"] == [], item["findings"]
+        assert "<search>" not in item["solution"]
+        query = _result_blocks(item["solution"], "lookup")[0].strip()
+        assert _top_k(settings, "demo", query, 3, LOOKUP) in item["solution"], \
+            "the corpus's own top 3, in the lookup's tags"
 
 
 def test_calculator_drafts_hold_the_calculator_s_own_result(studio):
@@ -90,8 +108,8 @@ def test_python_drafts_run_in_the_sandbox_and_leave_a_gap_where_the_question_is_
 
 def test_drafting_refuses_what_it_cannot_do_and_who_may_not(studio):
     settings, _ = studio
-    refusals = [({"tool": "teleport"}, "tool: 'teleport' is not one of search, calculator, "
-                 "python"),
+    refusals = [({"tool": "teleport"}, "tool: 'teleport' is not one of search, python, "
+                 "calculator"),
                 ({"tool": "search"}, "corpus: drafting search exemplars needs the corpus"),
                 ({"tool": "search", "corpus": "demo", "count": 0}, "count: must be between 1"),
                 ({"tool": "search", "corpus": "demo", "k": 999}, "k: must be between 1")]

@@ -104,7 +104,7 @@ def test_studio_models_list_shows_the_shelf(tmp_path):
         "reply, 0.17 with the answer's passage alone (2026-12-04)"
     mine = lines.index(next(line for line in lines if "my-model" in line))
     assert lines[mine].endswith(": LlamaForCausalLM, folder in the data dir, ready")
-    assert lines[mine + 1] == ("  size known once converted · licence see the model card · "
+    assert lines[mine + 1] == ("  size known after its first use · licence see the model card · "
                                f"chat template · eos {IM_END}")
     assert lines[mine + 2:mine + 4] == ["  speed here: not measured yet (studio calibrate)",
                                         "  reads: not measured (bench/reader_ceiling.py)"]

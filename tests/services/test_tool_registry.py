@@ -5,11 +5,15 @@ is imported: `frontend.rollout_view.CALL_COLOURS`)."""
 
 from __future__ import annotations
 
-from studio.method.tools import CalculatorTool
-from studio.run_config import parse_run_config
-from studio.services import model_card
+import pytest
+
+from studio.method.tools import CalculatorTool, drafted_tools
+from studio.run_config import RunConfigError, parse_run_config
+from studio.services import evaluations, exemplar_drafts, model_card
 from studio.services.demo import load_calc_pack
+from studio.services.errors import InvalidInput
 from tests.support.actors import admin
+from tests.support.lookup_tool import registered_lookup
 from tests.support.reverse_tool import ReverseTool
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model
@@ -32,3 +36,26 @@ def test_a_registered_tool_is_launched_built_and_described(settings, tmp_path):
     assert '# on </reverse>: reverse the text, append "\\n\\n<reversed>' in usage
     assert card.metadata["tags"][-3:] == ["calculator", "reverse", "icrl-studio"]
     assert "unsupported by the calculator results and reversed text it read" in card.markdown
+
+
+def test_what_the_studio_asks_of_a_tool_its_registration_answers(settings, monkeypatch):
+    """A tool that reads the corpus, has a verb of its own and is drafted from passages, as
+    search is, under another name: each place that asks is answered by its registration."""
+    registered_lookup(monkeypatch)
+    with pytest.raises(RunConfigError, match="data.corpus: the lookup tool searches a corpus"):
+        parse_run_config({"name": "x", "tools": ["lookup"], "data": {"train": "t"}})
+    assert parse_run_config({"name": "x", "tools": ["reverse"], "data": {"train": "t"}})
+
+    assert drafted_tools() == ("search", "python", "calculator", "lookup"), "not reverse"
+    load_calc_pack(settings, admin(settings))
+    with pytest.raises(InvalidInput, match="corpus: drafting lookup exemplars needs the corpus"):
+        exemplar_drafts.draft_exemplars(settings, admin(settings), qa_set="calc", tool="lookup")
+    with pytest.raises(InvalidInput, match="corpus: name the corpus the model searches"):
+        evaluations.create_evaluation(settings, admin(settings), qa_set="calc", model="m",
+                                      protocol={"tools": ["lookup"]}, start=False)
+
+    zero = {"em": 0.0, "subem": 0.0, "f1": 0.0, "answer_rate": 0.0, "tool_calls": {"lookup": 0}}
+    assert evaluations.zero_score_reason(zero).endswith(
+        "tags and never looked up: it does not follow the tag protocol zero-shot")
+    assert evaluations.zero_score_reason({**zero, "answer_rate": 0.5}).startswith(
+        "the model answered 50% of the questions without looking things up")

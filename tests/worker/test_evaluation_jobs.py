@@ -36,6 +36,7 @@ def test_an_evaluation_runs_in_its_own_process_with_its_own_gpu_slot(studio, mon
     assert done["metrics"]["questions"] == 2
     log = evaluation_files.evaluation_log_path(settings, evaluation_id).read_text()
     assert log.startswith(f"--- evaluation {evaluation_id}, GPU 7 ---")
+    assert "%|" not in log and "it/s]" not in log, "no progress bar redrawn in a log file"
     with slots.take(1) as free:
         assert free == ["7"]  # lent for the job, given back after it
 

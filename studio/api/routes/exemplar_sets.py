@@ -1,5 +1,5 @@
 """Exemplar sets: upload, create or draft from data, edit single exemplars, preview the
-prompts."""
+prompts, try them on questions before launch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from pydantic import BaseModel, Field, SkipValidation
 
 from studio.api.deps import CurrentUser, DigitsOnly, Id, JsonBodyRoute, SettingsDep
 from studio.api.request_gate import UPLOAD_BOUND, bounded_body
-from studio.services import corpora, exemplar_drafts, exemplar_sets
+from studio.method.evaluation import MAX_TRIED_EXEMPLARS
+from studio.method.prompt import Layout
+from studio.method.tools import DEFAULT_TOOL_NAMES, drafted_tools
+from studio.services import corpora, exemplar_drafts, exemplar_sets, exemplar_trials
 from studio.services.exemplar_sets import ExemplarSetSummary, ExemplarSetView
 from studio.services.prompt_preview import PromptPreview, preview_prompts
 
@@ -43,7 +46,7 @@ def create(body: ExemplarSetIn, actor: CurrentUser, settings: SettingsDep) -> Ex
 
 class DraftIn(BaseModel):
     qa_set: str = Field(max_length=128, description="The QA set whose questions are drafted")
-    tool: str = Field(max_length=32, description=" | ".join(exemplar_drafts.DRAFTED_TOOLS))
+    tool: str = Field(max_length=32, description=" | ".join(drafted_tools()))
     corpus: str | None = Field(None, max_length=128, description="What search drafts search")
     count: int = Field(3, ge=1, le=exemplar_drafts.MAX_DRAFTS)
     k: int = Field(3, ge=1, le=corpora.MAX_TOP_K, description="Passages a search returns")
@@ -106,7 +109,8 @@ class PreviewRequest(BaseModel):
     layout: str = "inline"
     model: str | None = None
     assistant_prefix: str | None = None
-    tools: list[str] = Field(default_factory=lambda: ["search"], max_length=MAX_PREVIEW_TOOLS,
+    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOL_NAMES),
+                             max_length=MAX_PREVIEW_TOOLS,
                              description="The run's tools: the instruction names each one")
 
 
@@ -116,3 +120,30 @@ def preview(set_id: Id, body: PreviewRequest, settings: SettingsDep) -> PromptPr
     return preview_prompts(settings, set_id, body.question, ks=body.ks, layout=body.layout,
                            model=body.model, assistant_prefix=body.assistant_prefix,
                            tools=body.tools)
+
+
+class TryRequest(BaseModel):
+    qa_set: str = Field(max_length=128, description="The QA set the questions come from: its "
+                        "held-out split when it has one, else itself")
+    corpus: str | None = Field(None, max_length=128,
+                               description="What search searches (with a tool that reads one)")
+    model: str | None = Field(None, max_length=1024,
+                              description="The model that answers (default: the studio's)")
+    k: int | None = Field(None, ge=1, le=MAX_TRIED_EXEMPLARS, description=(
+        "Exemplars before each question (default: the set's, at most "
+        f"{exemplar_trials.FIRST_STAGE_EXEMPLARS})"))
+    questions: int = Field(exemplar_trials.TRIED_QUESTIONS, ge=1,
+                           le=exemplar_trials.MAX_TRIED_QUESTIONS,
+                           description="How many questions, none of them an exemplar's own")
+    layout: Layout | None = Field(None, description="The prompt's layout (default: chat)")
+    tools: list[str] | None = Field(None, max_length=MAX_PREVIEW_TOOLS, description=(
+        "The tools the model may call (default: those the set's solutions call)"))
+
+
+@router.post("/{set_id}/try", status_code=201)
+def try_set(set_id: Id, body: TryRequest, actor: CurrentUser, settings: SettingsDep
+            ) -> exemplar_trials.ExemplarTry:
+    """Queue a try of the set (as the Exemplars page's "Try these exemplars"): the model
+    answers a few questions that are no exemplar's own with k exemplars before each; the
+    answer lists them and how long it may take; `GET /evaluations/{id}` follows it."""
+    return exemplar_trials.try_exemplar_set(settings, actor, set_id, **body.model_dump())

@@ -19,6 +19,8 @@ class MeasuredSeed(BaseModel):
                       "share of questions with a tool call that ran; em, answer_rate, ...)")
     base: dict | None = Field(description="The untrained model's, where it was measured")
     minutes: float = Field(description="Training and evaluation")
+    training_minutes: float | None = Field(description="Training alone, where stored")
+    model: str | None = Field(description="The model the run trained")
     machine: str = Field(description="What ran them, and what else ran beside")
     command: str
     date: str | None
@@ -29,9 +31,11 @@ class RunPreset(BaseModel):
     tools: list[str]
     description: str
     pack: str = Field(description="The demo pack it trains on, stored when it launches")
+    needs: str = Field(description="What it needs, in words: its pack and what its tools need")
     data_ready: bool = Field(description="Whether that pack is stored already")
     config: dict = Field(description="The run config it launches (POST /runs takes it)")
-    expectation: str = Field(description="What it did when measured, in words, from `measured`")
+    expectation: str = Field(description="What it did when measured, in words, from `measured` "
+                             "('not measured with these settings yet' when nothing is stored)")
     measured: list[MeasuredSeed]
 
 

@@ -138,7 +138,12 @@ def test_an_evaluation_labels_each_question_and_splits_them(tmp_path):
     model = ScriptedLM(tokenizer, {prompt(q): turns for q, (_, turns) in SCRIPTS.items()})
     rows = [QARow(str(i), q, golds) for i, (q, (golds, _)) in enumerate(SCRIPTS.items())]
     search = SearchTool(RecordingSearch(build_index(CORPUS)), config.top_k)
-    result = evaluate(model, tokenizer, rows, [search], config)
+    progress = []
+    result = evaluate(model, tokenizer, rows, [search], config,
+                      on_progress=lambda *told: progress.append(told))
+    # a question counts as answered when its rollout ends, not when its batch does: the
+    # capital's answer comes in the first turn, the others' after a search
+    assert progress[0] == (1, 5) and progress[-1] == (5, 5), progress
 
     labels = [r["label"] for r in result["records"]]
     assert labels == ["correct", "format_miss", "no_search", "retrieval_miss",

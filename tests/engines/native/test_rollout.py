@@ -37,7 +37,7 @@ from tests.support.scripted_rollouts import (
 from tests.support.shared_data import HOTPOT_TRAIN
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native import attention
-from worker.engines.native.rollout import RolloutConfig, _generate, generate_rollouts
+from worker.engines.native.rollout import RolloutConfig, generate_rollouts
 
 torch.set_num_threads(1)
 
@@ -124,14 +124,12 @@ def test_search_then_answer(tokenizer, index):
 
 def test_without_tag_stops_a_turn_runs_to_its_budget(tokenizer, index):
     """The benchmark's fixed lengths: closing tags end nothing, no search runs."""
-    from worker.engines.native.rollout import _generate
-
     turns = ["<think>x</think><search> moss lamp Serrick </search><answer> Ida </answer>"]
     ids = tuple(prompt_ids(tokenizer, "Who made the moss lamp?"))
     search = RecordingSearch(index)
     cfg = RolloutConfig(max_turns=0, max_turn_tokens=40, max_response_tokens=40)
-    [r] = _generate(ScriptedLM(tokenizer, {ids: turns}), tokenizer, [list(ids)], search, cfg,
-                    eos_token_id=-1, tag_stops=False)
+    [r] = generate_rollouts(ScriptedLM(tokenizer, {ids: turns}), tokenizer, [list(ids)], search,
+                            cfg, eos_token_id=-1, tag_stops=False)
     assert r.stop_reason == "length" and len(r.response_ids) == 40
     assert sources(r) == ["model"] and search.calls == []
     assert r.response_text.startswith(turns[0])
@@ -423,7 +421,8 @@ def test_greedy_tokens_match_full_context_forward(scrambled, index, monkeypatch)
         with monkeypatch.context() as patch:
             if "prefill_tokens" in switches:
                 patch.setitem(rollout_module._PREFILL_TOKENS, "cpu", switches.pop("prefill_tokens"))
-            other = _generate(model, tokenizer, prompts, search, cfg, eos_token_id=eos, **switches)
+            other = generate_rollouts(model, tokenizer, prompts, search, cfg, eos_token_id=eos,
+                                      **switches)
         assert [r.response_ids for r in other] == [r.response_ids for r in rollouts], switches
         assert [r.stop_reason for r in other] == [r.stop_reason for r in rollouts], switches
     assert model.config._attn_implementation == "sdpa"  # switched back

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from studio.ingest import QARow
 from studio.method.reward import PENALTY_NAMES, overlong_penalty, score
 from studio.method.tags import corrective_message, format_information
-from studio.run_config import RunConfig
+from studio.run_config import RunConfig, parse_run_config
 from studio.services.run_plans import load_plan
 from worker.engines.verl.config import compose, hydra_overrides
-from worker.engines.verl.dataset import PromptTooLong, write_datasets
+from worker.engines.verl.dataset import PromptTooLong, dataset_row, write_datasets
 
 
 def composed(settings, run, files, model):
@@ -43,6 +44,14 @@ def test_the_parquet_loads_through_rlhfdataset(verl, verl_run):
     assert [m["role"] for m in row["raw_prompt"]] == ["system", "user", "assistant", "user"]
     assert [m["role"] for m in val[0]["raw_prompt"]] == ["system", "user"]
     assert val[0]["extra_info"]["split"] == "val"
+    assert row["ability"] == "search"
+
+
+def test_a_row_s_ability_is_the_run_s_tools():
+    config = parse_run_config({"name": "x", "tools": ["calculator", "python"],
+                               "data": {"train": "calc"}})
+    row = dataset_row(config, QARow("q1", "What is 2 + 3?", ["5"]), 0, "calc", "train", [], 0)
+    assert row["ability"] == "calculator+python"
 
 
 def test_a_prompt_budget_too_small_for_the_largest_stage_is_refused_before_launch(verl_run):

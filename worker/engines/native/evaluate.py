@@ -37,7 +37,8 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
     failure label in the words of `tools` and its prompt's length); `metrics["labels"]`
     counts the questions per label, `metrics["tool_calls"]` the calls per question of each of
     `tools` (`config.tools`). `config.exemplars` of `exemplars` precede each question (0 in
-    the protocol)."""
+    the protocol). `on_progress` hears (questions answered, questions) after each turn of the
+    model's: a question is answered when its rollout is over, whatever its batch does."""
     rollout_config = RolloutConfig(**asdict(config.limits()), temperature=config.temperature,
                                    top_k_passages=config.top_k)
     prefix = config.assistant_prefix or ""
@@ -52,10 +53,12 @@ def evaluate(model, tokenizer, rows: list[QARow], tools: list[Tool], config: Eva
                                    layout=config.layout,
                                    assistant_prefix=config.assistant_prefix).token_ids(tokenizer)
                       for row in chunk]
+        answered = (lambda over, done=start: on_progress(done + over, len(rows))) \
+            if on_progress else None
         rollouts = generate_rollouts(
             model, tokenizer, prompt_ids, tools, rollout_config,
             generator=torch.Generator(device).manual_seed(config.seed + start),
-            eos_token_id=tokenizer.eos_token_id)
+            eos_token_id=tokenizer.eos_token_id, on_finished=answered)
         for row, rollout, prompt in zip(chunk, rollouts, prompt_ids, strict=True):
             response = prefix + rollout.response_text
             reward = score(response, row.golden_answers, answer_match=config.answer_match,

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import inspect
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -104,6 +104,12 @@ def generate_rollouts(
     *,
     generator: torch.Generator | None = None,
     eos_token_id: int | None = None,
+    on_finished: Callable[[int], None] | None = None,
+    reuse_cache: bool = True,
+    share_prompts: bool = True,
+    shared_kv: bool = True,
+    grouped_attention: bool = True,
+    tag_stops: bool = True,
 ) -> list[Rollout]:
     """Roll out every prompt (B questions x G samples, flattened) with the given tools.
 
@@ -113,35 +119,16 @@ def generate_rollouts(
     state gives the same rollouts.  Each tool's ``execute`` is called at most once per
     round with every call of that round.  EOS is ``eos_token_id`` when given, else the
     tokenizer's eos and the model's ``generation_config.eos_token_id`` (all of them).
-    """
-    return _generate(model, tokenizer, prompt_ids, tools, config, generator=generator,
-                     eos_token_id=eos_token_id)
+    ``on_finished`` is told after each round how many rollouts are over (a caller's
+    progress: an evaluation's questions answered).
 
-
-def _generate(
-    model,
-    tokenizer,
-    prompt_ids: list[list[int]],
-    tools: Sequence[Tool] | SearchBackend,
-    config: RolloutConfig,
-    *,
-    generator: torch.Generator | None = None,
-    eos_token_id: int | None = None,
-    reuse_cache: bool = True,
-    share_prompts: bool = True,
-    shared_kv: bool = True,
-    grouped_attention: bool = True,
-    tag_stops: bool = True,
-) -> list[Rollout]:
-    """:func:`generate_rollouts` with switches for the tests and the benchmark's ablations.
-
-    ``reuse_cache=False`` re-encodes each sequence's whole context after every
-    environment turn (as TRL does); ``share_prompts=False`` prefills every
-    prompt row on its own; ``shared_kv=False`` copies the common prompt
-    prefix into every row instead of attending to one copy;
-    ``grouped_attention=False`` keeps the model's own attention function (and
-    so copies the prefix too); ``tag_stops=False`` ends turns at EOS and the
-    token budget only (a benchmark's fixed lengths, whatever tags the model writes).
+    The switches are for the tests and the benchmarks' ablations: ``reuse_cache=False``
+    re-encodes each sequence's whole context after every environment turn (as TRL does);
+    ``share_prompts=False`` prefills every prompt row on its own; ``shared_kv=False`` copies
+    the common prompt prefix into every row instead of attending to one copy;
+    ``grouped_attention=False`` keeps the model's own attention function (and so copies the
+    prefix too); ``tag_stops=False`` ends turns at EOS and the token budget only (a
+    benchmark's fixed lengths, whatever tags the model writes).
     """
     if not isinstance(config, RolloutConfig):
         raise TypeError(f"config must be a RolloutConfig, got {type(config).__name__}")
@@ -156,7 +143,7 @@ def _generate(
         engine = _Engine(model, tokenizer, _tools(tools, config), config, generator,
                          eos_token_id, reuse_cache=reuse_cache, share_prompts=share_prompts,
                          cascade=grouped and share_prompts and shared_kv, tag_stops=tag_stops)
-        return engine.run(prompts)
+        return engine.run(prompts, on_finished)
 
 
 @contextmanager
@@ -270,7 +257,8 @@ class _Engine:
 
     # ----------------------------------------------------------- main loop
 
-    def run(self, prompts: list[list[int]]) -> list[Rollout]:
+    def run(self, prompts: list[list[int]],
+            on_finished: Callable[[int], None] | None = None) -> list[Rollout]:
         cfg = self.cfg
         first_limit = min(cfg.max_turn_tokens, cfg.max_response_tokens)
         self.seqs = [_Seq(p, first_limit) for p in prompts]
@@ -282,6 +270,8 @@ class _Engine:
         while n_alive:
             self._round(logits, n_alive)
             n_alive, logits = self._round_end(n_alive)
+            if on_finished:
+                on_finished(len(prompts) - n_alive)
         return [
             Rollout(s.prompt, s.segments, s.stop_reason or "length", s.tool_calls)
             for s in self.seqs

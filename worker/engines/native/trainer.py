@@ -58,6 +58,7 @@ from studio.services.run_folder import Checkpoint, RunFolder
 from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.settings import Settings
+from studio.steps import shown_step
 from studio.tables import Rollout as RolloutRow
 from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, update_step
 from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
@@ -224,6 +225,13 @@ class StepSample:
     def zero_shot(self) -> StepSample:
         """The groups whose prompts showed no exemplar."""
         return self.groups([q for q, k in enumerate(self.exemplars) if k == 0])
+
+
+def step_line(step: int, total: int, metrics: dict) -> str:
+    """The training log's line for a finished step (train.log): its progress once, where
+    progress bars would redraw (the job's environment turns them off: worker.child_process)."""
+    return (f"step {shown_step(step)} of {total}: reward {metrics['reward_mean']:.2f}, "
+            f"{metrics['exemplars']} exemplars, {metrics['time_step']:.1f} s")
 
 
 def save_checkpoint(folder: RunFolder, step: int, model, tokenizer, optimizer, scheduler,
@@ -703,6 +711,7 @@ class Trainer:
         every = self.config.engine.checkpoint_every
         for step in range(self.start_step, self.total_steps):
             metrics = self.step(step)
+            print(step_line(step, self.total_steps, metrics), flush=True)
             pause = self._after_step(step, metrics)
             if pause or (step + 1) % every == 0 or step + 1 == self.total_steps:
                 self._checkpoint(step + 1)

@@ -1,10 +1,10 @@
 """The run's questions as veRL's `RLHFDataset` reads them (parquet), per the curriculum.
 
 One row per question: `prompt` (the chat messages), `data_source` (the QA
-set's name), `reward_model.ground_truth` (the gold answers and the question,
-which veRL copies into its rollout dumps so the studio can file them),
-`extra_info` (`index`, `split`, the assistant prefix the reward must see) and
-`agent_name`. The agent loop rebuilds each prompt with the exemplar count of
+set's name), `ability` (the run's tools, "search+python"), `reward_model.ground_truth`
+(the gold answers and the question, which veRL copies into its rollout dumps so the studio
+can file them), `extra_info` (`index`, `split`, the assistant prefix the reward must see)
+and `agent_name`. The agent loop rebuilds each prompt with the exemplar count of
 the step it runs in (`split: train`) or with none (`split: val`); a training
 row's stored prompt is the largest stage's, which is the one veRL's prompt
 budget (`data.max_prompt_length`) has to hold, and `write_datasets` checks
@@ -47,7 +47,7 @@ def dataset_row(config: RunConfig, row: QARow, index: int, source: str, split: s
     return {
         "data_source": source,
         "prompt": prompt.messages,
-        "ability": "search",
+        "ability": "+".join(config.tools),
         "reward_model": {"style": "rule",
                          "ground_truth": {"target": list(row.golden_answers),
                                           "question": row.question}},

@@ -28,6 +28,7 @@ from studio.api_paths import retrieve_path
 from studio.base_models import load_tokenizer, resolve_model
 from studio.db import session_scope
 from studio.devices import queue_device
+from studio.method.tools import corpus_tools
 from studio.services.auth import create_process_token, revoke_tokens
 from studio.services.reproduce import write_bundle
 from studio.services.run_folder import RunFolder
@@ -91,7 +92,7 @@ class VerlLaunch:
         if problem := verl_places_problem(self.settings, cfg.verl):
             raise LaunchError(problem)  # this worker's settings may list fewer places
         base = (cfg.verl.studio_url or self.settings.web_url).rstrip("/")
-        searches = "search" in cfg.tools  # only search asks the studio's /retrieve
+        searches = bool(corpus_tools(cfg.tools))  # only they ask the studio's /retrieve
         if searches:
             check_retriever(base)
         files.root.mkdir(parents=True, exist_ok=True)

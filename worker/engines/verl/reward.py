@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from studio.method.reward import PENALTY_NAMES, AnswerMatch, score
 from studio.method.reward import overlong_penalty as length_penalty
-from studio.method.tools import named_specs
+from studio.method.tools import DEFAULT_TOOL_NAMES, named_specs
 
 
 def golden_answers(ground_truth) -> list[str]:
@@ -49,7 +49,7 @@ def golden_answers(ground_truth) -> list[str]:
 def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None,
                   acc_weight: float = 0.8, format_weight: float = 0.2, overlong_buffer: int = 0,
                   overlong_penalty: float = 1.0, max_response_tokens: int = 0,
-                  answer_match: AnswerMatch = "exact", tools: Sequence[str] = ("search",),
+                  answer_match: AnswerMatch = "exact", tools: Sequence[str] = DEFAULT_TOOL_NAMES,
                   call_bonus: float = 0.0, hint_slots: int = 0, **_: object) -> dict:
     """`score`, `acc`, `format`, `em`, `subem`, `f1` and one `penalty_<name>` (0 or 1) each;
     with `call_bonus` also `call_bonus` (what it added, inside `score`), with
