@@ -33,7 +33,7 @@ QUICK_MODEL = "bench-tiny"
 
 def register_tiny_model(folder: Path) -> str:
     """A shelf entry whose 'package' is a tiny GGUF written into `folder` (--quick)."""
-    from studio import base_models as bm
+    from studio.models import base_models as bm
     from tests.support.tiny_gguf import write_tiny_gguf
     from tests.support.tiny_model import build_tiny_model
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers  # noqa: F401 - import time is not load time
 
     torch.set_num_threads(1)
-    from studio import base_models as bm
+    from studio.models import base_models as bm
 
     data_dir = args.keep or Path(tempfile.mkdtemp(prefix="bench-model-load-"))
     if args.quick:

@@ -73,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from studio import db
     from studio.run_config import RunConfig
     from studio.services import evaluations, presets, qa_sets
     from studio.services.errors import NotFound
     from studio.settings import Settings
+    from studio.storage import db
     from worker.evaluation import run_evaluation
 
     settings = Settings(data_dir=args.data_dir)

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from studio.base_models import load_causal_lm, load_tokenizer
     from studio.method.exemplars import parse_jsonl
     from studio.method.grpo import group_advantages
     from studio.method.reward import score
+    from studio.models.base_models import load_causal_lm, load_tokenizer
     from studio.run_config import PromptSpec
     from worker.engines.native import logprobs
     from worker.engines.native.grpo import GrpoConfig, update_step

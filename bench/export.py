@@ -47,11 +47,11 @@ def no_hard_links():
 
 
 def prepare(data_dir: Path, model: str) -> tuple[object, int]:
-    from studio import db
-    from studio.base_models import resolve_model
+    from studio.models.base_models import resolve_model
     from studio.services import runs
     from studio.services.demo import load_demo_pack
     from studio.settings import Settings
+    from studio.storage import db
 
     settings = Settings(data_dir=data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

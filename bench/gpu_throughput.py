@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from studio.base_models import DEFAULT_MODEL, load_tokenizer
+from studio.models.base_models import DEFAULT_MODEL, load_tokenizer
 from worker.engines.native.grpo import GrpoConfig, update_step
 from worker.engines.native.logprobs import frozen_copy, reference_logprobs
 from worker.engines.native.optimizer import make_optimizer

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from studio import db
     from studio.services import demo
     from studio.settings import Settings
+    from studio.storage import db
 
     torch.set_num_threads(args.threads)
     if args.quick:

@@ -88,8 +88,8 @@ def run_native(args) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from studio.base_models import load_causal_lm, load_tokenizer
     from studio.method.grpo import group_advantages
+    from studio.models.base_models import load_causal_lm, load_tokenizer
     from studio.run_config import BF16_AUTOCAST
     from worker.engines.native.grpo import GrpoConfig, update_step
     from worker.engines.native.logprobs import frozen_copy, reference_logprobs
@@ -217,7 +217,7 @@ def run_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from studio.base_models import load_causal_lm, load_tokenizer
+    from studio.models.base_models import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(args.model, args.data_dir)
     model = load_causal_lm(args.model, args.data_dir, dtype=torch.float32)

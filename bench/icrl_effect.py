@@ -391,10 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: a comma-separated choice of {', '.join(ARMS)}")
     arms = [arm for arm in ARMS if arm in asked]
 
-    from studio import db
     from studio.services import demo, evaluations, runs
     from studio.services.presets import preset_config
     from studio.settings import Settings
+    from studio.storage import db
 
     if args.quick:
         from tests.support.tiny_model import build_tiny_model

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from studio import demo
-    from studio.base_models import load_causal_lm, load_tokenizer
+    from studio.models.base_models import load_causal_lm, load_tokenizer
     from studio.run_config import parse_run_config
     from studio.services.presets import QUICK_START, preset_config
     from studio.settings import Settings

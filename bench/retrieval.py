@@ -251,10 +251,10 @@ def _child_query(args: dict, queue) -> None:
 
 def prepare_studio(folder: Path, data_dir: Path) -> tuple[int, str]:
     """A studio database whose corpus row points at the built index; its id and an API token."""
-    from studio import db
     from studio.services.auth import bootstrap_admin
     from studio.settings import Settings
-    from studio.tables import Corpus, CorpusStatus
+    from studio.storage import db
+    from studio.storage.tables import Corpus, CorpusStatus
 
     settings = Settings(data_dir=data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

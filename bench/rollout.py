@@ -50,9 +50,9 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from studio.base_models import load_causal_lm, load_tokenizer  # noqa: E402
 from studio.method.exemplars import parse_jsonl  # noqa: E402
 from studio.method.prompt import build_prompt  # noqa: E402
+from studio.models.base_models import load_causal_lm, load_tokenizer  # noqa: E402
 from studio.retrieval import Passage, build_index  # noqa: E402
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts  # noqa: E402
 

@@ -52,11 +52,11 @@ import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
-from studio import db  # noqa: E402
 from studio.services import auth, run_history, runs  # noqa: E402
 from studio.services.run_history import RolloutFilter  # noqa: E402
 from studio.settings import Settings  # noqa: E402
-from studio.tables import Rollout, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
+from studio.storage import db  # noqa: E402
+from studio.storage.tables import Rollout, RunEvent, RunMetric, RunState, utcnow  # noqa: E402
 from tests.support.sse import new_run, parse_events, set_state  # noqa: E402
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")

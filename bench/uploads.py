@@ -89,7 +89,7 @@ print(json.dumps({"seconds": seconds, "rows": rows, "refusal": refusal,
 STORE = """
 import json, sys, time
 from pathlib import Path
-from studio import db
+from studio.storage import db
 from studio.services import auth, corpora
 from studio.settings import Settings
 

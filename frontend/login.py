@@ -32,7 +32,7 @@ from studio.services import auth
 from studio.services.access import Actor
 from studio.services.auth import BadLogin, TooManyLogins
 from studio.settings import Settings
-from studio.tables import TokenKind
+from studio.storage.tables import TokenKind
 
 COOKIE = "studio_session"
 FORM_COOKIE = "studio_login_form"

@@ -9,8 +9,8 @@ import gradio as gr
 
 from frontend.components import acting, dataframe, table
 from frontend.shared import on_show
-from studio.base_models import models_dir
 from studio.escaping import code_span
+from studio.models.base_models import models_dir
 from studio.services.access import Actor
 from studio.services.model_shelf import model_shelf, shelf_words
 from studio.settings import Settings

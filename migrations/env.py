@@ -1,13 +1,13 @@
-"""Alembic environment: the URL comes from the caller (studio.db) or the settings."""
+"""Alembic environment: the URL comes from the caller (studio.storage.db) or the settings."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlmodel import SQLModel
 
-import studio.tables  # noqa: F401  (registers every table on SQLModel.metadata)
-from studio.db import make_engine
+import studio.storage.tables  # noqa: F401  (registers every table on SQLModel.metadata)
 from studio.settings import get_settings
+from studio.storage.db import make_engine
 
 target_metadata = SQLModel.metadata
 

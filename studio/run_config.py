@@ -25,8 +25,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from studio.engines import engine_named
 from studio.escaping import name_problem
+from studio.jobs.engines import engine_named
 from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, EvalConfig
 from studio.method.exemplars import Exemplar
@@ -655,7 +655,7 @@ class RunConfig(_Strict):
         "calculator (an arithmetic expression in <calc>, its value back in <result>). The "
         "prompt's instruction names each one.")
     backend: str = Field(default="native", description="The training engine (registered in "
-                         "studio.engines): native or verl")
+                         "studio.jobs.engines): native or verl")
     queue: Literal["cpu", "gpu"] = "cpu"
     data: DataSpec
     curriculum: CurriculumSpec = Field(default_factory=CurriculumSpec)
@@ -734,7 +734,7 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _fits_its_engine(self) -> RunConfig:
-        """What the chosen engine cannot do with these settings (`studio.engines`)."""
+        """What the chosen engine cannot do with these settings (`studio.jobs.engines`)."""
         engine = engine_named(self.backend)
         if "queue" not in self.model_fields_set:
             self.queue = engine.queue

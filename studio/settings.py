@@ -170,7 +170,7 @@ class Settings(BaseSettings):
         cache and the admin's list (resolved)."""
         from huggingface_hub import constants
 
-        from studio.base_models import models_dir
+        from studio.models.base_models import models_dir
 
         listed = [Path(folder).expanduser() for folder in _listed(self.model_folders)]
         return [path.resolve() for path in (models_dir(self.resolved_data_dir),

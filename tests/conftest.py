@@ -15,8 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from studio import db
 from studio.settings import Settings
+from studio.storage import db
 from tests.support.actors import admin
 
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -93,7 +93,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory) -> Path:
     """A data directory holding the bundled SmolLM2, converted once per test session (~30 s)."""
-    from studio.base_models import DEFAULT_MODEL, resolve_model
+    from studio.models.base_models import DEFAULT_MODEL, resolve_model
 
     data_dir = tmp_path_factory.mktemp("converted-models")
     resolve_model(DEFAULT_MODEL, data_dir)

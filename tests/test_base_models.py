@@ -1,4 +1,4 @@
-"""Tests for studio.base_models: the bundled SmolLM2, local folders, Hub ids."""
+"""Tests for studio.models.base_models: the bundled SmolLM2, local folders, Hub ids."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from studio import base_models as bm
+from studio.models import base_models as bm
 from tests.support.tiny_model import IM_END, build_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def offline(monkeypatch):
 _RACER = """
 import sys, time
 from pathlib import Path
-from studio import base_models as bm
+from studio.models import base_models as bm
 def report(message):
     print("PROGRESS", message, flush=True)
 folder = bm.resolve_model(bm.DEFAULT_MODEL, Path(sys.argv[1]), on_progress=report)
@@ -264,7 +264,7 @@ def test_missing_bundle_package_says_how_to_install(tmp_path):
         "            if 'site-packages' not in p and 'dist-packages' not in p]\n"
         f"sys.path.insert(0, {str(REPO_ROOT)!r})\n"
         "from pathlib import Path\n"
-        "from studio import base_models as bm\n"
+        "from studio.models import base_models as bm\n"
         "try:\n"
         f"    bm.resolve_model(bm.DEFAULT_MODEL, Path({str(tmp_path)!r}))\n"
         "except bm.ModelNotAvailable as exc:\n"
@@ -287,7 +287,7 @@ def test_missing_bundle_package_says_how_to_install(tmp_path):
 def test_importing_the_module_does_not_import_torch():
     code = (
         "import sys\n"
-        "import studio.base_models\n"
+        "import studio.models.base_models\n"
         "heavy = [m for m in ('torch', 'transformers', 'huggingface_hub') if m in sys.modules]\n"
         "print(heavy)\n"
     )

@@ -326,7 +326,7 @@ def test_the_model_load_benchmark_converts_a_tiny_gguf_and_loads_it_again(tmp_pa
                                                                           monkeypatch):
     """Its quick mode puts a tiny GGUF on the shelf, converts it and loads it from the cache;
     a name that is not on the shelf is refused."""
-    from studio import base_models
+    from studio.models import base_models
 
     # the tiny entry stays on this test's shelf, not on the other tests'
     monkeypatch.setattr(base_models, "PACKAGED_MODELS", dict(base_models.PACKAGED_MODELS))

@@ -1,4 +1,4 @@
-"""studio/gemma3_gguf.py on a tiny random Gemma 3 written as llama.cpp writes one: the folder
+"""studio/models/gemma3_gguf.py on a tiny random Gemma 3 written as llama.cpp writes one: the folder
 it writes gives the source model's logits, and its tokenizer joins pieces by merge rank, adds
 <bos>, keeps every id and reads bytes it has no piece for."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from studio import base_models as bm
-from studio.gemma3_gguf import Gemma3Error, write_gemma3_folder
+from studio.models import base_models as bm
+from studio.models.gemma3_gguf import Gemma3Error, write_gemma3_folder
 from tests.support.tiny_gguf import write_tiny_gemma3_gguf, write_tiny_gguf
 from tests.support.tiny_model import build_tiny_model
 

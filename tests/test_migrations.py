@@ -12,11 +12,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlmodel import SQLModel, delete, select
 
-import studio.tables  # noqa: F401
-from studio import db
+import studio.storage.tables  # noqa: F401
 from studio.method.exemplars import Exemplar
 from studio.services.run_plans import exemplars_hash
-from studio.tables import Run, RunEvent, RunMetric, utcnow
+from studio.storage import db
+from studio.storage.tables import Run, RunEvent, RunMetric, utcnow
 
 DOMAIN_TABLES = {
     "users", "api_tokens", "corpora", "qa_sets", "qa_items", "exemplar_sets", "exemplars",

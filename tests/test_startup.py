@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from studio import db, locate
+from studio.cli import locate
 from studio.settings import Settings
+from studio.storage import db
 from tests.support.processes import run_studio, studio_env
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from studio.launcher import RestartBackoff
+from studio.jobs.launcher import RestartBackoff
 from tests.conftest import free_port
 from tests.support.browser import chromium, sign_in
 from tests.support.processes import (

@@ -13,7 +13,7 @@ import logging
 import subprocess
 import sys
 
-from studio.devices import queue_device
+from studio.jobs.devices import queue_device
 from studio.services import calibrations
 from studio.settings import Settings
 from worker.child_process import child_env, devices_for

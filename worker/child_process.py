@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
-from studio.gpus import visible_gpus
-from studio.launcher import NO_PROGRESS_BARS
+from studio.jobs.gpus import visible_gpus
+from studio.jobs.launcher import NO_PROGRESS_BARS
 from studio.settings import Settings
 
 STOP_GRACE_SECONDS = 10.0

@@ -12,14 +12,14 @@ import traceback
 
 import torch
 
-from studio.base_models import load_causal_lm, load_tokenizer
 from studio.method.evaluation import EvalConfig
 from studio.method.exemplars import Exemplar
+from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.services import qa_sets, runs
 from studio.services.evaluation_files import evaluation_records_path
 from studio.services.evaluations import get_evaluation, update_evaluation
 from studio.settings import Settings, get_settings
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import corpus_index, search_fn
 from worker.lora import load_checkpoint

@@ -33,7 +33,7 @@ from studio.services.model_card import REWARD_CURVES, base_model_facts, build_mo
 from studio.services.run_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from worker.hub import PushError, push_folder, scrub
 from worker.lora import load_checkpoint
 

@@ -17,12 +17,12 @@ import threading
 
 from celery.signals import worker_ready, worker_shutdown
 
-from studio.db import session_scope
-from studio.devices import queue_device
+from studio.jobs.devices import queue_device
 from studio.services.health import forget_worker
 from studio.services.runs import reap_stale_runs
 from studio.settings import get_settings
-from studio.tables import WorkerHeartbeat, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import WorkerHeartbeat, utcnow
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()

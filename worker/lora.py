@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from studio.base_models import load_causal_lm, load_tokenizer
+from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.run_config import LoraSpec
 from studio.services.run_folder import adapter_folder
 

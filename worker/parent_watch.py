@@ -75,7 +75,7 @@ def run_attempt(run_id: int, attempt: int, train: Callable[[], None],
     from studio.services.errors import UserError
     from studio.services.runs import finish_run
     from studio.settings import get_settings
-    from studio.tables import RunState
+    from studio.storage.tables import RunState
 
     settings = get_settings()
     try:

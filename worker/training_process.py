@@ -9,7 +9,7 @@ the attempt's heartbeat while it waits, and stops the process as soon as the
 run is no longer its attempt's (cancelled, interrupted, deleted); a run that asks for
 it has its metrics mirrored to TensorBoard meanwhile (`worker.metrics_mirror`). On a GPU
 worker each process sees GPUs of its own (`CUDA_VISIBLE_DEVICES`), as many as the run's
-engine asks (`studio.engines`): a native run one, so the worker's concurrency is its
+engine asks (`studio.jobs.engines`): a native run one, so the worker's concurrency is its
 number of GPUs; a veRL run its `verl.gpus_per_node` (docs/verl.md).
 """
 
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 
-from studio.engines import engine_named
+from studio.jobs.engines import engine_named
 from studio.services import evaluations, run_plans, runs
 from studio.services.errors import NotFound, UserError
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from worker.child_process import devices_for, log_tail, spawn, watch
 from worker.metrics_mirror import TensorBoardMirror
 

@@ -12,7 +12,7 @@ from studio.escaping import markdown_text
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
-from studio.tables import ACTIVE_STATES
+from studio.storage.tables import ACTIVE_STATES
 
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",

@@ -18,7 +18,7 @@ from studio.ingest.errors import human_bytes
 from studio.services import exports, model_card, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
-from studio.tables import ACTIVE_STATES
+from studio.storage.tables import ACTIVE_STATES
 
 TITLE = "Export"
 TARGETS = [("A folder on the studio's machine", "folder"), ("A zip to download", "zip"),

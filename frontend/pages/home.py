@@ -7,7 +7,7 @@ import gradio as gr
 from frontend.components import PAPER
 from frontend.shared import current, switch_to
 from studio.escaping import code_span, markdown_text
-from studio.queue import QUEUE_JOBS
+from studio.jobs.queue import QUEUE_JOBS
 from studio.services import presets
 from studio.services.health import NO_WORKER, health, start_a_worker
 from studio.settings import Settings

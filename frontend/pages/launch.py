@@ -31,11 +31,11 @@ from frontend.components import (
 )
 from frontend.pages.curriculum import GUIDANCE_PATHS, GUIDANCE_SHOWN, default_design
 from frontend.shared import current, on_show, switch_to
-from studio.base_models import DEFAULT_MODEL, packaged_model
-from studio.engines import ENGINES
 from studio.escaping import code_span, markdown_text
+from studio.jobs.engines import ENGINES
 from studio.method.sentinel import ACTIONS, SIGNALS
 from studio.method.tools import TOOLS, corpus_tools
+from studio.models.base_models import DEFAULT_MODEL, packaged_model
 from studio.run_config import (
     GRPO_VARIANTS,
     GrpoSpec,

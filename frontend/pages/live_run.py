@@ -11,6 +11,7 @@ another or follows one from another page.
 from __future__ import annotations
 
 import tempfile
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from studio.services.run_progress import RunFollower
 from studio.services.run_recorder import STEP_PHASES
 from studio.settings import Settings
 from studio.steps import shown_step, stored_step
-from studio.tables import utcnow
+from studio.storage.tables import utcnow
 
 TITLE = "Live run"
 PAGE_ID = __name__.rsplit(".", 1)[-1]  # the tab's id (frontend.shared.page_id)
@@ -344,8 +345,30 @@ def stage_choices(rows: list[dict]) -> list[str]:
     return ["all"] + [str(s) for s in sorted({r["stage"] + 1 for r in rows})]
 
 
+class OpenedRuns:
+    """The run each browser session last opened on this page. A timer tick already under
+    way when the user opens another run (*Watch it* on a new run while the cancelled one's
+    tick runs) answers with the old run's state and stops the timer; its answer is dropped
+    when it is not about the run opened last. Holds the last `sessions` sessions."""
+
+    def __init__(self, sessions: int = 1000) -> None:
+        self.sessions = sessions
+        self.run_of: OrderedDict[str, int] = OrderedDict()
+
+    def opened(self, session: str, run_id: int | None) -> None:
+        self.run_of.pop(session, None)
+        if run_id is not None:
+            self.run_of[session] = run_id
+            while len(self.run_of) > self.sessions:
+                self.run_of.popitem(last=False)
+
+    def is_last(self, session: str, run_id: int) -> bool:
+        return self.run_of.get(session, run_id) == run_id
+
+
 def build(settings: Settings) -> None:
     common = shared.current()
+    opened_runs = OpenedRuns()
     # {"run_id", "rows", "events", "status", "note" (of the empty curves), "follower"}
     state = gr.State(None)
     with gr.Row(equal_height=True):
@@ -406,9 +429,10 @@ def build(settings: Settings) -> None:
     filters = [step, stage, reward_min, reward_max, count]
     opened = [state, status, plot, shown, stage, timer.timer, cancel]
 
-    def open_run(run_id, page, *filter_values):
+    def open_run(run_id, page, request: gr.Request, *filter_values):
         """Everything the page shows of a run, read once; the timer then adds what is new
         (while the page is shown: `page` is the page shown)."""
+        opened_runs.opened(request.session_hash, None if run_id is None else int(run_id))
         if run_id is None:
             return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.skip(),
                     cancel_button(None), gr.DownloadButton(visible=False))
@@ -426,19 +450,20 @@ def build(settings: Settings) -> None:
                 gr.DownloadButton(value=config_path(settings, run["id"]), visible=True))
 
     @toast_user_errors
-    def choose(run_id, page, *filter_values):
+    def choose(run_id, page, request: gr.Request, *filter_values):
         """Fresh run choices with `run_id` (default: `default_run`) opened."""
         run_id = run_id if run_id is not None else default_run(settings)
         return gr.update(choices=run_choices(settings), value=run_id), \
-            *open_run(run_id, page, *filter_values)
+            *open_run(run_id, page, request, *filter_values)
 
     def on_load(step_value, stage_value, low, high, how_many, request: gr.Request):
         """`/?run=ID` opens this page on that run (a link to share or bookmark)."""
         filter_values = step_value, stage_value, low, high, how_many
         linked = request.query_params.get("run", "")
         if linked.isdigit():
-            return *choose(int(linked), PAGE_ID, *filter_values), *shared.switch_to(PAGE_ID)
-        return *choose(None, None, *filter_values), gr.skip(), gr.skip()
+            return (*choose(int(linked), PAGE_ID, request, *filter_values),
+                    *shared.switch_to(PAGE_ID))
+        return *choose(None, None, request, *filter_values), gr.skip(), gr.skip()
 
     # the page's load only: gr.on(triggers=None) would also run it on every filter change
     common.blocks.load(on_load, inputs=filters,
@@ -453,14 +478,17 @@ def build(settings: Settings) -> None:
     gr.on([refresh.click, common.tab.select], lambda: gr.update(choices=run_choices(settings)),
           outputs=chosen, show_progress="hidden")
 
-    def tick(current, page, *filter_values):
+    def tick(current, page, request: gr.Request, *filter_values):
         """Only rows written since the last tick are fetched; the status line is sent when
         it changed (a running run's phase and seconds), the curves when rows came (or the
-        empty curves' note changed); nothing new sends nothing."""
+        empty curves' note changed); nothing new sends nothing, nor a tick about a run
+        other than the one opened last (`OpenedRuns`)."""
         if not current:
             return [gr.skip()] * 5 + [gr.Timer(active=False), gr.skip()]
         progress = current["follower"].poll()
         run = progress.run
+        if not opened_runs.is_last(request.session_hash, run["id"]):
+            return [gr.skip()] * len(opened)
         keep_going = timer.follow(page, not progress.final)
         new = bool(progress.metrics or progress.events)
         rows = by_step(current["rows"] + progress.metrics)

@@ -27,7 +27,7 @@ from studio.services.access import Actor
 from studio.services.errors import UserError
 from studio.services.records import parse_size
 from studio.settings import Settings
-from studio.tables import Role
+from studio.storage.tables import Role
 
 TITLE = "Team"
 

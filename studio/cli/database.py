@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from studio import db, launcher
 from studio.cli.common import DataDir, create_admin_once, fail, settings_with
+from studio.jobs import launcher
+from studio.storage import db
 
 db_app = typer.Typer(help="Database migrations.", no_args_is_help=True)
 

@@ -61,7 +61,7 @@ def exports_list(run_id: int = typer.Option(None, "--run", help="Only this run's
                  data_dir: Path = DataDir) -> None:
     """Every export, newest first, with the bytes it holds on disk (its owner's quota)."""
     from studio.services.exports import list_exports
-    from studio.tables import RunState
+    from studio.storage.tables import RunState
 
     settings = studio_ready(data_dir)
     print_table(["ID", "OWNER", "RUN", "TARGET", "STEP", "STATE", "ON DISK (BYTES)", "WHERE"],

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from studio import launcher
 from studio.cli.common import (
     POLL_SECONDS,
     DataDir,
@@ -18,6 +17,7 @@ from studio.cli.common import (
     settings_with,
     studio_ready,
 )
+from studio.jobs import launcher
 
 model_app = typer.Typer(help="Base models.", no_args_is_help=True)
 
@@ -26,7 +26,7 @@ model_app = typer.Typer(help="Base models.", no_args_is_help=True)
 def model_prepare(ref: str = typer.Argument(None, help="Model: bundled name, HF id or folder."),
                   data_dir: Path = DataDir) -> None:
     """Resolve a model to a local folder (converts the bundled SmolLM2 once)."""
-    from studio.base_models import ModelNotAvailable, resolve_model
+    from studio.models.base_models import ModelNotAvailable, resolve_model
 
     settings = settings_with(data_dir=data_dir)
     try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from studio import launcher, locate
+from studio.cli import locate
 from studio.cli.common import DataDir, create_admin_once, fail, settings_with
+from studio.jobs import launcher
 from studio.settings import Settings
 
 Host = typer.Option(None, "--host", help="Address to listen on (STUDIO_HOST).")
@@ -53,7 +54,7 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
 
 
 def _record(settings: Settings, url: str) -> None:
-    """Where this studio runs, for the CLI run from another folder (studio.locate)."""
+    """Where this studio runs, for the CLI run from another folder (studio.cli.locate)."""
     try:
         locate.write_record(settings, url)
     except OSError as exc:
@@ -80,7 +81,7 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
     """Run one worker alone, for production nodes."""
     settings = settings_with(data_dir=data_dir)
     names = [q.strip() for q in queues.split(",") if q.strip()]
-    from studio.queue import QUEUES, SHORT_QUEUE
+    from studio.jobs.queue import QUEUES, SHORT_QUEUE
 
     unknown = sorted(set(names) - set(QUEUES))
     if unknown or not names:
@@ -98,7 +99,7 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
 
 def _gpu_concurrency(asked: int | None) -> int:
     """One job per GPU: a GPU worker runs as many jobs at once as it sees GPUs."""
-    from studio.gpus import visible_gpus
+    from studio.jobs.gpus import visible_gpus
 
     gpus = visible_gpus()
     if not gpus:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.services.errors import UserError
-from studio.tables import Role
+from studio.storage.tables import Role
 
 
 class Forbidden(UserError):

@@ -19,12 +19,12 @@ from sqlalchemy import delete, func
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
 from studio.services.access import Actor, require_admin
 from studio.services.errors import Conflict, InvalidInput, NotFound, UserError
 from studio.services.records import MAX_SQL_INT
 from studio.settings import Settings
-from studio.tables import ApiToken, LoginFailure, Role, TokenKind, User, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import ApiToken, LoginFailure, Role, TokenKind, User, utcnow
 
 TOKEN_PREFIX = "icrl_"
 SESSION_PREFIX = "icrls_"

@@ -1,7 +1,7 @@
 """Calibrations: how fast a model trains on a worker's device, measured there and kept.
 
 The launch check (`run_validation`) estimates a run's time from the calibration of its model
-on the device its queue's workers train on (their heartbeats name it: `studio.devices`), at
+on the device its queue's workers train on (their heartbeats name it: `studio.jobs.devices`), at
 the run's threads and dtype. When there is none yet it queues one on that queue
 (`worker.calibrate`: `worker/calibration.py`, under a minute for the default model on a CPU)
 and says that the estimate comes once it has run. A worker that runs one job at a time (the
@@ -18,10 +18,9 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
-from studio.engines import engine_named
+from studio.jobs.engines import engine_named
+from studio.jobs.queue import TRAINING_QUEUES, enqueue
 from studio.method.tools import results_words
-from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import BF16_AUTOCAST, RunConfig
 from studio.services.access import Actor, require_member
 from studio.services.errors import InvalidInput
@@ -30,7 +29,8 @@ from studio.services.health import live_workers
 from studio.services.records import get_or_404, inserted_id, usernames
 from studio.services.tokenizers import check_model_folder
 from studio.settings import Settings
-from studio.tables import DeviceCalibration, Run, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import DeviceCalibration, Run, RunState, utcnow
 
 CALIBRATE_TASK = "worker.calibrate"
 DTYPES = ("auto", "float32", "bfloat16", BF16_AUTOCAST)
@@ -61,7 +61,7 @@ class CalibrationView(TypedDict):
     threads: int
     dtype: str  # float32 | bfloat16 (engine.dtype resolved)
     state: str  # queued | running | succeeded | failed
-    device: dict | None  # the measuring worker's device (studio.devices.queue_device)
+    device: dict | None  # the measuring worker's device (studio.jobs.devices.queue_device)
     device_key: str | None
     worker: str | None
     busy_runs: int  # runs training on that worker when it started measuring

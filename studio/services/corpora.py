@@ -15,10 +15,9 @@ from typing import BinaryIO
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
 from studio.ingest import IngestError, read_documents
+from studio.jobs.queue import SHORT_QUEUE, enqueue
 from studio.method.tags import format_information
-from studio.queue import SHORT_QUEUE, enqueue
 from studio.retrieval import (
     BACKENDS,
     MAX_RETRIEVE_QUERIES,
@@ -45,7 +44,8 @@ from studio.services.records import (
 )
 from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
-from studio.tables import Corpus, CorpusStatus, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Corpus, CorpusStatus, utcnow
 
 INDEX_TASK = "worker.build_corpus_index"
 MAX_TOP_K = 50

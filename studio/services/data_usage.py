@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from sqlmodel import select
 
-from studio.db import session_scope
 from studio.services import corpora, exemplar_sets, presets, qa_sets
 from studio.settings import Settings
-from studio.tables import Run
+from studio.storage.db import session_scope
+from studio.storage.tables import Run
 
 KINDS = {"corpus": ("corpus",), "QA set": ("train", "eval"), "exemplar set": ("exemplars",)}
 """Each kind of data set and the keys of a run's `data` that name one."""

@@ -14,7 +14,7 @@ from datetime import timedelta
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
+from studio.jobs.queue import TRAINING_QUEUES, enqueue
 from studio.method import failures
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, PROTOCOL_KEYS
 from studio.method.prompt import EVAL_PREFIXES, check_eval_prefix
@@ -29,7 +29,6 @@ from studio.method.tools import (
     named_specs,
     sole_verb,
 )
-from studio.queue import TRAINING_QUEUES, enqueue
 from studio.run_config import RunConfig, RunConfigError, parse_protocol
 from studio.services import exemplar_sets, runs
 from studio.services.access import Actor, require_member
@@ -46,7 +45,8 @@ from studio.services.records import (
 from studio.services.run_plans import DataRef, PlannedDataGone, RunPlan, load_plan, pinned_row
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
-from studio.tables import (
+from studio.storage.db import session_scope
+from studio.storage.tables import (
     ACTIVE_STATES,
     Corpus,
     CorpusStatus,

@@ -20,7 +20,6 @@ from typing import BinaryIO
 from sqlmodel import select, update
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
 from studio.ingest import IngestError, read_exemplar_file
 from studio.method.exemplars import (
     Exemplar,
@@ -42,8 +41,9 @@ from studio.services.records import (
     usernames,
 )
 from studio.settings import Settings
-from studio.tables import Exemplar as ExemplarRow
-from studio.tables import ExemplarSet, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Exemplar as ExemplarRow
+from studio.storage.tables import ExemplarSet, utcnow
 
 Entry = tuple[int | None, Exemplar]
 """An exemplar of a set being saved, with the id of the row that holds it (None: a new one)."""

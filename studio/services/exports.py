@@ -29,10 +29,9 @@ from pathlib import Path
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.base_models import local_model_folder
-from studio.db import session_scope
 from studio.ingest.errors import size_text
-from studio.queue import SHORT_QUEUE, enqueue
+from studio.jobs.queue import SHORT_QUEUE, enqueue
+from studio.models.base_models import local_model_folder
 from studio.services.access import Actor
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.lanes import add_waits
@@ -40,7 +39,8 @@ from studio.services.records import get_or_404, get_owned, inserted_id, username
 from studio.services.run_folder import RunFolder, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
-from studio.tables import ACTIVE_STATES, Export, Run, RunState, User, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import ACTIVE_STATES, Export, Run, RunState, User, utcnow
 
 EXPORT_TASK = "worker.export"
 TARGETS = ("folder", "zip", "hub")

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 from sqlmodel import select
 from typing_extensions import NotRequired, TypedDict  # pydantic reads them on Python 3.11
 
-from studio.db import check_connection, session_scope
-from studio.queue import QUEUE_JOBS, REQUIRED_QUEUES, check_broker
+from studio.jobs.queue import QUEUE_JOBS, REQUIRED_QUEUES, check_broker
 from studio.settings import Settings, redact_url
-from studio.tables import WorkerHeartbeat, utcnow
+from studio.storage.db import check_connection, session_scope
+from studio.storage.tables import WorkerHeartbeat, utcnow
 
 
 class Probe(TypedDict):

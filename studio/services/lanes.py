@@ -2,7 +2,7 @@
 
 Runs, evaluations and speed measurements go to a training queue (cpu or gpu), whose worker
 runs one job per slot for as long as it takes; index builds and exports go to the short
-jobs' lane (`studio.queue.SHORT_QUEUE`), served by a light worker of its own, so that they
+jobs' lane (`studio.jobs.queue.SHORT_QUEUE`), served by a light worker of its own, so that they
 never wait behind training. A queued job's message names its queue and what waits there,
 then: no worker serves the queue (and how to start one), a worker takes it within seconds,
 or the jobs ahead of it: those running (a run with its step and, at its recent pace, the
@@ -17,12 +17,12 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
-from studio.db import session_scope
-from studio.queue import QUEUE_JOBS, SHORT_QUEUE
+from studio.jobs.queue import QUEUE_JOBS, SHORT_QUEUE
 from studio.services.estimates import duration_words
 from studio.services.health import live_workers, start_a_worker
 from studio.settings import Settings
-from studio.tables import (
+from studio.storage.db import session_scope
+from studio.storage.tables import (
     ACTIVE_STATES,
     Corpus,
     CorpusStatus,

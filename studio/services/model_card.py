@@ -18,10 +18,9 @@ from pathlib import Path
 import yaml
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.base_models import packaged_model
-from studio.db import session_scope
 from studio.escaping import code_span, markdown_text
 from studio.method.tools import TOOLS, corpus_tools, named_specs, results_words, sole_verb
+from studio.models.base_models import packaged_model
 from studio.run_config import LoraSpec, RunConfig
 from studio.sandbox import Limits
 from studio.services import evaluations, qa_sets, runs
@@ -31,7 +30,8 @@ from studio.services.reproduce import card_block, run_bundle
 from studio.services.run_plans import DataRef, RunPlan, pinned_row, stored_plan
 from studio.settings import Settings
 from studio.steps import MARK_POINTS_BELOW, shown_step, stage_line_x
-from studio.tables import Corpus, QASet, RunState
+from studio.storage.db import session_scope
+from studio.storage.tables import Corpus, QASet, RunState
 
 REWARD_CURVES = "reward_curves.png"
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),

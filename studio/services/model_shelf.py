@@ -2,7 +2,7 @@
 known of each (size, licence, chat template, eos, speed here, how well it reads).
 
 Three kinds of model are on it:
-- packaged models (`studio.base_models.PACKAGED_MODELS`): a GGUF in an installed package,
+- packaged models (`studio.models.base_models.PACKAGED_MODELS`): a GGUF in an installed package,
   converted and checked once; their figures come from the conversion's check;
 - folders under the data dir's `models/` that someone put there (any Hugging Face folder);
 - models in the local Hugging Face cache, which need no network to load.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from studio.base_models import PACKAGED_MODELS, conversion_record, models_dir
-from studio.db import session_scope
+from studio.models.base_models import PACKAGED_MODELS, conversion_record, models_dir
 from studio.services.estimates import calibration_summary
 from studio.settings import Settings
-from studio.tables import DeviceCalibration, RunState
+from studio.storage.db import session_scope
+from studio.storage.tables import DeviceCalibration, RunState
 
 
 def install_command(pip_name: str) -> str:

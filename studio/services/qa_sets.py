@@ -14,7 +14,6 @@ from sqlalchemy import insert
 from sqlmodel import col, delete, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
 from studio.ingest import IngestError, QARow, read_qa, split_qa
 from studio.services import uploads
 from studio.services.access import Actor, require_member
@@ -28,7 +27,8 @@ from studio.services.records import (
 )
 from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
-from studio.tables import QAItem, QASet, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import QAItem, QASet, utcnow
 
 PURPOSES = ("train", "eval")
 _BATCH = 5000

@@ -11,7 +11,7 @@ from sqlmodel import Session, SQLModel, select
 from studio.escaping import name_problem
 from studio.services.access import Actor, require_owner
 from studio.services.errors import Conflict, InvalidInput, NotFound
-from studio.tables import User
+from studio.storage.tables import User
 
 Row = TypeVar("Row", bound=SQLModel)
 

@@ -16,15 +16,15 @@ from sqlalchemy import func, tuple_
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
-from studio.engines import ENGINES
+from studio.jobs.engines import ENGINES
 from studio.method.exemplars import Exemplar
 from studio.method.token_arrays import TokenArrays, token_view
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.records import get_or_404, parse_sql_int
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric
+from studio.storage.db import session_scope
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric
 
 MAX_METRIC_PAGE = 10_000
 MAX_ROLLOUT_PAGE = 500

@@ -18,14 +18,14 @@ import json
 from pydantic import BaseModel, ConfigDict
 from sqlmodel import Session, select
 
-from studio.db import session_scope
 from studio.method.curriculum import Curriculum
 from studio.method.exemplars import Exemplar
 from studio.run_config import RunConfig
 from studio.services.errors import Conflict, NotFound
 from studio.services.records import get_or_404
 from studio.settings import Settings
-from studio.tables import Corpus, QASet, Run
+from studio.storage.db import session_scope
+from studio.storage.tables import Corpus, QASet, Run
 
 
 class DataRef(BaseModel):

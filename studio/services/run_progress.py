@@ -22,7 +22,7 @@ from studio.services.run_streams import (
 )
 from studio.services.runs import get_run
 from studio.settings import Settings
-from studio.tables import FINAL_STATES
+from studio.storage.tables import FINAL_STATES
 
 
 @dataclass(frozen=True)

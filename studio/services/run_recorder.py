@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sqlmodel import delete
 
-from studio.db import session_scope
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 
 LOADING = "loading the model and data"
 STEP_PHASES = ("rolling out", "scoring", "updating")  # a step's phases, in order

@@ -35,7 +35,6 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from studio.db import session_scope
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.run_history import (
     ROLLOUT_SUMMARY_COLUMNS,
@@ -43,7 +42,8 @@ from studio.services.run_history import (
     metric_view,
     rollout_summary,
 )
-from studio.tables import FINAL_STATES, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import FINAL_STATES, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 
 log = logging.getLogger(__name__)
 

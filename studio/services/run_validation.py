@@ -22,7 +22,6 @@ from sqlalchemy import func
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
 from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
@@ -36,7 +35,8 @@ from studio.services.records import by_name_or_404
 from studio.services.run_plans import RunPlan, make_plan
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
-from studio.tables import Corpus, CorpusStatus, QAItem, QASet, Role
+from studio.storage.db import session_scope
+from studio.storage.tables import Corpus, CorpusStatus, QAItem, QASet, Role
 
 CANDIDATES = 100  # the longest questions by characters, of which the tokenizer picks the longest
 

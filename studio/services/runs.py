@@ -22,8 +22,7 @@ from sqlalchemy import func, or_, update
 from sqlmodel import Session, delete, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.db import session_scope
-from studio.queue import enqueue
+from studio.jobs.queue import enqueue
 from studio.run_config import MAX_RUN_NAME
 from studio.services import corpora, qa_sets
 from studio.services.access import Actor, require_member
@@ -36,7 +35,8 @@ from studio.services.run_folder import RunFolder
 from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
 from studio.services.run_validation import checked_config
 from studio.settings import Settings
-from studio.tables import (
+from studio.storage.db import session_scope
+from studio.storage.tables import (
     ACTIVE_STATES,
     FINAL_STATES,
     Evaluation,

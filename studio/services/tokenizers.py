@@ -7,7 +7,7 @@ import threading
 from functools import lru_cache
 from pathlib import Path
 
-from studio.base_models import ModelNotAvailable, load_tokenizer, named_folder
+from studio.models.base_models import ModelNotAvailable, load_tokenizer, named_folder
 from studio.services.errors import InvalidInput, UserError
 from studio.settings import Settings
 

@@ -23,12 +23,12 @@ from typing import BinaryIO
 
 from sqlmodel import Session, SQLModel
 
-from studio.db import session_scope
 from studio.ingest import Limits
 from studio.services.access import Actor, Forbidden
 from studio.services.errors import InvalidInput, TooLarge
 from studio.services.records import check_new_name, check_printable
 from studio.settings import Settings
+from studio.storage.db import session_scope
 
 CHUNK = 1 << 20
 STAGING_PREFIX = "staging-"

@@ -21,7 +21,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from frontend.server import create_app
-from studio.db import session_scope
 from studio.services import (
     corpora,
     evaluations,
@@ -36,7 +35,8 @@ from studio.services.auth import issue_token
 from studio.services.demo import load_demo_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_streams import RunStreams, StreamOptions
-from studio.tables import Export, Role, Run, RunState
+from studio.storage.db import session_scope
+from studio.storage.tables import Export, Role, Run, RunState
 from tests.support.actors import user
 from tests.support.synthetic_runs import add_rollout, finished_run, long_rollout_segments
 from tests.support.tiny_model import build_tiny_model
@@ -328,8 +328,8 @@ def _checkpoint(world: World, run_id: int) -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    from studio import db
     from studio.settings import Settings
+    from studio.storage import db
     from tests.support.actors import admin
 
     root = tmp_path_factory.mktemp("matrix")

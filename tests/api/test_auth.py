@@ -14,11 +14,12 @@ from sqlmodel import select
 
 from frontend.login import COOKIE
 from frontend.server import create_app
-from studio import db, launcher
+from studio.jobs import launcher
 from studio.services import auth
 from studio.services.access import Forbidden
 from studio.services.errors import Conflict, NotFound
-from studio.tables import ApiToken, LoginFailure, utcnow
+from studio.storage import db
+from studio.storage.tables import ApiToken, LoginFailure, utcnow
 from tests.conftest import free_port
 from tests.support.actors import PASSWORD, admin, user
 from tests.support.processes import stop, studio_env

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from frontend.server import create_app
-from studio import db
 from studio.services import auth, corpora
 from studio.settings import Settings
+from studio.storage import db
 from tests.support.api_client import Api
 from tests.support.shared_data import HOTPOT, MUSIQUE, needs_shared
 from tests.support.tiny_model import build_tiny_model

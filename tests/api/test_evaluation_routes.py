@@ -10,8 +10,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from frontend.server import create_app
-from studio import db
-from studio.db import session_scope
 from studio.method.evaluation import PROTOCOL_KEYS, EvalConfig
 from studio.method.failures import label_set
 from studio.run_config import PROTOCOL_FIELDS_DECLARED_IN, EvaluationProtocol
@@ -19,7 +17,9 @@ from studio.services import auth, evaluations
 from studio.services.demo import load_demo_pack
 from studio.services.evaluation_files import evaluation_records_path
 from studio.settings import Settings
-from studio.tables import Evaluation, QASet, Run, RunState
+from studio.storage import db
+from studio.storage.db import session_scope
+from studio.storage.tables import Evaluation, QASet, Run, RunState
 from tests.support.actors import admin, user
 from tests.support.api_client import Api, bearer
 from tests.support.labelled_evaluations import finished_evaluation

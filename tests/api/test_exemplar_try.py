@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from studio.db import session_scope
 from studio.services import calibrations, evaluations, exemplar_sets, qa_sets
 from studio.services.demo import load_demo_pack
 from studio.services.exemplar_trials import try_outcome
-from studio.tables import Evaluation
+from studio.storage.db import session_scope
+from studio.storage.tables import Evaluation
 from tests.support.actors import admin, user
 from tests.support.api_client import bearer
 from tests.support.calibrated import measured, worker_with

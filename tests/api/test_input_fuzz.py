@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from frontend.server import create_app
-from studio import db
 from studio.method.json_values import NUL_PROBLEM
 from studio.services import corpora, exemplar_sets, qa_sets, runs
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
+from studio.storage import db
 from tests.support.actors import admin
 from tests.support.api_client import bearer
 from tests.support.tiny_model import build_tiny_model

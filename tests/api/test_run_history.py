@@ -9,7 +9,6 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from studio import db
 from studio.api.app import create_api
 from studio.method.exemplars import Exemplar
 from studio.method.token_arrays import TokenArrays
@@ -17,7 +16,8 @@ from studio.run_config import parse_run_config
 from studio.services import auth, run_history
 from studio.services.run_plans import DataRef, RunPlan
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric
+from studio.storage import db
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy import text
 from sqlmodel import delete
 
-from studio import db
 from studio.api.app import create_api
 from studio.services import auth
 from studio.services.errors import InvalidInput
 from studio.services.run_streams import RunStreams, StreamCursor, StreamOptions, TableCursor
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage import db
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 from tests.support.sse import new_run, parse_events, serving, set_state
 
 FAST = StreamOptions(poll_seconds=0.05, settle_seconds=1.5, keepalive_seconds=0.5, batch=7)

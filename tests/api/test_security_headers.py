@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from frontend.server import create_app
 from studio.api.security_headers import DOCS_ALLOWANCES
-from studio.tables import Role
+from studio.storage.tables import Role
 from tests.support.actors import PASSWORD, user
 from tests.support.web_sign_in import post_sign_in
 

@@ -17,7 +17,7 @@ from studio.services.uploads import (
     remove_stale_staging,
     ui_upload_folder,
 )
-from studio.tables import Role
+from studio.storage.tables import Role
 from tests.support.actors import PASSWORD, user
 from tests.support.web_sign_in import post_sign_in
 

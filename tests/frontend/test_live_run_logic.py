@@ -10,7 +10,7 @@ import pytest
 from frontend.pages.live_run import default_run, first_point_note, parse_step, status_markdown
 from studio.services import runs
 from studio.services.errors import InvalidInput
-from studio.tables import utcnow
+from studio.storage.tables import utcnow
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.synthetic_runs import finished_run

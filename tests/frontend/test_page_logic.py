@@ -16,17 +16,17 @@ import pytest
 from frontend import model_shelf
 from frontend.components import error_markdown, ok_markdown, only_choice, picker, problems
 from frontend.pages import curriculum, exemplars, home, launch, team
-from studio import base_models
-from studio.db import session_scope
 from studio.demo import CALC_EXEMPLARS, EXEMPLARS, MATH_EXEMPLARS
 from studio.escaping import markdown_text
 from studio.method.prompt import DEFAULT_INSTRUCTION, instruction_for
+from studio.models import base_models
 from studio.run_config import RunConfigError, config_field, parse_run_config
 from studio.services import curricula, exemplar_sets, runs
 from studio.services.errors import InvalidInput
 from studio.services.health import NO_WORKER
 from studio.services.prompt_preview import preview_exemplars, tools_written
-from studio.tables import Run
+from studio.storage.db import session_scope
+from studio.storage.tables import Run
 from tests.support.actors import admin, user
 from tests.support.tiny_model import build_tiny_model
 

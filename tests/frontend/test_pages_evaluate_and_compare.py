@@ -13,10 +13,10 @@ import pytest
 from sqlmodel import select
 
 from frontend.pages import evaluate
-from studio.db import session_scope
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
-from studio.tables import Evaluation, QASet, Run, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Evaluation, QASet, Run, RunState, utcnow
 from tests.support.actors import admin
 from tests.support.hostile_text import FLAG, HOSTILE, HOSTILE_MARKUP
 from tests.support.labelled_evaluations import finished_evaluation

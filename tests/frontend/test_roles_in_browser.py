@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page
 
 from frontend import model_shelf
-from studio.base_models import PACKAGED_MODELS
+from studio.models.base_models import PACKAGED_MODELS
 from studio.services import runs
 from studio.settings import Settings
 from tests.support.actors import admin

@@ -33,7 +33,7 @@ def test_import_pulls_in_nothing_heavy():
     code = (
         "import sys, studio.method; "
         "bad = [m for m in ('torch', 'numpy', 'sqlalchemy', 'sqlmodel', 'httpx', 'socket', "
-        "'studio.db') "
+        "'studio.storage.db') "
         "if m in sys.modules]; print(bad)"
     )
     out = subprocess.run(

@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from studio.db import session_scope
 from studio.services import evaluations
 from studio.services.access import Forbidden
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput, NotFound
-from studio.tables import Run, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Run, RunState, utcnow
 from tests.support.actors import admin, user
 from tests.support.synthetic_runs import finished_run
 from tests.support.tiny_model import build_tiny_model

@@ -28,7 +28,7 @@ import pytest
 from bm25s.stopwords import STOPWORDS_EN
 from rank_bm25 import BM25Okapi
 
-from studio import db, demo
+from studio import demo
 from studio.method.exemplars import parse_jsonl, validate_exemplars
 from studio.method.reward import normalize_answer, numbers, score
 from studio.method.tags import (
@@ -52,6 +52,7 @@ from studio.services.demo import (
     load_math_pack,
 )
 from studio.settings import Settings
+from studio.storage import db
 from tests.support.actors import admin
 from tests.support.processes import studio_cli
 from tests.support.scripts import load_script

@@ -19,7 +19,7 @@ from studio.services import corpora, exemplar_drafts, qa_sets
 from studio.services.access import Forbidden
 from studio.services.demo import load_calc_pack, load_math_pack
 from studio.services.errors import InvalidInput
-from studio.tables import Role
+from studio.storage.tables import Role
 from tests.support.actors import admin, user
 from tests.support.api_client import admin_headers
 from tests.support.lookup_tool import LOOKUP, registered_lookup
@@ -201,9 +201,9 @@ def test_a_correct_rollout_is_kept_as_an_exemplar_byte_for_byte(studio):
     rollout judged wrong is refused, and so is a viewer."""
     from sqlalchemy import update
 
-    from studio.db import session_scope
     from studio.services import exemplar_sets
-    from studio.tables import Rollout
+    from studio.storage.db import session_scope
+    from studio.storage.tables import Rollout
     from tests.support.synthetic_runs import add_rollout, finished_run, long_rollout_segments
 
     settings, model = studio

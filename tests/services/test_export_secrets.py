@@ -18,8 +18,8 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect, text
 
-from studio import db
 from studio.api.app import create_api
+from studio.storage import db
 from tests.conftest import REDIS_URL
 from tests.support.api_client import admin_headers
 from tests.support.hub_server import TOKEN, LocalHub

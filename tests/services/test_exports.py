@@ -29,7 +29,7 @@ from studio.services.access import Forbidden
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.reproduce import parse_bundle, run_bundle
 from studio.services.run_folder import RunFolder
-from studio.tables import Role, RunState
+from studio.storage.tables import Role, RunState
 from tests.support.actors import admin, user
 from tests.support.api_client import admin_headers, bearer
 from tests.support.hub_server import TOKEN, LocalHub

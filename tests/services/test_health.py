@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from studio import db
 from studio.services.health import NO_WORKER, forget_worker, health
 from studio.settings import Settings
-from studio.tables import WorkerHeartbeat
+from studio.storage import db
+from studio.storage.tables import WorkerHeartbeat
 
 
 def _beat(settings: Settings, hostname: str, pid: int, queues: str = "cpu") -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from studio import base_models as bm
+from studio.models import base_models as bm
 from studio.services.model_shelf import model_shelf
 from tests.support.processes import studio_cli
 from tests.support.tiny_gguf import write_tiny_gguf

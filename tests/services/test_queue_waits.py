@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from studio import db
 from studio.services import corpora, evaluations, exports
-from studio.tables import (
+from studio.storage import db
+from studio.storage.tables import (
     Corpus,
     Evaluation,
     Export,

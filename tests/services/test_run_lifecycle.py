@@ -13,7 +13,6 @@ from sqlalchemy import update
 from sqlmodel import select
 
 from frontend.server import create_app
-from studio import db
 from studio.method.prompt import common_prefix_length
 from studio.sandbox import bwrap
 from studio.services import (
@@ -28,7 +27,8 @@ from studio.services import (
 from studio.services.demo import load_calc_pack, load_math_pack
 from studio.services.errors import Conflict, InvalidInput, NotFound
 from studio.services.run_folder import RunFolder
-from studio.tables import (
+from studio.storage import db
+from studio.storage.tables import (
     Evaluation,
     Export,
     Rollout,

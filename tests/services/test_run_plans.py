@@ -9,10 +9,10 @@ import json
 import pytest
 from sqlmodel import delete
 
-from studio import db
 from studio.services import corpora, exemplar_sets, qa_sets, run_plans, runs
 from studio.services.errors import NotFound
-from studio.tables import Corpus, QAItem, QASet, RunState
+from studio.storage import db
+from studio.storage.tables import Corpus, QAItem, QASet, RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.training import Crash, CrashingTrainer, tiny_config

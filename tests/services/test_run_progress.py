@@ -12,7 +12,7 @@ from studio.services import calibrations, runs
 from studio.services.run_progress import RunFollower
 from studio.services.run_recorder import RunRecorder, RunStopped
 from studio.services.run_streams import StreamOptions
-from studio.tables import RunEvent, RunState, utcnow
+from studio.storage.tables import RunEvent, RunState, utcnow
 from tests.support.actors import admin
 from tests.support.calibrated import measured, worker_with
 from tests.support.jobs import job_key

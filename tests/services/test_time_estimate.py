@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from sqlmodel import delete
 
-from studio import db
 from studio.run_config import RunConfig
 from studio.services import calibrations, run_validation
 from studio.services.estimates import (
@@ -16,7 +15,8 @@ from studio.services.estimates import (
     steps_per_stage,
     worst_case_response,
 )
-from studio.tables import DeviceCalibration, Run, RunState, WorkerHeartbeat
+from studio.storage import db
+from studio.storage.tables import DeviceCalibration, Run, RunState, WorkerHeartbeat
 from tests.support.actors import admin, user
 from tests.support.calibrated import CPU, FIGURES, measured, worker_with
 from tests.support.training import tiny_config

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from studio.base_models import models_dir
+from studio.models.base_models import models_dir
 from studio.services import calibrations, evaluations, runs
 from studio.services.errors import InvalidInput
 from studio.services.tokenizers import checked_tokenizer

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from studio import db
 from studio.services import auth
 from studio.services.access import Actor
 from studio.settings import Settings
-from studio.tables import Role
+from studio.storage import db
+from studio.storage.tables import Role
 
 PASSWORD = "pw-for-tests"
 

@@ -3,9 +3,9 @@ and a calibration finished with fixed figures (the estimate tests and the progre
 
 from __future__ import annotations
 
-from studio import db
 from studio.services import calibrations
-from studio.tables import WorkerHeartbeat
+from studio.storage import db
+from studio.storage.tables import WorkerHeartbeat
 
 FIGURES = {"shape": {"linear": 2.0e8, "head": 5.0e7, "attention": 7.0e4},
            "rates": {"prefill": 2.0e11, "decode": 3.0e11, "decode_forward": 0.01,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from studio import db
 from studio.settings import Settings
-from studio.tables import Run
+from studio.storage import db
+from studio.storage.tables import Run
 
 
 def job_key(settings: Settings, run_id: int) -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from studio.db import session_scope
 from studio.method.failures import CORRECT, FORMAT_MISS, label_split, tool_misses
 from studio.method.tools import named_specs
 from studio.services.evaluation_files import evaluation_records_path
 from studio.settings import Settings
-from studio.tables import Evaluation, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Evaluation, RunState, utcnow
 
 
 def labelled_record(number: int, label: str, text: str = "", tool: str = "search") -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from studio.engines import Engine, register_engine
+from studio.jobs.engines import Engine, register_engine
 
 SCRIPTED = register_engine(Engine(
     "scripted", "tests.support.scripted_engine", "scripted: reads the plan, trains nothing",

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from studio import db
-from studio.tables import Run, RunState, utcnow
+from studio.storage import db
+from studio.storage.tables import Run, RunState, utcnow
 
 
 def _free_port() -> int:

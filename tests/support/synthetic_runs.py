@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from studio.db import session_scope
 from studio.method.tags import parse
 from studio.services import runs
 from studio.services.access import Actor
 from studio.settings import Settings
-from studio.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage.db import session_scope
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
 from tests.support.actors import admin
 from tests.support.tiny_model import build_tokenizer
 

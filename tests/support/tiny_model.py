@@ -99,7 +99,7 @@ def build_tiny_model(
 
     The result loads with ``AutoModelForCausalLM.from_pretrained(folder)``,
     ``AutoTokenizer.from_pretrained(folder)`` and
-    ``studio.base_models.resolve_model(str(folder), data_dir)``.
+    ``studio.models.base_models.resolve_model(str(folder), data_dir)``.
     The same ``seed`` gives the same weights; the global torch RNG is left as
     it was.
     """

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studio import db
 from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
-from studio.tables import RunState
+from studio.storage import db
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.tiny_model import build_tiny_model
 from worker.engines.native.trainer import Trainer

@@ -1,17 +1,17 @@
-"""Adding an engine is one package and one registration (`studio.engines`): a test-only
+"""Adding an engine is one package and one registration (`studio.jobs.engines`): a test-only
 engine is a backend the run config accepts, the launch checks ask, and the worker spawns."""
 
 from __future__ import annotations
 
 import pytest
 
-from studio.engines import ENGINES
+from studio.jobs.engines import ENGINES
 from studio.run_config import RunConfigError, parse_run_config
 from studio.services import runs
 from studio.services.demo import load_calc_pack
 from studio.services.errors import InvalidInput
 from studio.services.run_folder import RunFolder
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.scripted_engine import SCRIPTED

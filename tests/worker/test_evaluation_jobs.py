@@ -7,7 +7,7 @@ import threading
 import time
 
 from studio.services import evaluation_files, evaluations
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.processes import wait_for
 from worker import child_process

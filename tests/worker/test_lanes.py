@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from studio import db
 from studio.services import corpora, evaluations, exports, runs
-from studio.tables import Run, RunState
+from studio.storage import db
+from studio.storage.tables import Run, RunState
 from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
 from tests.support.training import tiny_config, trained_studio

@@ -9,9 +9,9 @@ import pytest
 from sqlmodel import delete
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from studio import db
 from studio.services import runs
-from studio.tables import RunMetric
+from studio.storage import db
+from studio.storage.tables import RunMetric
 from tests.support.actors import admin
 from tests.support.processes import running_worker, wait_for
 from tests.support.synthetic_runs import finished_run

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
-from studio import db
-from studio.queue import make_celery
+from studio.jobs.queue import make_celery
 from studio.services.health import live_workers
 from studio.settings import Settings
-from studio.tables import WorkerHeartbeat
+from studio.storage import db
+from studio.storage.tables import WorkerHeartbeat
 from tests.conftest import REDIS_URL
 from tests.support.processes import running_worker, studio_env, wait_for
 

@@ -12,13 +12,13 @@ import pytest
 import redis
 import yaml
 
-from studio import db
-from studio.queue import make_celery
+from studio.jobs.queue import make_celery
 from studio.services import runs
 from studio.services.reproduce import run_bundle
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
-from studio.tables import Run, RunState
+from studio.storage import db
+from studio.storage.tables import Run, RunState
 from tests.conftest import REDIS_URL
 from tests.support.actors import admin
 from tests.support.jobs import job_key

@@ -8,7 +8,7 @@ import pytest
 
 from studio.services import runs
 from studio.services.run_folder import RunFolder
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.training import tiny_config

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from studio.api.deps import MAX_SQL_INT, CurrentUser, Id, JsonBodyRoute, SettingsDep
 from studio.services import auth
 from studio.services.auth import IssuedToken, NewUserView, TokenView, UserView
-from studio.tables import Role
+from studio.storage.tables import Role
 
 router = APIRouter(tags=["users"], route_class=JsonBodyRoute)
 

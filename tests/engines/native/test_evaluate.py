@@ -17,7 +17,7 @@ from studio.sandbox import Sandbox
 from studio.services import evaluations, runs
 from studio.services.demo import load_demo_pack
 from studio.services.errors import InvalidInput
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.scripted_rollouts import CORPUS, EOS, RecordingSearch, ScriptedLM
 from tests.support.tiny_model import build_tiny_model

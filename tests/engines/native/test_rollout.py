@@ -511,7 +511,7 @@ def test_tiny_top_p_keeps_only_the_most_likely_token(scrambled, index):
 
 @pytest.fixture(scope="module")
 def smollm(tmp_path_factory):
-    from studio.base_models import load_causal_lm, load_tokenizer
+    from studio.models.base_models import load_causal_lm, load_tokenizer
 
     data_dir = tmp_path_factory.mktemp("studio-data")
     return (load_causal_lm("smollm2-135m-instruct", data_dir),

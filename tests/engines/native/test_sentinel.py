@@ -10,7 +10,7 @@ from studio.run_config import parse_run_config
 from studio.services import runs
 from studio.services.run_folder import RunFolder
 from studio.services.run_progress import RunFollower
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.training import tiny_config

@@ -11,7 +11,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from studio.db import session_scope
 from studio.method.reward import score
 from studio.method.tags import PYTHON_TOOL
 from studio.method.tools import CalculatorTool, PythonTool
@@ -19,7 +18,8 @@ from studio.services import corpora, evaluations, reproduce, run_history, run_pl
 from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.services.run_folder import RunFolder
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
-from studio.tables import Run, RunState
+from studio.storage.db import session_scope
+from studio.storage.tables import Run, RunState
 from tests.support.actors import admin
 from tests.support.jobs import job_key
 from tests.support.processes import running_worker, wait_for
@@ -335,8 +335,8 @@ def test_cancel_stops_the_training_process(studio, tmp_path):
 
 
 def _pid(settings, run_id):
-    from studio.db import session_scope
-    from studio.tables import Run
+    from studio.storage.db import session_scope
+    from studio.storage.tables import Run
 
     with session_scope(settings.sqlalchemy_url) as session:
         return session.get(Run, run_id).pid

@@ -8,7 +8,7 @@ import sys
 import time
 
 from studio.services import runs
-from studio.tables import RunState
+from studio.storage.tables import RunState
 from tests.support.jobs import job_key
 from worker.training_process import run_training
 
@@ -48,7 +48,7 @@ def test_the_web_app_and_the_worker_do_not_import_verl():
 
 
 def test_a_verl_job_takes_gpus_per_node_of_the_workers_gpus():
-    from studio.engines import engine_named
+    from studio.jobs.engines import engine_named
     from studio.run_config import parse_run_config
 
     def gpus_wanted(config):

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from studio.base_models import load_causal_lm, load_tokenizer
+from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.run_config import BF16_AUTOCAST
 from studio.services.estimates import (
     ModelShape,

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import torch
 
-from studio.base_models import load_causal_lm, load_tokenizer
-from studio.devices import cpu_name
 from studio.ingest import QARow
+from studio.jobs.devices import cpu_name
 from studio.method.curriculum import (
     AdaptiveController,
     Curriculum,
@@ -50,6 +49,7 @@ from studio.method.rollouts import (
 from studio.method.sentinel import Sentinel, alarm_message
 from studio.method.token_arrays import TokenArrays, char_counts, token_ends
 from studio.method.tools import specs, using_words
+from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.retrieval import SearchIndex
 from studio.run_config import BF16_AUTOCAST, RunConfig
 from studio.services import corpora, qa_sets
@@ -59,7 +59,7 @@ from studio.services.run_plans import RunPlan, load_plan
 from studio.services.run_recorder import CHECKPOINTING, LOADING, STEP_PHASES, RunRecorder
 from studio.settings import Settings
 from studio.steps import shown_step
-from studio.tables import Rollout as RolloutRow
+from studio.storage.tables import Rollout as RolloutRow
 from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, update_step
 from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
 from worker.engines.native.optimizer import make_optimizer

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from studio.db import session_scope
 from studio.method import tags
 from studio.method.curriculum import Curriculum, PrematureWatch, premature_message
 from studio.method.grpo import group_advantages, zero_spread_share
@@ -53,8 +52,9 @@ from studio.method.tools import named_specs, using_words
 from studio.run_config import RunConfig
 from studio.services.run_recorder import RunRecorder
 from studio.settings import Settings
-from studio.tables import Rollout as RolloutRow
-from studio.tables import RunEvent, RunMetric
+from studio.storage.db import session_scope
+from studio.storage.tables import Rollout as RolloutRow
+from studio.storage.tables import RunEvent, RunMetric
 from worker.engines.verl.config import RunFiles
 from worker.engines.verl.reward import dumped_hint, golden_answers
 

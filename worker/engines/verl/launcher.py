@@ -25,10 +25,9 @@ import httpx
 import yaml
 
 from studio.api_paths import retrieve_path
-from studio.base_models import load_tokenizer, resolve_model
-from studio.db import session_scope
-from studio.devices import queue_device
+from studio.jobs.devices import queue_device
 from studio.method.tools import corpus_tools
+from studio.models.base_models import load_tokenizer, resolve_model
 from studio.services.auth import create_process_token, revoke_tokens
 from studio.services.reproduce import write_bundle
 from studio.services.run_folder import RunFolder
@@ -36,7 +35,8 @@ from studio.services.run_plans import load_plan
 from studio.services.run_recorder import RunRecorder
 from studio.services.run_validation import verl_places_problem
 from studio.settings import Settings
-from studio.tables import Run
+from studio.storage.db import session_scope
+from studio.storage.tables import Run
 from worker.child_process import log_tail, stop_process_group
 from worker.engines.verl.config import (
     AGENT_LOOP_TARGET,

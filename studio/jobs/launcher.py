@@ -2,7 +2,7 @@
 supervisor that runs the web app and the workers as child processes.
 
 `studio up` runs two workers: one for training (its queues, `STUDIO_WORKER_QUEUES`) and a
-light one for the short jobs' lane (index builds and exports: `studio.queue.SHORT_QUEUE`),
+light one for the short jobs' lane (index builds and exports: `studio.jobs.queue.SHORT_QUEUE`),
 so that those never wait behind a run. Ctrl-C (or SIGTERM) stops every child. A worker that
 dies is restarted with backoff, each on its own, while the web app keeps serving; if the
 web app dies the workers are stopped too, so `studio up` never leaves a studio nobody can
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from studio import db
-from studio.queue import SHORT_QUEUE, check_broker
+from studio.jobs.queue import SHORT_QUEUE, check_broker
 from studio.services.health import forget_worker
 from studio.settings import Settings, redact_url
+from studio.storage import db
 
 
 class StartupError(RuntimeError):

@@ -466,7 +466,7 @@ def _gemma_parts() -> list[Path]:
 
 
 def _write_gemma3(gguf: Path, out: Path) -> None:
-    from studio.gemma3_gguf import Gemma3Error, write_gemma3_folder
+    from studio.models.gemma3_gguf import Gemma3Error, write_gemma3_folder
 
     try:
         write_gemma3_folder(gguf, out)
@@ -483,7 +483,7 @@ register_packaged_model(PackagedModel(
     "the answer's passage alone, with 2 exemplars: it writes sentences where a span is asked "
     "(2026-12-05)",
     notes=("a base model: no chat template; its plain template writes the prompt as the "
-           "inline layout's blocks after <bos> (studio/gemma3_gguf.py)",
+           "inline layout's blocks after <bos> (studio/models/gemma3_gguf.py)",
            "Gemma Terms of Use apply to the weights and to models trained from them")))
 
 

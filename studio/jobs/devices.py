@@ -1,7 +1,7 @@
 """The device a worker's training processes use on each of its queues, named and keyed.
 
 On queue gpu a training process gets one GPU of its own when the worker sees one
-(`studio.gpus`), else it runs on the CPU, as on queue cpu. The key names what a calibration's
+(`studio.jobs.gpus`), else it runs on the CPU, as on queue cpu. The key names what a calibration's
 figures depend on (the device's model, a CPU's core count, the PyTorch version), so that a
 calibration is measured again when the hardware changes. No torch import: the heartbeat
 computes it when a worker starts.
@@ -16,7 +16,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from studio.gpus import visible_gpus
+from studio.jobs.gpus import visible_gpus
 
 
 def cpu_name() -> str:

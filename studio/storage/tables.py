@@ -381,7 +381,7 @@ class WorkerHeartbeat(SQLModel, table=True):
     pid: int
     started_at: datetime = Field(default_factory=utcnow)
     last_seen: datetime = Field(default_factory=utcnow)
-    # per queue, the device its training processes use: {queue: studio.devices.queue_device()}
+    # per queue, the device its training processes use: {queue: studio.jobs.devices.queue_device()}
     devices: dict | None = _json()
 
 
@@ -400,7 +400,7 @@ class DeviceCalibration(SQLModel, table=True):
     dtype: str = Field(max_length=16)  # float32 | bfloat16 (engine.dtype resolved)
     state: RunState = Field(default=RunState.queued, sa_type=String(16))
     device_key: str | None = Field(default=None, max_length=512)  # set by the worker
-    device: dict | None = _json()  # studio.devices.queue_device() of the worker that measured
+    device: dict | None = _json()  # studio.jobs.devices.queue_device() of the worker that measured
     worker_hostname: str | None = Field(default=None, max_length=255)
     busy_runs: int = 0  # runs training on that worker when it started measuring
     figures: dict | None = _json()  # shape and rates (studio.services.estimates)
