@@ -67,24 +67,27 @@ def no_red_error(ui, where: str) -> None:
         raise SystemExit(f"{where}: the page shows an error: {shown.first.inner_text()}")
 
 
-def launch_quick_start(ui) -> None:
+def launch_quick_start(ui, earlier: str = "") -> str:
     """*Launch the quick start* on the Launch page, then *Watch it*: the Live run page
-    follows the run just launched."""
+    follows the run just launched ("#N", returned; its message replaces the one of the
+    run launched `earlier`, "#N" too)."""
     ui.open("Launch")
     ui.wait_text("#quick-start-estimate", "Estimate", timeout=120)
     ui.page.click("#quick-start")
-    told = ui.wait_first("#quick-start-message", r"Run #\d+", timeout=900)
+    other = rf"(?!{earlier[1:]}\b)" if earlier else ""
+    told = ui.wait_first("#quick-start-message", rf"Run #{other}\d+", timeout=900)
     no_red_error(ui, "Launch")
     ui.page.locator("#quick-start-follow").click()
     run = re.search(r"Run (#\d+)", told).group(1)
     ui.wait_first("#live-status", rf"{run} ", timeout=60)
+    return run
 
 
 def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Path:
     page = ui.page
     phases.done("sign in")
 
-    launch_quick_start(ui)
+    first = launch_quick_start(ui)
     ui.screenshot("first-run-1-launch")
     page.locator("#live-cancel").click(timeout=120_000)
     page.locator("#live-cancel-yes").click()
@@ -92,7 +95,7 @@ def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Pat
     no_red_error(ui, "Live run, cancelled")
     phases.done("launch the quick start and cancel it")
 
-    launch_quick_start(ui)
+    relaunched = launch_quick_start(ui, earlier=first)
     phases.done("launch it again (stores its data pack)")
 
     # the page refreshes every few seconds: a tiny model's run may be past step 1, or over
@@ -108,6 +111,8 @@ def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Pat
         time.sleep(10)
         status = page.locator("#live-status").inner_text()
     ui.screenshot("first-run-3-live-ended")
+    if f"{relaunched} " not in status:  # a tick of the cancelled run must not take the page
+        raise SystemExit(f"Live run left {relaunched} for another run: {status}")
     if "succeeded" not in status:
         raise SystemExit(f"the run did not succeed: {status}")
     no_red_error(ui, "Live run, ended")

@@ -31,7 +31,7 @@ from studio.method.curriculum import PRESETS, Curriculum, CurriculumError
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, EvalConfig
 from studio.method.exemplars import Exemplar
 from studio.method.guidance import GuidanceMode, Shaping, When, guided_count, max_call_bonus
-from studio.method.prompt import Prompt, PromptTemplate, build_prompt, instruction_for
+from studio.method.prompt import Prompt, PromptTemplate, build_prompt, derive_seed, instruction_for
 from studio.method.protocol import Limits
 from studio.method.reward import AnswerMatch
 from studio.method.sentinel import MAX_WINDOW, SIGNALS, Rule
@@ -139,7 +139,16 @@ class PromptSpec(_Strict):
     layout: Literal["inline", "chat"] = Field(
         default="chat", description="inline: the paper's single message; chat: exemplars as turns")
     assistant_prefix: str | None = Field(default="<think>", description="Pre-filled reply start")
-    exemplar_selection: Literal["first", "sample"] = "first"
+    exemplar_selection: Literal["first", "sample"] = Field(
+        default="first", title="Which exemplars a prompt shows",
+        description="first: the set's first k for every question (the paper's code). sample: "
+        "k of the set drawn at random (seeded), so training sees the whole set.")
+    exemplar_draw: Literal["per-question", "per-step"] = Field(
+        default="per-question", title="One draw per question or per step",
+        description="sample: per-question draws each question of a step its own k exemplars; "
+        "per-step draws one k for the whole step, so every prompt of the step starts with the "
+        "same exemplars and the engine computes them once (a step costs what it costs with "
+        "first). Each question still sees k; the draw changes from step to step.")
     instruction: str | None = Field(default=None, max_length=MAX_INSTRUCTION,
                                     description="Replaces the default instruction")
 
@@ -694,6 +703,14 @@ class RunConfig(_Strict):
                      sample_seed: int | None = None) -> Prompt:
         """A prompt of this run: its prompt settings and the instruction for its tools."""
         return self.prompt.build(question, exemplars, k, sample_seed, tools=self.tools)
+
+    def exemplar_seed(self, draw: object, question: int) -> int:
+        """The seed of the exemplars sampled for a step's (`draw`'s) `question`: its own
+        (`prompt.exemplar_draw: per-question`), or the step's, the same for every question
+        of it (`per-step`). Unused with `prompt.exemplar_selection: first`."""
+        if self.prompt.exemplar_draw == "per-step":
+            return derive_seed(self.seed, draw, "exemplars")
+        return derive_seed(self.seed, draw, question)
 
     @model_validator(mode="after")
     def _search_has_a_corpus(self) -> RunConfig:

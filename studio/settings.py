@@ -157,12 +157,12 @@ class Settings(BaseSettings):
     @property
     def studio_urls(self) -> list[str]:
         """Where a veRL run may call the studio: its own address and the admin's list."""
-        return [self.web_url] + [u.rstrip("/") for u in _listed(self.verl_studio_urls)]
+        return [self.web_url] + [u.rstrip("/") for u in comma_separated(self.verl_studio_urls)]
 
     @property
     def ray_addresses(self) -> list[str]:
         """The Ray clusters an admin lets veRL runs go to."""
-        return _listed(self.verl_ray_addresses)
+        return comma_separated(self.verl_ray_addresses)
 
     @property
     def model_roots(self) -> list[Path]:
@@ -172,17 +172,17 @@ class Settings(BaseSettings):
 
         from studio.models.base_models import models_dir
 
-        listed = [Path(folder).expanduser() for folder in _listed(self.model_folders)]
+        listed = [Path(folder).expanduser() for folder in comma_separated(self.model_folders)]
         return [path.resolve() for path in (models_dir(self.resolved_data_dir),
                                             Path(constants.HF_HUB_CACHE), *listed)]
 
     @property
     def queues(self) -> list[str]:
-        return [q.strip() for q in self.worker_queues.split(",") if q.strip()]
+        return comma_separated(self.worker_queues)
 
 
-def _listed(text: str | None) -> list[str]:
-    """The items of a comma-separated setting, without blanks."""
+def comma_separated(text: str | None) -> list[str]:
+    """The items of a comma-separated setting or option, without blanks."""
     return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 

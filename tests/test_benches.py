@@ -267,18 +267,25 @@ def test_the_icrl_effect_benchmarks_arms_differ_from_their_preset_only_in_what_t
 
 @pytest.mark.parametrize("pack", ["demo", "calc"])
 def test_the_exemplar_cost_benchmark_times_each_arm_on_a_tiny_model(tmp_path, capsys, pack):
-    """It stopped running when prompts began to name their tools (issue 34)."""
-    assert _load("exemplar_cost").main(["--quick", "--data-dir", str(tmp_path),
-                                        "--pack", pack]) == 0
+    """It stopped running when prompts began to name their tools (issue 34). Each arm's
+    phases, its step against the zero-shot one, and the levers' ratios under the table."""
+    bench = _load("exemplar_cost")
+    assert bench.main(["--quick", "--data-dir", str(tmp_path), "--pack", pack]) == 0
+    out = capsys.readouterr().out
     rows = [[c.strip() for c in line.strip("|").split("|")]
-            for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    assert [r[0] for r in rows[1:]] == ["0 exemplars", "3 exemplars",
-                                        "3 exemplars, prefix per group"]
-    tokens = [int(r[1]) for r in rows[1:]]
-    assert tokens[0] < tokens[1] == tokens[2], "3 exemplars make the prompts longer"
-    assert rows[1][-1] == "1.00x", "each arm's step is set against the 0-exemplar step"
+            for line in out.splitlines() if line.startswith("| ")]
+    assert [r[0] for r in rows[1:]] == list(bench.ARMS)
+    tokens = {r[0]: int(r[1]) for r in rows[1:]}
+    assert tokens["zero-shot"] < tokens["mixed"] < tokens["first"] == tokens["per-step"], (
+        "3 exemplars make the prompts longer; a mixed step shows them to half its rollouts")
+    assert rows[1][-1] == "1.00x", "each arm's step is set against the zero-shot step"
     for row in rows[1:]:  # a fast machine times a tiny step at 0.00 s; any duration will do
-        assert all(float(cell) >= 0 for cell in row[3:7]) and re.fullmatch(r"\d+\.\d\dx", row[7])
+        assert all(float(cell) >= 0 for cell in row[3:8]) and re.fullmatch(r"\d+\.\d\dx", row[8])
+    ratios = [line for line in out.splitlines() if line.startswith("- ")]
+    assert [line.split(":")[0] for line in ratios] == [
+        f"- {arm} / {against}" for arm, against in bench.RATIOS]
+    with pytest.raises(SystemExit):
+        bench.main(["--arms", "zero-shot,every"])
 
 
 @pytest.mark.parametrize(("batches", "said"), [
@@ -413,3 +420,26 @@ def test_the_first_run_benchmark_walks_from_sign_in_to_a_downloaded_model(tmp_pa
     assert "the exported model answers: '" in out
     assert "console errors: 0" in out
     assert list(tmp_path.glob("*-step-*.zip")), "the zip was downloaded"
+
+
+def test_the_estimate_check_sets_each_stage_against_its_measured_steps(tmp_path, capsys,
+                                                                       monkeypatch):
+    """bench/estimate_check.py on the recorded calibration, the studio's default model a tiny
+    one: the Launch page's expected step of each stage beside the stored results' median
+    step, then the run's, and a record the tests read."""
+    from tests.support.tiny_model import build_tiny_model
+
+    monkeypatch.setenv("STUDIO_DEFAULT_MODEL", str(build_tiny_model(tmp_path / "tiny")))
+    recorded = Path(__file__).parent / "support" / "recorded" / "estimate_check_calculator.json"
+    record = tmp_path / "record.json"
+    assert _load("estimate_check").main(["--calibration", str(recorded), "--preset",
+                                         "calculator", "--record", str(record)]) == 0
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| calc")]
+    assert [r[1].split(" (")[0] for r in rows] == ["3 exemplars", "2 exemplars", "1 exemplars",
+                                                   "the run, per step"]
+    for row in rows:
+        assert float(row[2].split(" ")[0]) > 0 and float(row[5]) > 0
+        assert row[6] == "2 CPU cores shared with two other runs and the test suite"
+    written = json.loads(record.read_text())["presets"]["calculator"]
+    assert len(written["stages"]) == len(written["typical"]) == len(written["measured"]) == 3

@@ -49,6 +49,27 @@ def test_defaults_are_the_methods():
         True, "token-mean", None, None, "token", "k3", "loss", False, 0, 1)
 
 
+def test_sampled_exemplars_are_drawn_per_question_unless_the_draw_is_per_step():
+    """`prompt.exemplar_draw`: per-question (the default) seeds each question of a step
+    apart, per-step one draw for all of them; with the first k there is no draw at all."""
+    from studio.services.run_history import unused_keys
+
+    def config(**prompt):
+        return parse_run_config({"name": "x", "data": {"corpus": "c", "train": "t"},
+                                 "prompt": prompt, "seed": 4})
+
+    default = config(exemplar_selection="sample")
+    assert default.prompt.exemplar_draw == "per-question"
+    assert default.exemplar_seed(7, 0) != default.exemplar_seed(7, 1)
+    per_step = config(exemplar_selection="sample", exemplar_draw="per-step")
+    assert per_step.exemplar_seed(7, 0) == per_step.exemplar_seed(7, 1)
+    assert per_step.exemplar_seed(7, 0) != per_step.exemplar_seed(8, 0)
+    assert "prompt.exemplar_draw" in unused_keys(config().model_dump(mode="json"))
+    assert "prompt.exemplar_draw" not in unused_keys(per_step.model_dump(mode="json"))
+    with pytest.raises(RunConfigError, match="prompt.exemplar_draw"):
+        config(exemplar_draw="per-batch")
+
+
 def test_a_run_calls_search_unless_it_chooses_its_tools():
     data = {"name": "x", "data": {"corpus": "c", "train": "t"}}
     assert parse_run_config(data).tools == ["search"]

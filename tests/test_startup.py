@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from studio.cli import locate
+from studio.jobs import locate
 from studio.settings import Settings
 from studio.storage import db
 from tests.support.processes import run_studio, studio_env

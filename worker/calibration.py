@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from studio.jobs.devices import queue_device
+from studio.jobs.lifecycle import RunState
 from studio.services import calibrations
 from studio.settings import Settings
 from worker.child_process import child_env, devices_for
@@ -54,6 +55,6 @@ def run_calibration(settings: Settings, calibration_id: int, hostname: str) -> s
         figures = _measure(settings, calibration)
     except (RuntimeError, ValueError, OSError) as exc:
         calibrations.finish_calibration(settings, calibration_id, error=str(exc))
-        return "failed"
+        return RunState.failed.value
     calibrations.finish_calibration(settings, calibration_id, figures=figures)
-    return "succeeded"
+    return RunState.succeeded.value

@@ -12,14 +12,14 @@ import traceback
 
 import torch
 
+from studio.jobs.lifecycle import RunState
 from studio.method.evaluation import EvalConfig
 from studio.method.exemplars import Exemplar
 from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.services import qa_sets, runs
 from studio.services.evaluation_files import evaluation_records_path
-from studio.services.evaluations import get_evaluation, update_evaluation
+from studio.services.evaluations import claim_evaluation, get_evaluation, update_evaluation
 from studio.settings import Settings, get_settings
-from studio.storage.tables import RunState
 from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import corpus_index, search_fn
 from worker.lora import load_checkpoint
@@ -43,7 +43,7 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     """Evaluate here and record the outcome; on queue gpu the model goes to the GPU this
     process was given."""
     evaluation = get_evaluation(settings, evaluation_id)
-    update_evaluation(settings, evaluation_id, state=RunState.running)
+    claim_evaluation(settings, evaluation_id)  # evaluated in place; else its task took it
     try:
         params = evaluation["params"]
         rows = qa_sets.load_rows(settings, evaluation["qa_set_id"],

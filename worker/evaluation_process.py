@@ -8,11 +8,11 @@ model: the worker's task stays light, as `worker.training_process` does for runs
 
 from __future__ import annotations
 
+from studio.jobs.lifecycle import RunState
 from studio.services import evaluations
 from studio.services.evaluation_files import evaluation_log_path
 from studio.services.evaluations import get_evaluation, update_evaluation
 from studio.settings import Settings
-from studio.storage.tables import RunState
 from worker.child_process import devices_for, log_tail, spawn, watch
 
 POLL_SECONDS = 1.0

@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.jobs.lifecycle import RunState
 from studio.run_config import RunConfig
 from studio.services import exports, runs
 from studio.services.errors import UserError
@@ -33,7 +34,6 @@ from studio.services.model_card import REWARD_CURVES, base_model_facts, build_mo
 from studio.services.run_folder import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
-from studio.storage.tables import RunState
 from worker.hub import PushError, push_folder, scrub
 from worker.lora import load_checkpoint
 
@@ -243,13 +243,11 @@ def run_export(settings: Settings, export_id: int, token: str | None = None) -> 
     The token comes from the hand-off file (`exports.store_token`) unless given; the file
     is deleted when the job ends, whatever the outcome.
     """
+    if not exports.claim_export(settings, export_id):  # a duplicate delivery
+        return exports.get_export(settings, export_id)
     export = exports.get_export(settings, export_id)
-    if export["state"] not in (RunState.queued, RunState.running):  # a duplicate delivery
-        return export
     token = token or exports.read_token(settings, export_id)
     reporter = _Reporter(settings, export_id)
-    exports.update_export(settings, export_id, state=RunState.running, progress=0.0,
-                          message="starting")
     try:
         done = _deliver(settings, export, token, reporter)
     except Exception as exc:  # recorded on the row, without a traceback that could hold secrets

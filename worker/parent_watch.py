@@ -72,10 +72,10 @@ def run_attempt(run_id: int, attempt: int, train: Callable[[], None],
     (`known_errors` by their message alone, anything else with its type and a traceback in
     the log; a `UserError`, such as data the run's plan pins that is gone, is known). A
     stopped run is already recorded. Returns the process's exit code."""
+    from studio.jobs.lifecycle import RunState
     from studio.services.errors import UserError
     from studio.services.runs import finish_run
     from studio.settings import get_settings
-    from studio.storage.tables import RunState
 
     settings = get_settings()
     try:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 
 from studio.jobs.engines import engine_named
+from studio.jobs.lifecycle import RunState
 from studio.services import evaluations, run_plans, runs
 from studio.services.errors import NotFound, UserError
 from studio.services.run_folder import RunFolder
 from studio.settings import Settings
-from studio.storage.tables import RunState
 from worker.child_process import devices_for, log_tail, spawn, watch
 from worker.metrics_mirror import TensorBoardMirror
 

@@ -42,10 +42,12 @@ METRIC_WORDS = {
 }
 RULE_KEYS = ("metric", "direction", "threshold", "window", "min_steps", "max_steps")
 GUIDANCE_SHOWN = ("guidance.mode", "guidance.share")
-GUIDANCE_OPTIONS = ("guidance.shaping", "guidance.gamma", "guidance.when", "reward.call_bonus")
+GUIDANCE_OPTIONS = ("guidance.shaping", "guidance.gamma", "guidance.when",
+                    "prompt.exemplar_selection", "prompt.exemplar_draw", "reward.call_bonus")
 GUIDANCE_PATHS = GUIDANCE_SHOWN + GUIDANCE_OPTIONS
-"""How a stage's exemplars teach (`RunConfig.guidance`) and the call bonus: fields of the
-Launch page (the options folded away there), put in words here beside the curriculum."""
+"""How a stage's exemplars teach (`RunConfig.guidance`), which of them a prompt shows and
+the call bonus: fields of the Launch page (the options folded away there), put in words here
+beside the curriculum."""
 MAX_EXEMPLARS = 8
 MAX_STAGE_STEPS = 2000
 DEFAULT_STEPS = CurriculumSpec().steps_per_stage

@@ -9,10 +9,10 @@ from frontend import shared
 from frontend.components import counted_from_one, picker, plain, signed_in, toast_user_errors
 from frontend.run_picker import run_dropdown_update, usable_with_a_run
 from studio.escaping import markdown_text
+from studio.jobs.lifecycle import ACTIVE_STATES
 from studio.services import corpora, evaluations, qa_sets, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
-from studio.storage.tables import ACTIVE_STATES
 
 TITLE = "Evaluate"
 HEADERS = ["QA set", "questions", "EM base", "EM trained", "EM change", "SubEM base",

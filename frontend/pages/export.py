@@ -15,10 +15,10 @@ from frontend.downloads import export_url
 from frontend.run_picker import run_dropdown_update, usable_with_a_run
 from studio.escaping import html_text, markdown_text
 from studio.ingest.errors import human_bytes
+from studio.jobs.lifecycle import ACTIVE_STATES
 from studio.services import exports, model_card, runs
 from studio.services.errors import InvalidInput
 from studio.settings import Settings
-from studio.storage.tables import ACTIVE_STATES
 
 TITLE = "Export"
 TARGETS = [("A folder on the studio's machine", "folder"), ("A zip to download", "zip"),

@@ -335,15 +335,22 @@ def estimate(settings: Settings, actor: Actor, *form) -> tuple[list, str]:
     return table(rows, STAGE_COLUMNS), note
 
 
-def stage_time(stage: dict) -> str:
+def stage_time(stage: dict, expected: dict | None = None) -> str:
+    """A stage's seconds a step: about the `expected` step's (`presets.expected_time`'s
+    stage), at most the worst case's."""
     seconds = stage.get("seconds_per_step")
-    return "" if seconds is None else f", about {seconds:,.0f} s a step"
+    if seconds is None:
+        return ""
+    if expected is None:
+        return f", at most about {seconds:,.0f} s a step"
+    return f", about {expected['seconds_per_step']:,.0f} s a step (at most {seconds:,.0f})"
 
 
 def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.RECOMMENDED
                          ) -> str:
     """A ready-made run's stages and time on its queue's worker, before it is launched, beside
-    the time it took when it was measured."""
+    the time it took when it was measured: the step expected with answers as long as the
+    measured ones first, where the preset was measured, then the worst case."""
     config = presets.preset_config(name, settings)
     if not presets.data_ready(settings, name):
         return (f"*Estimate:* the {presets.PACKS[name]} pack is not stored yet; load it on the "
@@ -354,12 +361,18 @@ def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.R
         report = run_validation.validate_run(settings, actor, config)
     except UserError as exc:
         return error_markdown(str(exc), "No estimate")
+    timing, runs = report["time_estimate"], presets.measured_runs(name)
+    expected = presets.expected_time(settings, name, timing, report["stages"], runs)
+    per_stage = expected["stages"] if expected else [None] * len(report["stages"])
     lines = [f"- stage {s['stage']}: {s['exemplars']} exemplars for {s['steps']} steps, "
-             f"prompts up to {s['prompt_tokens']:,} tokens{stage_time(s)}"
-             for s in report["stages"]]
-    measured = presets.time_beside_measured(name, report["time_estimate"], config["model"])
-    return "\n".join([f"**Estimate:** {markdown_text(report['time_estimate']['message'])}",
-                      *lines, "", markdown_text(measured)])
+             f"prompts up to {s['prompt_tokens']:,} tokens{stage_time(s, e)}"
+             for s, e in zip(report["stages"], per_stage, strict=True)]
+    measured = markdown_text(presets.time_beside_measured(name, timing, config["model"], runs,
+                                                          expected))
+    worst = markdown_text(timing["message"])
+    if expected is None:
+        return "\n".join([f"**Estimate:** {worst}", *lines, "", measured])
+    return "\n".join([measured, "", f"**At most:** {worst}", *lines])
 
 
 def chosen_preset(settings: Settings, actor: Actor, name: str) -> tuple[str, str]:
@@ -524,8 +537,8 @@ def build(settings: Settings) -> None:
             gr.Markdown(GUIDANCE_WORDS)
             guidance = [setting_field(s, get_path(defaults, s.path))
                         for s in GUIDANCE_SETTINGS[:len(GUIDANCE_SHOWN)]]
-            with gr.Accordion("Guidance options and the call bonus", open=False,
-                              elem_id="guidance-options"):
+            with gr.Accordion("Guidance options, the exemplars' draw and the call bonus",
+                              open=False, elem_id="guidance-options"):
                 guidance += [setting_field(s, get_path(defaults, s.path))
                              for s in GUIDANCE_SETTINGS[len(GUIDANCE_SHOWN):]]
             with gr.Row():
@@ -641,9 +654,17 @@ def build(settings: Settings) -> None:
         return shown(*launch_quick_start(settings, signed_in(settings, request), follow_on,
                                          name))
 
-    launch_button.click(start, form, [launched, launch_message, follow, name, suggested,
-                                      name_hint])
-    quick_button.click(start_quick, quick_preset, [launched, quick_message, quick_follow])
+    def forget_last():
+        """A press launches anew: the last launch's message and *Watch it* go at once (else
+        *Watch it* pressed before the answer follows the run launched before)."""
+        return "", gr.Button(visible=False)
+
+    launch_button.click(forget_last, outputs=[launch_message, follow],
+                        show_progress="hidden").then(
+        start, form, [launched, launch_message, follow, name, suggested, name_hint])
+    quick_button.click(forget_last, outputs=[quick_message, quick_follow],
+                       show_progress="hidden").then(
+        start_quick, quick_preset, [launched, quick_message, quick_follow])
     on_show(acting(settings, quick_start_estimate), quick_preset, quick_estimate)
     quick_preset.change(acting(settings, chosen_preset), quick_preset,
                         [quick_estimate, quick_expect])

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from studio.cli import locate
-from studio.jobs import launcher
+from studio.jobs import launcher, locate
 from studio.settings import Settings, get_settings
 from studio.storage import db
 
@@ -63,7 +62,7 @@ POLL_SECONDS = 1.0
 def studio_ready(data_dir: Path | None, *, queue: bool = False) -> Settings:
     """Settings of an existing, migrated studio (and its broker when a job is sent): the one
     named, else the one `studio up` runs, else ./studio-data; never a new one
-    (studio.cli.locate)."""
+    (studio.jobs.locate)."""
     settings_with(data_dir=data_dir)
     settings = settings_with(**locate.studio_overrides())
     try:

@@ -60,8 +60,8 @@ def export(run_id: int = typer.Argument(..., help="The run whose checkpoint to e
 def exports_list(run_id: int = typer.Option(None, "--run", help="Only this run's exports."),
                  data_dir: Path = DataDir) -> None:
     """Every export, newest first, with the bytes it holds on disk (its owner's quota)."""
+    from studio.jobs.lifecycle import RunState
     from studio.services.exports import list_exports
-    from studio.storage.tables import RunState
 
     settings = studio_ready(data_dir)
     print_table(["ID", "OWNER", "RUN", "TARGET", "STEP", "STATE", "ON DISK (BYTES)", "WHERE"],

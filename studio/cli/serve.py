@@ -10,10 +10,9 @@ from pathlib import Path
 
 import typer
 
-from studio.cli import locate
 from studio.cli.common import DataDir, create_admin_once, fail, settings_with
-from studio.jobs import launcher
-from studio.settings import Settings
+from studio.jobs import launcher, locate
+from studio.settings import Settings, comma_separated
 
 Host = typer.Option(None, "--host", help="Address to listen on (STUDIO_HOST).")
 Port = typer.Option(None, "--port", help="Port to listen on (STUDIO_PORT).")
@@ -54,7 +53,7 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
 
 
 def _record(settings: Settings, url: str) -> None:
-    """Where this studio runs, for the CLI run from another folder (studio.cli.locate)."""
+    """Where this studio runs, for the CLI run from another folder (studio.jobs.locate)."""
     try:
         locate.write_record(settings, url)
     except OSError as exc:
@@ -80,7 +79,7 @@ def worker(queues: str = typer.Option("cpu", help="Comma-separated queues: cpu, 
            data_dir: Path = DataDir) -> None:
     """Run one worker alone, for production nodes."""
     settings = settings_with(data_dir=data_dir)
-    names = [q.strip() for q in queues.split(",") if q.strip()]
+    names = comma_separated(queues)
     from studio.jobs.queue import QUEUES, SHORT_QUEUE
 
     unknown = sorted(set(names) - set(QUEUES))

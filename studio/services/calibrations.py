@@ -18,7 +18,9 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.jobs import lifecycle
 from studio.jobs.engines import engine_named
+from studio.jobs.lifecycle import ACTIVE_STATES, JobTable, RunState
 from studio.jobs.queue import TRAINING_QUEUES, enqueue
 from studio.method.tools import results_words
 from studio.run_config import BF16_AUTOCAST, RunConfig
@@ -30,9 +32,12 @@ from studio.services.records import get_or_404, inserted_id, usernames
 from studio.services.tokenizers import check_model_folder
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import DeviceCalibration, Run, RunState, utcnow
+from studio.storage.tables import DeviceCalibration, Run, utcnow
 
 CALIBRATE_TASK = "worker.calibrate"
+CALIBRATION_JOBS = JobTable("calibration", DeviceCalibration, started="started_at")
+"""A calibration's life cycle (`studio.jobs.lifecycle`): it never beats, so one still running
+`LOST_AFTER` after its claim lost its worker and is interrupted."""
 DTYPES = ("auto", "float32", "bfloat16", BF16_AUTOCAST)
 #: A calibration running longer than this lost its worker (it takes about a minute).
 LOST_AFTER = timedelta(minutes=30)
@@ -60,7 +65,7 @@ class CalibrationView(TypedDict):
     queue: str
     threads: int
     dtype: str  # float32 | bfloat16 (engine.dtype resolved)
-    state: str  # queued | running | succeeded | failed
+    state: str  # queued | running | succeeded | failed | interrupted (its worker was lost)
     device: dict | None  # the measuring worker's device (studio.jobs.devices.queue_device)
     device_key: str | None
     worker: str | None
@@ -123,8 +128,19 @@ def _queue_calibration(settings: Settings, owner_id: int | None, *, model: str, 
     return get_calibration(settings, calibration_id)
 
 
+def _interrupt_lost(session: Session) -> None:
+    """Interrupt the calibrations running longer than `LOST_AFTER`: their worker is gone (a
+    measurement is stopped after `worker.calibration.TIMEOUT_SECONDS`), and the next launch
+    check queues a new one."""
+    lifecycle.interrupt_stale(
+        session, CALIBRATION_JOBS, "started_at", utcnow() - LOST_AFTER,
+        lambda row: f"worker {row.worker_hostname} took it more than "
+                    f"{LOST_AFTER.total_seconds() / 60:g} minutes ago and recorded nothing")
+
+
 def get_calibration(settings: Settings, calibration_id: int) -> CalibrationView:
     with session_scope(settings.sqlalchemy_url) as session:
+        _interrupt_lost(session)
         return _view(get_or_404(session, DeviceCalibration, calibration_id, "calibration"),
                      usernames(session))
 
@@ -143,6 +159,7 @@ def measured_speed(settings: Settings, model: str, queue: str, threads: int = 1
 
 def list_calibrations(settings: Settings) -> list[CalibrationView]:
     with session_scope(settings.sqlalchemy_url) as session:
+        _interrupt_lost(session)
         owners = usernames(session)
         return [_view(r, owners) for r in session.exec(
             select(DeviceCalibration).order_by(DeviceCalibration.id.desc()))]
@@ -154,25 +171,22 @@ def claim_calibration(settings: Settings, calibration_id: int, hostname: str,
                       device: dict) -> CalibrationView | None:
     """Take a queued calibration for this worker's `device`; None when it is not queued."""
     with session_scope(settings.sqlalchemy_url) as session:
-        row = session.get(DeviceCalibration, calibration_id)
-        if row is None or row.state != RunState.queued:
-            return None
-        row.state, row.started_at, row.worker_hostname = RunState.running, utcnow(), hostname
-        row.device, row.device_key = device, device["key"]
-        row.busy_runs = session.exec(select(func.count()).select_from(Run).where(
+        busy_runs = session.exec(select(func.count()).select_from(Run).where(
             Run.state == RunState.running, Run.worker_hostname == hostname)).one()
-        session.add(row)
-        return _view(row, usernames(session))
+        if not lifecycle.claim(session, CALIBRATION_JOBS, calibration_id,
+                               worker_hostname=hostname, device=device,
+                               device_key=device["key"], busy_runs=busy_runs):
+            return None
+        return _view(session.get(DeviceCalibration, calibration_id), usernames(session))
 
 
 def finish_calibration(settings: Settings, calibration_id: int, *, figures: dict | None = None,
                        error: str | None = None) -> None:
     """Record the figures (succeeded) or why it could not measure (failed)."""
+    outcome = RunState.failed if error else RunState.succeeded
     with session_scope(settings.sqlalchemy_url) as session:
-        row = get_or_404(session, DeviceCalibration, calibration_id, "calibration")
-        row.state = RunState.failed if error else RunState.succeeded
-        row.figures, row.error, row.finished_at = figures, error, utcnow()
-        session.add(row)
+        lifecycle.finish(session, CALIBRATION_JOBS, calibration_id, outcome, figures=figures,
+                         error=error)
 
 
 # --- the launch check's estimate ---------------------------------------------------------------
@@ -195,15 +209,11 @@ def _last_measured(session: Session, config: RunConfig) -> DeviceCalibration | N
 
 def _pending(session: Session, config: RunConfig, dtype: str) -> DeviceCalibration | None:
     """A calibration of the run's model, threads and dtype waiting or measuring on its queue."""
-    lost = utcnow() - LOST_AFTER
-    row = _latest(session, DeviceCalibration.model == config.model,
-                  DeviceCalibration.queue == config.queue,
-                  DeviceCalibration.threads == config.engine.threads,
-                  DeviceCalibration.dtype == dtype,
-                  DeviceCalibration.state.in_((RunState.queued, RunState.running)))
-    if row is not None and row.state == RunState.running and row.started_at < lost:
-        return None
-    return row
+    return _latest(session, DeviceCalibration.model == config.model,
+                   DeviceCalibration.queue == config.queue,
+                   DeviceCalibration.threads == config.engine.threads,
+                   DeviceCalibration.dtype == dtype,
+                   DeviceCalibration.state.in_(ACTIVE_STATES))
 
 
 def _measuring(session: Session, row: DeviceCalibration) -> dict:
@@ -282,6 +292,7 @@ def time_estimate(settings: Settings, config: RunConfig, stages: list[dict], *,
     threads, queue = config.engine.threads, config.queue
     devices = _queue_devices(settings, queue)
     with session_scope(settings.sqlalchemy_url) as session:
+        _interrupt_lost(session)
         same = (DeviceCalibration.model == config.model, DeviceCalibration.threads == threads)
         if not devices:
             row = _last_measured(session, config)

@@ -16,6 +16,8 @@ from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.ingest import IngestError, read_documents
+from studio.jobs import lifecycle
+from studio.jobs.lifecycle import ACTIVE_STATES, INDEX_BUILD_WORDS, CorpusStatus, JobTable, RunState
 from studio.jobs.queue import SHORT_QUEUE, enqueue
 from studio.method.tags import format_information
 from studio.retrieval import (
@@ -45,9 +47,13 @@ from studio.services.records import (
 from studio.services.run_plans import pinned_ids
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import Corpus, CorpusStatus, utcnow
+from studio.storage.tables import Corpus, utcnow
 
 INDEX_TASK = "worker.build_corpus_index"
+INDEX_BUILDS = JobTable("index build", Corpus, state="status", words=INDEX_BUILD_WORDS,
+                        finished=None, touched="updated_at")
+"""An index build's life cycle (`studio.jobs.lifecycle`), in its corpus's words; a build
+starts over when a worker takes it again."""
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
 _PROGRESS_EVERY_S = 1.0
@@ -230,19 +236,27 @@ def _update(settings: Settings, corpus_id: int, **values) -> None:
         session.add(corpus)
 
 
+def _finish(settings: Settings, corpus_id: int, outcome: RunState, **values) -> None:
+    with session_scope(settings.sqlalchemy_url) as session:
+        lifecycle.finish(session, INDEX_BUILDS, corpus_id, outcome, **values)
+
+
 def build_corpus_index(settings: Settings, corpus_id: int) -> CorpusView:
     """Read the corpus, split it into passages, build and save its BM25 index.
 
     Progress (rows read, passages indexed) is written about once a second; any
-    failure ends in status `failed` with the reason, never in a silent stop.
+    failure ends in status `failed` with the reason, never in a silent stop. A corpus whose
+    build has ended (a message delivered twice) is left as it is.
     """
     with session_scope(settings.sqlalchemy_url) as session:
         corpus = _load(session, corpus_id)
         source = settings.resolved_data_dir / corpus.upload_path
         filename, backend, opts = corpus.source_filename, corpus.backend, corpus.index_params
         folder = f"indexes/corpus-{corpus.id}-{corpus.content_hash[:16]}"
-    _update(settings, corpus_id, status=CorpusStatus.indexing, error=None, rows_read=0,
-            passages_indexed=0)
+        claimed = lifecycle.claim(session, INDEX_BUILDS, corpus_id, leaving=ACTIVE_STATES,
+                                  rows_read=0, passages_indexed=0)
+    if not claimed:
+        return get_corpus(settings, corpus_id)
     counts = {"rows_read": 0, "passages_indexed": 0}
     last_write = [time.monotonic()]
 
@@ -269,10 +283,10 @@ def build_corpus_index(settings: Settings, corpus_id: int) -> CorpusView:
     except Exception as exc:
         reason = str(exc) if isinstance(exc, (IngestError, ValueError)) else \
             f"{type(exc).__name__}: {exc}"
-        _update(settings, corpus_id, status=CorpusStatus.failed, error=reason, **counts)
+        _finish(settings, corpus_id, RunState.failed, error=reason, **counts)
         raise
     counts["passages_indexed"] = len(index)
-    _update(settings, corpus_id, status=CorpusStatus.ready, index_path=folder,
+    _finish(settings, corpus_id, RunState.succeeded, index_path=folder,
             num_passages=len(index), **counts)
     return get_corpus(settings, corpus_id)
 

@@ -20,11 +20,15 @@ logits are needed, and attention per token per token of context. A step of the e
 
 A calibration measures, on the worker's device, how fast each kind of work runs
 (operations per second for prefill, decoding, the reference pass and the update; seconds of
-fixed cost per decoding forward and per optimizer step), at shapes near a real step's. The
-estimate is the worst case of the configured budgets: every model turn uses
-`max_turn_tokens` until `max_response_tokens` is used up, and what is left of that budget
-goes to information blocks. Real rollouts usually stop earlier (an answer, EOS), so real
-steps are faster: the estimate says "at most about".
+fixed cost per decoding forward and per optimizer step), at shapes near a real step's.
+
+Two estimates come out of the same count. The worst case of the configured budgets: every
+model turn uses `max_turn_tokens` until `max_response_tokens` is used up, and what is left
+of that budget goes to information blocks ("at most about"). And the expected step, given
+how long a stage's responses were on average when runs of the config were measured
+(`TypicalResponse`): every row's own work at those lengths, while a rollout pass decodes
+until its longest row ends and a scoring micro-batch is as wide as its longest sequence
+(`longest_row_factor`).
 """
 
 from __future__ import annotations
@@ -43,12 +47,30 @@ LONG_RUN_SECONDS = 3 * 3600
 #: With LoRA the base weights get no gradient: the backward pass computes the activations'
 #: gradients only (about one forward's work instead of two), so the update costs about
 #: (1 + 1) / (1 + 2) of a full fine-tuning update; the adapters' optimizer step is negligible.
-#: An assumption from the operation count, not a measurement.
+#: An assumption from the operation count, for a calibration without `lora_rates` (measured
+#: with adapters in place since 2026-12-07: on one CPU thread 0.75-0.86 of a full update in
+#: two calibrations, and decoding about 1.3x slower).
 LORA_UPDATE_FACTOR = 2 / 3
 
 #: Below these many shared tokens the engine does not share a prefix (rollout.py, logprobs.py).
 MIN_SHARED_ROLLOUT = 16
 MIN_SHARED_UPDATE = 32
+
+
+def longest_row_factor(rows: int) -> float:
+    """How many times the mean response the longest of `rows` responses is: 1 + 0.2 log2
+    rows. Drawing 1, 2, 4, 8 and 16 of the logged rollouts of two calculator runs (their
+    turns' lengths, stage by stage) gave 1.0, 1.23, 1.41, 1.6 and 1.76 (docs/engine.md)."""
+    return 1 + 0.2 * math.log2(max(rows, 1))
+
+
+@dataclass(frozen=True)
+class TypicalResponse:
+    """A stage's responses on average, as measured: tokens the model sampled and tokens of
+    information blocks and notes."""
+
+    model_tokens: float
+    env_tokens: float
 
 
 @dataclass(frozen=True)
@@ -73,18 +95,22 @@ def token_work(shape: ModelShape, tokens: float, context: float, head_tokens: fl
 
 @dataclass(frozen=True)
 class StepShape:
-    """What one training step runs: its prompts and (worst-case) responses."""
+    """What one training step runs: its prompts and responses, every response alike (the
+    worst case) or, with `most`, of the given mean lengths."""
 
     batch: int  # distinct prompts (questions) per step
     group: int  # samples per question
     prompt: int  # tokens of each prompt
     shared: int  # tokens every prompt of the step starts with
-    model_tokens: int  # tokens each response samples
-    env_tokens: int  # tokens of information blocks and notes in each response
+    model_tokens: float  # tokens each response samples
+    env_tokens: float  # tokens of information blocks and notes in each response
     micro_batch: int = 4
     mini_batch: int | None = None
     reference: bool = True  # a KL term: the reference pass runs
     lora: bool = False
+    epochs: int = 1  # PPO epochs over the batch
+    rescored: int = 0  # groups the sampling weights score again (the logged rollouts')
+    most: tuple[int, int] | None = None  # with mean lengths: the budgets' (model, env) tokens
 
     @property
     def rows(self) -> int:
@@ -93,6 +119,24 @@ class StepShape:
     @property
     def mini_batches(self) -> int:
         return math.ceil(self.rows / min(self.mini_batch or self.rows, self.rows))
+
+    @property
+    def forwards(self) -> float:
+        """Decoding forwards of one rollout pass over the step's rows: until its longest
+        row has sampled its tokens."""
+        if self.most is None:
+            return self.model_tokens
+        return min(self.most[0], longest_row_factor(self.rows) * self.model_tokens)
+
+    @property
+    def scored_width(self) -> float:
+        """Response tokens a scoring pass runs per row: a micro-batch (a group's rows) is as
+        wide as its longest sequence."""
+        response = self.model_tokens + self.env_tokens
+        if self.most is None:
+            return response
+        rows = min(self.group, self.micro_batch)
+        return min(sum(self.most), longest_row_factor(rows) * response)
 
 
 def rollout_prefill_work(shape: ModelShape, step: StepShape) -> float:
@@ -123,10 +167,10 @@ def scoring_work(shape: ModelShape, step: StepShape, mini_batches: int = 1) -> f
     shared = step.shared if step.batch > 1 and step.shared >= MIN_SHARED_UPDATE else 0
     shared = min(shared, step.prompt - 1)
     prompt_passes = step.batch * math.ceil(step.group / step.micro_batch)
-    response = step.model_tokens + step.env_tokens
     return (mini_batches * token_work(shape, shared, 0)
             + prompt_passes * token_work(shape, step.prompt - shared, shared)
-            + step.rows * token_work(shape, response, step.prompt, head_tokens=step.model_tokens))
+            + step.rows * token_work(shape, step.scored_width, step.prompt,
+                                     head_tokens=step.model_tokens))
 
 
 @dataclass(frozen=True)
@@ -146,27 +190,41 @@ class Rates:
             "prefill", "decode", "decode_forward", "reference", "update", "optimizer_step")))
 
 
-def rollout_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> float:
-    """Seconds to sample the step's rows in one pass (prefill, decoding, the tools' blocks)."""
+def rollout_work_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> float:
+    """Seconds of the rows' own work in sampling them (prefill, decoding, the tools' blocks),
+    without the fixed cost of each decoding forward."""
     return ((rollout_prefill_work(shape, step) + rollout_env_work(shape, step)) / rates.prefill
-            + step.model_tokens * rates.decode_forward + decode_work(shape, step) / rates.decode)
+            + decode_work(shape, step) / rates.decode)
+
+
+def rollout_seconds(shape: ModelShape, rates: Rates, step: StepShape) -> float:
+    """Seconds to sample the step's rows in one pass."""
+    return rollout_work_seconds(shape, rates, step) + step.forwards * rates.decode_forward
 
 
 def step_seconds(shape: ModelShape, rates: Rates, step: StepShape,
-                 rollout: float | None = None) -> dict[str, float]:
-    """Seconds of each phase of one step (rollout, reference, update) and their sum;
-    `rollout`: the sampling's seconds when it is not one pass over `step`'s prompts
-    (`mixed_rollout_seconds`)."""
-    rollout = rollout_seconds(shape, rates, step) if rollout is None else rollout
+                 rollout: float | None = None, adapted: Rates | None = None
+                 ) -> dict[str, float]:
+    """Seconds of each phase of one step as the trainer times them (rollout; reference: the
+    reference pass and the sampling weights' pass; update) and their sum; `rollout`: the
+    sampling's seconds when it is not one pass over `step`'s prompts
+    (`mixed_rollout_seconds`); `adapted`: the rates of the model with LoRA adapters in place
+    (`lora_rates`), which samples, scores for the logs and trains in a LoRA run, while the
+    reference is the base (its adapters off)."""
+    policy = adapted or rates
+    rollout = rollout_seconds(shape, policy, step) if rollout is None else rollout
     reference = scoring_work(shape, step) / rates.reference if step.reference else 0.0
-    mini = step.mini_batches
-    update = scoring_work(shape, step, mini) / rates.update
-    if step.lora:
+    optimizer_steps = step.mini_batches * step.epochs
+    # the sampling weights score the logged groups, or every group when the update takes
+    # several optimizer steps (their log-probs, before the first one)
+    rescored = step.batch if optimizer_steps > 1 else min(step.rescored, step.batch)
+    if rescored:
+        reference += scoring_work(shape, replace(step, batch=rescored)) / policy.reference
+    update = step.epochs * scoring_work(shape, step, step.mini_batches) / policy.update
+    if step.lora and adapted is None:
         update *= LORA_UPDATE_FACTOR
     else:
-        update += mini * rates.optimizer_step
-    if mini > 1:  # the old policy's log-probs, once before the first optimizer step
-        update += scoring_work(shape, step) / rates.reference
+        update += optimizer_steps * policy.optimizer_step
     return {"rollout": rollout, "reference": reference, "update": update,
             "total": rollout + reference + update}
 
@@ -181,8 +239,9 @@ def mixed_rollout_seconds(shape: ModelShape, rates: Rates, trained: StepShape, g
     hinted = replace(trained, group=guided, prompt=hinted_prompt, shared=hinted_shared)
     plain = replace(trained, group=trained.group - guided)
     parts = [part for part in (hinted, plain) if part.group]
-    return (sum(rollout_seconds(shape, rates, part) for part in parts)
-            - (len(parts) - min(passes, len(parts))) * trained.model_tokens * rates.decode_forward)
+    forwards = sum(part.forwards for part in parts) if passes > 1 else trained.forwards
+    return (sum(rollout_work_seconds(shape, rates, part) for part in parts)
+            + forwards * rates.decode_forward)
 
 
 def worst_case_response(grpo: GrpoSpec | Limits) -> tuple[int, int]:
@@ -231,14 +290,23 @@ def duration_words(seconds: float) -> str:
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
-def step_shape(config: RunConfig, prompt_tokens: int, shared_tokens: int) -> StepShape:
-    """A stage's step under the config's worst case (see `worst_case_response`)."""
+def step_shape(config: RunConfig, prompt_tokens: int, shared_tokens: int,
+               typical: TypicalResponse | None = None) -> StepShape:
+    """A stage's step under the config's worst case (see `worst_case_response`), or with
+    responses of the `typical` lengths within the same budgets."""
     grpo = config.grpo
-    model_tokens, env_tokens = worst_case_response(grpo)
+    most = worst_case_response(grpo)
+    model_tokens, env_tokens = most if typical is None else (typical.model_tokens,
+                                                             typical.env_tokens)
+    # the penalties in the reward need every group's log-probs under the sampling weights
+    rescored = (grpo.batch_size if grpo.kl_in == "reward" and grpo.kl_coef > 0
+                else config.engine.log_groups_per_step)
     return StepShape(batch=grpo.batch_size, group=grpo.group_size, prompt=prompt_tokens,
                      shared=shared_tokens, model_tokens=model_tokens, env_tokens=env_tokens,
                      micro_batch=grpo.micro_batch_size, mini_batch=grpo.mini_batch_size,
-                     reference=grpo.kl_coef > 0, lora=config.lora is not None)
+                     reference=grpo.kl_coef > 0, lora=config.lora is not None,
+                     epochs=grpo.ppo_epochs, rescored=rescored,
+                     most=None if typical is None else most)
 
 
 def _prompt(stage: dict, zero_shot: bool = False) -> tuple[int, int]:
@@ -250,26 +318,33 @@ def _prompt(stage: dict, zero_shot: bool = False) -> tuple[int, int]:
     return min(tokens, limit), 0 if tokens > limit else stage[f"{lead}shared_tokens"]
 
 
-def estimate_run(figures: dict, config: RunConfig, stages: Sequence[dict]) -> dict:
+def estimate_run(figures: dict, config: RunConfig, stages: Sequence[dict],
+                 typical: Sequence[TypicalResponse] | None = None) -> dict:
     """Seconds per step of each stage and the run's total, from a calibration's `figures`
     and the launch check's stages (`stage`, `exemplars`, `steps`, `prompt_tokens`,
     `shared_tokens`, their `zero_shot_` twins for the prompt without exemplars, and
-    `max_prompt_tokens`). `steps` per stage in the answer are the steps this run spends in
-    it (`grpo.steps` may cut or extend the plan). In a mixed-guidance stage with exemplars
-    only the hinted part of the sampling pays for them (`mixed_rollout_seconds`)."""
+    `max_prompt_tokens`): the worst case, or the expected step with each stage's responses
+    as long as `typical`'s (one per stage). `steps` per stage in the answer are the steps
+    this run spends in it (`grpo.steps` may cut or extend the plan). In a mixed-guidance
+    stage with exemplars only the hinted part of the sampling pays for them
+    (`mixed_rollout_seconds`)."""
     shape, rates = ModelShape.from_dict(figures["shape"]), Rates.from_dict(figures["rates"])
+    adapted = (Rates.from_dict(figures["lora_rates"])
+               if config.lora is not None and "lora_rates" in figures else None)
     counts = steps_per_stage([s["steps"] for s in stages], config.total_steps)
+    responses = [None] * len(stages) if typical is None else typical
     guidance = config.guidance
     rows, total = [], 0.0
-    for stage, count in zip(stages, counts, strict=True):
+    for stage, count, response in zip(stages, counts, responses, strict=True):
         if guidance.mode == "mixed" and stage["exemplars"] > 0:
-            trained = step_shape(config, *_prompt(stage, zero_shot=True))
+            trained = step_shape(config, *_prompt(stage, zero_shot=True), response)
             rollout = mixed_rollout_seconds(
-                shape, rates, trained, guided_count(guidance.share, trained.group),
+                shape, adapted or rates, trained, guided_count(guidance.share, trained.group),
                 *_prompt(stage), passes=2 if guidance.when == "all-failed" else 1)
-            seconds = step_seconds(shape, rates, trained, rollout)
+            seconds = step_seconds(shape, rates, trained, rollout, adapted)
         else:
-            seconds = step_seconds(shape, rates, step_shape(config, *_prompt(stage)))
+            seconds = step_seconds(shape, rates, step_shape(config, *_prompt(stage), response),
+                                   adapted=adapted)
         total += count * seconds["total"]
         rows.append({"stage": stage["stage"], "exemplars": stage["exemplars"], "steps": count,
                      "seconds_per_step": seconds["total"],

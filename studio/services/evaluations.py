@@ -14,6 +14,8 @@ from datetime import timedelta
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.jobs import lifecycle
+from studio.jobs.lifecycle import ACTIVE_STATES, CorpusStatus, JobTable, RunState
 from studio.jobs.queue import TRAINING_QUEUES, enqueue
 from studio.method import failures
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, PROTOCOL_KEYS
@@ -46,18 +48,12 @@ from studio.services.run_plans import DataRef, PlannedDataGone, RunPlan, load_pl
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import (
-    ACTIVE_STATES,
-    Corpus,
-    CorpusStatus,
-    Evaluation,
-    QASet,
-    Run,
-    RunState,
-    utcnow,
-)
+from studio.storage.tables import Corpus, Evaluation, QASet, Run, utcnow
 
 EVAL_TASK = "worker.evaluate"
+EVALUATION_JOBS = JobTable("evaluation", Evaluation)
+"""An evaluation's life cycle (`studio.jobs.lifecycle`); when a worker took it is in its
+params (`started_at`)."""
 QUEUED_AT_END_WITHIN = timedelta(minutes=2)
 """How soon after a run's success its worker queues the evaluations its plan asks for (it
 sees the training process exit, which can take a while to free a large model)."""
@@ -282,19 +278,17 @@ def claim_evaluation(settings: Settings, evaluation_id: int) -> EvaluationView |
     before it started, or a redelivered message for one taken already)."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
-        if evaluation.state != RunState.queued:
-            return None
-        evaluation.state = RunState.running
         # when the wait in the queue ended: how long the evaluation itself takes
-        evaluation.params = {**(evaluation.params or {}), "started_at": utcnow().isoformat()}
-        session.add(evaluation)
+        started = {**(evaluation.params or {}), "started_at": utcnow().isoformat()}
+        if not lifecycle.claim(session, EVALUATION_JOBS, evaluation_id, params=started):
+            return None
     return get_evaluation(settings, evaluation_id)
 
 
 def is_running(settings: Settings, evaluation_id: int) -> bool:
+    """The task's heartbeat: False once the evaluation is cancelled (or deleted)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        evaluation = session.get(Evaluation, evaluation_id)
-        return evaluation is not None and evaluation.state == RunState.running
+        return lifecycle.beat(session, EVALUATION_JOBS, evaluation_id)
 
 
 def cancel_evaluation(settings: Settings, actor: Actor, evaluation_id: int) -> EvaluationView:
@@ -302,11 +296,9 @@ def cancel_evaluation(settings: Settings, actor: Actor, evaluation_id: int) -> E
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_owned(session, Evaluation, evaluation_id, "evaluation", actor,
                                "cancel")
-        if evaluation.state not in ACTIVE_STATES:
+        if not lifecycle.cancel(session, EVALUATION_JOBS, evaluation_id):
             raise Conflict(f"evaluation {evaluation_id} is already "
                            f"{RunState(evaluation.state).value}")
-        evaluation.state, evaluation.finished_at = RunState.cancelled, utcnow()
-        session.add(evaluation)
     return get_evaluation(settings, evaluation_id)
 
 
@@ -317,20 +309,16 @@ def update_evaluation(settings: Settings, evaluation_id: int, *, state: RunState
     Nothing changes once the evaluation has ended (a cancel is final)."""
     with session_scope(settings.sqlalchemy_url) as session:
         evaluation = get_or_404(session, Evaluation, evaluation_id, "evaluation")
-        if evaluation.state not in ACTIVE_STATES:
-            return
-        if state is not None:
-            evaluation.state = state
-            if state not in ACTIVE_STATES:
-                evaluation.finished_at = utcnow()
+        values = {key: value for key, value in (("metrics", metrics), ("error", error))
+                  if value is not None}
         if progress is not None:
-            evaluation.params = {**(evaluation.params or {}), "done": progress[0],
-                                 "total": progress[1]}
-        if metrics is not None:
-            evaluation.metrics = metrics
-        if error is not None:
-            evaluation.error = error
-        session.add(evaluation)
+            values["params"] = {**(evaluation.params or {}), "done": progress[0],
+                                "total": progress[1]}
+        if state is not None:
+            lifecycle.move(session, EVALUATION_JOBS, evaluation_id, state,
+                           leaving=ACTIVE_STATES, **values)
+        elif values:
+            lifecycle.beat(session, EVALUATION_JOBS, evaluation_id, **values)
 
 
 def evaluate_base_and_trained(settings: Settings, actor: Actor, run_id: int,

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.jobs.lifecycle import RunState
 from studio.method.evaluation import MAX_TRIED_EXEMPLARS, EvalConfig
 from studio.method.tools import check_tool_names, corpus_tools
 from studio.services import calibrations, evaluations, exemplar_sets, qa_sets
@@ -32,7 +33,7 @@ from studio.services.evaluations import EvaluationView
 from studio.services.prompt_preview import preview_exemplars, tools_written
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import Evaluation, RunState
+from studio.storage.tables import Evaluation
 
 TRIED_QUESTIONS = 5
 MAX_TRIED_QUESTIONS = 10

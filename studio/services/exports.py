@@ -30,6 +30,8 @@ from sqlmodel import Session, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.ingest.errors import size_text
+from studio.jobs import lifecycle
+from studio.jobs.lifecycle import ACTIVE_STATES, REQUEUE_FROM, JobTable, RunState
 from studio.jobs.queue import SHORT_QUEUE, enqueue
 from studio.models.base_models import local_model_folder
 from studio.services.access import Actor
@@ -40,11 +42,13 @@ from studio.services.run_folder import RunFolder, adapter_folder
 from studio.services.run_plans import stored_plan
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import ACTIVE_STATES, Export, Run, RunState, User, utcnow
+from studio.storage.tables import Export, Run, User
 
 EXPORT_TASK = "worker.export"
+EXPORT_JOBS = JobTable("export", Export)
+"""An export's life cycle (`studio.jobs.lifecycle`); its work starts over when a worker takes
+it again."""
 TARGETS = ("folder", "zip", "hub")
-RETRYABLE = (RunState.failed, RunState.interrupted)
 # A Hub repo id: "name" (the token's own namespace) or "namespace/name".
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 # The files of a Hugging Face model folder that an export carries: weights, config,
@@ -241,7 +245,7 @@ def _discard_tokens_of_finished_exports(settings: Settings) -> None:
         return
     with session_scope(settings.sqlalchemy_url) as session:
         active = set(session.exec(select(Export.id).where(
-            Export.id.in_(waiting), Export.state.in_((RunState.queued, RunState.running)))))
+            Export.id.in_(waiting), Export.state.in_(ACTIVE_STATES))))
     for export_id in waiting - active:
         discard_token(settings, export_id)
 
@@ -277,7 +281,7 @@ def _view(settings: Settings, export: Export, owners: dict[int, str]) -> ExportV
             "step": export.step, "repo_id": export.repo_id, "private": export.private,
             "state": export.state, "progress": export.progress, "message": export.message,
             "location": export.location, "error": export.error,
-            "retryable": export.state in RETRYABLE,
+            "retryable": export.state in REQUEUE_FROM,
             "stored_bytes": sum(disk_bytes(p) for p in export_files(settings, export.id)),
             "created_at": export.created_at.isoformat(),
             "finished_at": export.finished_at.isoformat() if export.finished_at else None}
@@ -325,16 +329,15 @@ def retry_export(settings: Settings, actor: Actor, export_id: int, *,
     """Queue a failed export again; a Hub push needs its token again (it was not kept)."""
     with session_scope(settings.sqlalchemy_url) as session:
         export = get_owned(session, Export, export_id, "export", actor, "retry")
-        if export.state not in RETRYABLE:
+        # while queued, the view's message says where it waits; a check below that refuses
+        # the retry rolls this back
+        if not lifecycle.requeue(session, EXPORT_JOBS, export_id, message=None):
             raise Conflict(f"export {export_id} is {export.state}; only a failed export "
                            "can be retried")
         _check_hub_request(export.target, export.repo_id, token)
         _check_quota(settings, session, export.owner_id,
                      estimated_bytes(settings, export.run_id, export.step),
                      f"export {export_id} built again", besides=export_id)
-        export.state, export.error, export.finished_at = RunState.queued, None, None
-        export.message = None  # while queued, the view says where it waits
-        session.add(export)
     _start(settings, export_id, token.strip() if token else None, start)
     return get_export(settings, export_id)
 
@@ -407,21 +410,27 @@ def zip_filename(run_name: str, step: int) -> str:
 # --- state changes made by the worker -------------------------------------------------------
 
 
+def claim_export(settings: Settings, export_id: int) -> bool:
+    """A worker takes a queued export, or one a worker that died was making (its message,
+    delivered again: the export starts over); False when it has ended."""
+    with session_scope(settings.sqlalchemy_url) as session:
+        return lifecycle.claim(session, EXPORT_JOBS, export_id, leaving=ACTIVE_STATES,
+                               progress=0.0, message="starting")
+
+
 def update_export(settings: Settings, export_id: int, *, state: RunState | None = None,
                   progress: float | None = None, message: str | None = None,
                   location: str | None = None, repo_id: str | None = None,
                   error: str | None = None) -> None:
-    """Worker-side: state, progress (0..1) with what it is doing, where it ended, or why not."""
+    """Worker-side: progress (0..1) with what it is doing; the outcome (`state` succeeded or
+    failed) with where it ended, or why not."""
+    values = {field: value for field, value in (
+        ("progress", progress), ("message", message and message[:512]), ("location", location),
+        ("repo_id", repo_id), ("error", error)) if value is not None}
     with session_scope(settings.sqlalchemy_url) as session:
-        export = session.get(Export, export_id)
-        if export is None:
+        if session.get(Export, export_id) is None:
             raise NotFound(f"export {export_id} does not exist")
         if state is not None:
-            export.state = state
-            export.finished_at = utcnow() if state in (RunState.succeeded, RunState.failed) \
-                else None
-        for field, value in (("progress", progress), ("message", message and message[:512]),
-                             ("location", location), ("repo_id", repo_id), ("error", error)):
-            if value is not None:
-                setattr(export, field, value)
-        session.add(export)
+            lifecycle.finish(session, EXPORT_JOBS, export_id, state, **values)
+        elif values:
+            lifecycle.beat(session, EXPORT_JOBS, export_id, **values)

@@ -17,22 +17,13 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
+from studio.jobs.lifecycle import ACTIVE_STATES, CorpusStatus, RunState
 from studio.jobs.queue import QUEUE_JOBS, SHORT_QUEUE
 from studio.services.estimates import duration_words
 from studio.services.health import live_workers, start_a_worker
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import (
-    ACTIVE_STATES,
-    Corpus,
-    CorpusStatus,
-    DeviceCalibration,
-    Evaluation,
-    Export,
-    Run,
-    RunMetric,
-    RunState,
-)
+from studio.storage.tables import Corpus, DeviceCalibration, Evaluation, Export, Run, RunMetric
 
 #: The recent steps whose pace says how long a running run has left.
 PACE_STEPS = 5

@@ -19,6 +19,7 @@ import yaml
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.escaping import code_span, markdown_text
+from studio.jobs.lifecycle import RunState
 from studio.method.tools import TOOLS, corpus_tools, named_specs, results_words, sole_verb
 from studio.models.base_models import packaged_model
 from studio.run_config import LoraSpec, RunConfig
@@ -31,7 +32,7 @@ from studio.services.run_plans import DataRef, RunPlan, pinned_row, stored_plan
 from studio.settings import Settings
 from studio.steps import MARK_POINTS_BELOW, shown_step, stage_line_x
 from studio.storage.db import session_scope
-from studio.storage.tables import Corpus, QASet, RunState
+from studio.storage.tables import Corpus, QASet
 
 REWARD_CURVES = "reward_curves.png"
 EVAL_COLUMNS = (("EM", "em"), ("SubEM", "subem"), ("F1", "f1"),

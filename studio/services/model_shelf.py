@@ -18,11 +18,12 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from studio.jobs.lifecycle import RunState
 from studio.models.base_models import PACKAGED_MODELS, conversion_record, models_dir
 from studio.services.estimates import calibration_summary
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import DeviceCalibration, RunState
+from studio.storage.tables import DeviceCalibration
 
 
 def install_command(pip_name: str) -> str:

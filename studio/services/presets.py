@@ -15,14 +15,17 @@ it is judged on the held-out span questions and the demo's held-out ones. `calcu
 guided ICRL on the arithmetic pack, the quick start the README and the Home page recommend
 (`RECOMMENDED`); `math` is the same on the math pack with the python tool. Each preset says
 beside it what it did when it was measured (`expectation`, from its stored results), and
-the Launch page sets its time estimate beside the time it took then (`time_beside_measured`).
+the Launch page sets its time estimate beside the time it took then (`time_beside_measured`):
+the step expected with answers as long as the measured ones (`expected_time`), beside the
+measured step.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +33,10 @@ from studio import demo as demo_files
 from studio.method.tags import CALCULATOR_TOOL, PYTHON_TOOL, SEARCH_TOOL
 from studio.method.tools import DEFAULT_TOOL_NAMES, using_words
 from studio.run_config import RunConfig
-from studio.services import demo
+from studio.services import calibrations, demo
 from studio.services.access import Actor
 from studio.services.errors import InvalidInput
+from studio.services.estimates import TypicalResponse, duration_words, estimate_run
 from studio.settings import Settings
 
 QUICK_START = "quick-start"
@@ -201,25 +205,69 @@ def same_run(measured: dict, preset: dict) -> bool:
     return canonical(measured) == canonical(preset)
 
 
-def measured_runs(name: str) -> list[dict]:
-    """Per seed (in seed order), what preset `name` did when measured: `seed`, `results`
-    (per held-out QA set the preset's zero-shot evaluation, and the untrained model's where
-    measured), `minutes` and `command`. Only a measured arm whose config is the preset's
-    counts; [] when none is stored."""
-    out = []
+def _stored_arms(name: str) -> Iterator[tuple[dict, str]]:
+    """Each stored result of preset `name` with its arm whose config is the preset's."""
     for path in sorted((MEASURED / name).glob("*.json")):
         stored = json.loads(path.read_text())
         arm = next((arm for arm, config in stored["configs"].items()
                     if arm in stored["results"] and same_run(config, RUN_PRESETS[name])), None)
-        if arm is None:
-            continue
-        out.append({"seed": int(stored["args"]["seed"]), "arm": stored["results"][arm],
-                    "base": stored["results"].get("base"), "held_out": stored["held_out"],
-                    "minutes": stored["minutes"]["all"],
-                    "training_minutes": stored["minutes"].get("training"),
-                    "model": stored["configs"][arm].get("model"), "command": stored["command"],
-                    "date": stored.get("date"), "machine": stored.get("machine", QUIET)})
+        if arm is not None:
+            yield stored, arm
+
+
+def measured_runs(name: str) -> list[dict]:
+    """Per seed (in seed order), what preset `name` did when measured: `seed`, `results`
+    (per held-out QA set the preset's zero-shot evaluation, and the untrained model's where
+    measured), `minutes`, `command` and `steps` (each training step's figures: `stage`,
+    `time_step`, `model_tokens`, `response_length`...). Only a measured arm whose config is
+    the preset's counts; [] when none is stored."""
+    out = [{"seed": int(stored["args"]["seed"]), "arm": stored["results"][arm],
+            "base": stored["results"].get("base"), "held_out": stored["held_out"],
+            "minutes": stored["minutes"]["all"],
+            "training_minutes": stored["minutes"].get("training"),
+            "model": stored["configs"][arm].get("model"), "command": stored["command"],
+            "date": stored.get("date"), "machine": stored.get("machine", QUIET),
+            "steps": stored.get("curves", {}).get(arm, [])}
+           for stored, arm in _stored_arms(name)]
     return sorted(out, key=lambda run: run["seed"])
+
+
+def typical_responses(steps: list[dict], stages: int) -> list[TypicalResponse] | None:
+    """Per curriculum stage, the mean response of measured `steps` (the bench's per-step
+    figures: a step's `model_tokens` and `response_length` are its rollouts' means); None
+    when a stage has no measured step."""
+    typical = []
+    for stage in range(stages):
+        measured = [s for s in steps if s["stage"] == stage]
+        if not measured:
+            return None
+        model = statistics.fmean(s["model_tokens"] for s in measured)
+        typical.append(TypicalResponse(model, statistics.fmean(
+            s["response_length"] for s in measured) - model))
+    return typical
+
+
+def measured_step_seconds(runs: list[dict]) -> float | None:
+    """A measured step's seconds: each run's training steps' mean, the median over the runs
+    whose steps are stored; None when none is."""
+    means = [statistics.fmean(s["time_step"] for s in run["steps"]) for run in runs
+             if run["steps"]]
+    return statistics.median(means) if means else None
+
+
+def expected_time(settings: Settings, name: str, timing: dict, stages: list[dict],
+                  runs: list[dict] | None = None) -> dict | None:
+    """Preset `name`'s expected time (`estimates.estimate_run` with its measured runs'
+    response lengths) from the calibration its launch estimate (`timing`,
+    `calibrations.time_estimate`'s) used, over the launch check's `stages`; None before
+    the estimate is ready or without measured steps."""
+    runs = measured_runs(name) if runs is None else runs
+    typical = typical_responses([s for run in runs for s in run["steps"]], len(stages))
+    if timing.get("state") != "ready" or typical is None:
+        return None
+    figures = calibrations.get_calibration(settings, timing["calibration"])["figures"]
+    config = RunConfig.model_validate(preset_config(name, settings))
+    return estimate_run(figures, config, stages, typical)
 
 
 def _percents(values: list[float]) -> str:
@@ -272,25 +320,38 @@ the Launch page says why."""
 
 
 def time_beside_measured(name: str, timing: dict, model: str,
-                         runs: list[dict] | None = None) -> str:
-    """Preset `name`'s launch estimate (`timing`, `calibrations.time_estimate`'s, for `model`)
-    beside the training time it took when measured, in plain text (a worker's name is in it);
-    where one is over `SPREAD` times the other, why (the estimate is a worst case; the stored
-    figures name the machine and the model that ran them)."""
+                         runs: list[dict] | None = None, expected: dict | None = None) -> str:
+    """Preset `name`'s launch estimate beside the time it took when measured, in plain text
+    (a worker's name is in it): the expected step (`expected`, `expected_time`'s) and the
+    measured one side by side with their ratio, else the worst case (`timing`,
+    `calibrations.time_estimate`'s, for `model`) beside the training time; where one is over
+    `SPREAD` times the other, why (a worst case; the stored figures name the machine, its
+    load and the model that ran them)."""
     runs = measured_runs(name) if runs is None else runs
     if not runs:
         return "Measured: not yet with these settings; the estimate is all there is."
     trained = [r["training_minutes"] or r["minutes"] for r in runs]
-    line = (f"Measured: {_span(trained)} minutes of training, "
+    step = measured_step_seconds(runs)
+    line = (f"Measured: {_span(trained)} minutes of training"
+            f"{'' if step is None else f' ({step:,.0f} s per step)'}, "
             f"{_span([r['minutes'] for r in runs])} with its evaluation, on {len(runs)} "
             f"seed{'s' * (len(runs) > 1)} ({_machines(runs)}).")
     if timing.get("state") != "ready":
         return line
-    estimate = timing["total_seconds"] / 60
-    if estimate > SPREAD * max(trained):
+    worst = expected is None or step is None
+    if worst:
+        ratio = timing["total_seconds"] / 60 / statistics.median(trained)
+    else:
+        about = expected["total_seconds"] / expected["total_steps"]
+        ratio = about / step
+        line = (f"Estimate: about {about:,.0f} s per step "
+                f"({duration_words(expected['total_seconds'])} for the run), measured: "
+                f"{step:,.0f} s per step on {_machines(runs)} (estimate / measured: "
+                f"{ratio:.2f}), the answers as long as the measured ones.\n\n{line}")
+    if ratio > SPREAD and worst:
         reasons = ["the estimate is the most a run can take, every answer using its whole "
                    "token budget, and the measured answers were shorter"]
-    elif estimate * SPREAD < min(trained):
+    elif ratio > SPREAD or ratio * SPREAD < 1:
         reasons = [f"the stored figures came from {_machines(runs)}, the estimate from the "
                    f"speed this studio's worker measured ({timing['device']} on "
                    f"{timing['worker']})"]

@@ -409,8 +409,8 @@ def unused_keys(config: dict | None) -> set[str]:
     them), every setting of an engine's own section (`verl.`) on another backend, and a GRPO
     option's companion while the option is off (the sampling bound without dynamic
     sampling, the overlong penalty without its buffer, the KL estimator and place without a
-    KL coefficient, the guidance's options in a `shown` run and luffy's gamma without
-    luffy)."""
+    KL coefficient, the guidance's options in a `shown` run, luffy's gamma without
+    luffy and the exemplars' draw when none is sampled)."""
     flat = _flatten(config)
     curriculum = (config or {}).get("curriculum") or {}
     unused = ({"curriculum.preset", "curriculum.steps_per_stage"} if curriculum.get("stages")
@@ -429,6 +429,8 @@ def unused_keys(config: dict | None) -> set[str]:
         unused |= {"guidance.share", "guidance.shaping", "guidance.when"}
     if shown or flat.get("guidance.shaping") != "luffy":
         unused.add("guidance.gamma")
+    if flat.get("prompt.exemplar_selection", "first") == "first":
+        unused.add("prompt.exemplar_draw")
     return unused & set(flat)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from studio.jobs.lifecycle import FINAL_STATES
 from studio.services.run_streams import (
     EVENTS_TABLE,
     METRICS_TABLE,
@@ -22,7 +23,6 @@ from studio.services.run_streams import (
 )
 from studio.services.runs import get_run
 from studio.settings import Settings
-from studio.storage.tables import FINAL_STATES
 
 
 @dataclass(frozen=True)

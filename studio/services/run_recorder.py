@@ -13,9 +13,12 @@ from dataclasses import dataclass
 
 from sqlmodel import delete
 
+from studio.jobs import lifecycle
+from studio.jobs.lifecycle import RunState
+from studio.services.runs import RUN_JOBS
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, utcnow
 
 LOADING = "loading the model and data"
 STEP_PHASES = ("rolling out", "scoring", "updating")  # a step's phases, in order
@@ -91,10 +94,10 @@ class RunRecorder:
         """The run stops here, paused (the collapse sentinel's `pause`, after the checkpoint
         it resumes from); `reason` says which signal and what to try."""
         with session_scope(self.settings.sqlalchemy_url) as session:
-            run = self.owned(session)
-            run.state, run.finished_at, run.phase, run.error = (RunState.paused, utcnow(),
-                                                                None, reason)
-            session.add(run)
+            self.owned(session)
+            fence = () if self.attempt is None else (Run.attempt == self.attempt,)
+            lifecycle.move(session, RUN_JOBS, self.run_id, RunState.paused, *fence, phase=None,
+                           error=reason)
 
     def checkpointed(self, folder: str) -> None:
         """The run's latest complete checkpoint is `folder` (relative to the data dir)."""

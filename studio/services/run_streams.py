@@ -35,6 +35,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
+from studio.jobs.lifecycle import FINAL_STATES, RunState
 from studio.services.errors import InvalidInput, NotFound
 from studio.services.run_history import (
     ROLLOUT_SUMMARY_COLUMNS,
@@ -43,7 +44,7 @@ from studio.services.run_history import (
     rollout_summary,
 )
 from studio.storage.db import session_scope
-from studio.storage.tables import FINAL_STATES, Rollout, Run, RunEvent, RunMetric, RunState, utcnow
+from studio.storage.tables import Rollout, Run, RunEvent, RunMetric, utcnow
 
 log = logging.getLogger(__name__)
 

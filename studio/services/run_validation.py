@@ -22,6 +22,7 @@ from sqlalchemy import func
 from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.jobs.lifecycle import CorpusStatus
 from studio.method.curriculum import CurriculumError
 from studio.method.exemplars import validate_exemplars
 from studio.method.prompt import common_prefix_length, longest_prompt_inputs
@@ -36,7 +37,7 @@ from studio.services.run_plans import RunPlan, make_plan
 from studio.services.tokenizers import checked_tokenizer
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import Corpus, CorpusStatus, QAItem, QASet, Role
+from studio.storage.tables import Corpus, QAItem, QASet, Role
 
 CANDIDATES = 100  # the longest questions by characters, of which the tokenizer picks the longest
 
@@ -135,8 +136,8 @@ def _longest_questions(settings: Settings, qa_set_id: int) -> list[str]:
 def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     """Per curriculum stage: its exemplar count, steps, longest prompt in tokens, and the
     tokens its prompts share (the instruction and the exemplars: the engine runs them once
-    per step; with sampled exemplars only the part before them); the same two of the
-    prompt without exemplars (`zero_shot_`: what a mixed-guidance run trains on)."""
+    per step; with exemplars sampled per question only the part before them); the same two
+    of the prompt without exemplars (`zero_shot_`: what a mixed-guidance run trains on)."""
     config = plan.config
     tokenizer = checked_tokenizer(settings, config.model)
     candidates = _longest_questions(settings, plan.train.id)
@@ -145,6 +146,8 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     questions = [candidates[i] for i in longest]
     limit = config.grpo.max_prompt_tokens
     ids_for_k: dict[int, list[list[int]]] = {}
+    shared_draw = (config.prompt.exemplar_selection == "first"
+                   or config.prompt.exemplar_draw == "per-step")  # one exemplar block a step
 
     def prompts(k: int) -> list[list[int]]:
         if k not in ids_for_k:
@@ -155,7 +158,7 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     stages = []
     for number, stage in enumerate(config.curriculum.build().stages, 1):
         tokens = max(len(ids) for ids in prompts(stage.exemplars))
-        alike = prompts(stage.exemplars if config.prompt.exemplar_selection == "first" else 0)
+        alike = prompts(stage.exemplars if shared_draw else 0)
         stages.append({"stage": number, "exemplars": stage.exemplars, "steps": stage.steps,
                        "prompt_tokens": tokens, "max_prompt_tokens": limit,
                        "cut": tokens > limit, "shared_tokens": common_prefix_length(alike),

@@ -18,10 +18,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sqlalchemy import func, or_, update
+from sqlalchemy import update
 from sqlmodel import Session, delete, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
+from studio.jobs import lifecycle
+from studio.jobs.lifecycle import ACTIVE_STATES, JobTable, RunState
 from studio.jobs.queue import enqueue
 from studio.run_config import MAX_RUN_NAME
 from studio.services import corpora, qa_sets
@@ -36,21 +38,12 @@ from studio.services.run_history import run_events, run_metrics, run_rollouts  #
 from studio.services.run_validation import checked_config
 from studio.settings import Settings
 from studio.storage.db import session_scope
-from studio.storage.tables import (
-    ACTIVE_STATES,
-    FINAL_STATES,
-    Evaluation,
-    Export,
-    Rollout,
-    Run,
-    RunEvent,
-    RunMetric,
-    RunState,
-    utcnow,
-)
+from studio.storage.tables import Evaluation, Export, Rollout, Run, RunEvent, RunMetric, utcnow
 
 TRAIN_TASK = "worker.train_run"
-RESUMABLE_STATES = (RunState.interrupted, RunState.paused, RunState.failed, RunState.cancelled)
+RUN_JOBS = JobTable("run", Run, started="started_at", heartbeat="heartbeat_at")
+"""A run's life cycle (`studio.jobs.lifecycle`); every change a worker or a training process
+makes is fenced on its attempt."""
 
 
 def create_run(settings: Settings, actor: Actor, config: dict | str, *,
@@ -195,10 +188,8 @@ def cancel_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
     Its metrics, rollouts and checkpoints stay; `resume` can continue it later."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_owned(session, Run, run_id, "run", actor, "cancel")
-        if run.state in FINAL_STATES:
+        if not lifecycle.cancel(session, RUN_JOBS, run_id):
             raise Conflict(f"run {run_id} is already {RunState(run.state).value}")
-        run.state, run.finished_at = RunState.cancelled, utcnow()
-        session.add(run)
     return get_run(settings, run_id)
 
 
@@ -207,16 +198,15 @@ def resume_run(settings: Settings, actor: Actor, run_id: int) -> RunView:
     continues from the latest checkpoint (steps after it run again, seeded identically)."""
     with session_scope(settings.sqlalchemy_url) as session:
         run = get_owned(session, Run, run_id, "run", actor, "resume")
-        if run.state not in RESUMABLE_STATES:
-            what = ("has finished all its steps" if run.state == RunState.succeeded
-                    else f"is {RunState(run.state).value}")
+        state, attempt = RunState(run.state), run.attempt + 1
+        if not lifecycle.requeue(session, RUN_JOBS, run_id, Run.attempt == run.attempt,
+                                 attempt=attempt, queued_at=utcnow(), pid=None,
+                                 worker_hostname=None):
+            what = ("has finished all its steps" if state == RunState.succeeded
+                    else f"is {state.value}")
             raise Conflict(f"run {run_id} {what}; only an interrupted, paused, failed or "
                            "cancelled run can be resumed")
-        run.attempt += 1
-        run.state, run.queued_at, run.error = RunState.queued, utcnow(), None
-        run.finished_at = run.heartbeat_at = run.pid = run.worker_hostname = None
-        session.add(run)
-        attempt, job_key, queue = run.attempt, run.job_key, run.queue
+        job_key, queue = run.job_key, run.queue
     _send(settings, run_id, attempt=attempt, job_key=job_key, queue=queue)
     return get_run(settings, run_id)
 
@@ -267,14 +257,10 @@ def delete_run(settings: Settings, actor: Actor, run_id: int) -> None:
 
 # --- heartbeats: a run whose worker died is interrupted -------------------------------------
 
-def _interrupt(session: Session, run_id: int, attempt: int, reason: str, *conditions) -> bool:
-    resume = (f"`studio run resume {run_id}` (POST /api/v1/runs/{run_id}/resume) continues "
-              "it from its latest checkpoint, or from step 1 if it wrote none")
-    done = session.exec(update(Run).where(
-        Run.id == run_id, Run.attempt == attempt, Run.state == RunState.running, *conditions,
-    ).values(state=RunState.interrupted, pid=None, finished_at=utcnow(),
-             error=f"interrupted: {reason}; {resume}"))
-    return done.rowcount == 1
+def _with_resume(run_id: int, reason: str) -> str:
+    """An interrupted run's reason, and the way to go on."""
+    return (f"{reason}; `studio run resume {run_id}` (POST /api/v1/runs/{run_id}/resume) "
+            "continues it from its latest checkpoint, or from step 1 if it wrote none")
 
 
 def reap_stale_runs(settings: Settings) -> list[int]:
@@ -282,21 +268,19 @@ def reap_stale_runs(settings: Settings) -> list[int]:
 
     Called by every live worker at each heartbeat, by `studio up` at start and
     before runs are read, so no run stays `running` after its worker died."""
-    cutoff = alive_since(settings)
-    stale = (Run.state == RunState.running,
-             or_(Run.heartbeat_at.is_(None), Run.heartbeat_at < cutoff))
+    seconds = MISSED_BEATS * settings.heartbeat_seconds
     with session_scope(settings.sqlalchemy_url) as session:
-        found = session.exec(select(Run.id, Run.attempt, Run.worker_hostname).where(*stale)).all()
-        seconds = MISSED_BEATS * settings.heartbeat_seconds
-        return [run_id for run_id, attempt, host in found if _interrupt(
-            session, run_id, attempt, f"no heartbeat from worker {host} for {seconds:g} s",
-            *stale)]
+        return lifecycle.interrupt_stale(
+            session, RUN_JOBS, "heartbeat_at", alive_since(settings), lambda run: _with_resume(
+                run.id, f"no heartbeat from worker {run.worker_hostname} for {seconds:g} s"),
+            pid=None)
 
 
 def interrupt_run(settings: Settings, run_id: int, attempt: int, reason: str) -> bool:
     """A training process that finds its worker gone marks its own attempt interrupted."""
     with session_scope(settings.sqlalchemy_url) as session:
-        return _interrupt(session, run_id, attempt, reason)
+        return lifecycle.interrupt(session, RUN_JOBS, run_id, _with_resume(run_id, reason),
+                                   Run.attempt == attempt, pid=None)
 
 
 # --- state changes made by workers ------------------------------------------------------------
@@ -307,14 +291,10 @@ def claim_run(settings: Settings, run_id: int, attempt: int, job_key: str,
     """A worker takes attempt `attempt` of a queued run; False when that attempt is not
     there to take (cancelled, deleted, already taken, or superseded by a resume), or when
     the message was for another run (its job key differs)."""
-    now = utcnow()
     with session_scope(settings.sqlalchemy_url) as session:
-        done = session.exec(update(Run).where(
-            Run.id == run_id, Run.attempt == attempt, Run.job_key == job_key,
-            Run.state == RunState.queued,
-        ).values(state=RunState.running, worker_hostname=hostname, error=None, pid=None,
-                 phase=None, started_at=func.coalesce(Run.started_at, now), heartbeat_at=now))
-        return done.rowcount == 1
+        return lifecycle.claim(session, RUN_JOBS, run_id, Run.attempt == attempt,
+                               Run.job_key == job_key, worker_hostname=hostname, error=None,
+                               pid=None, phase=None)
 
 
 def run_state(settings: Settings, run_id: int) -> RunState:
@@ -326,10 +306,7 @@ def keep_alive(settings: Settings, run_id: int, attempt: int, pid: int | None) -
     """The worker's heartbeat for its attempt (and the training process's pid); False when
     the run is no longer this attempt's to run (cancelled, interrupted, deleted, resumed)."""
     with session_scope(settings.sqlalchemy_url) as session:
-        done = session.exec(update(Run).where(
-            Run.id == run_id, Run.attempt == attempt, Run.state == RunState.running,
-        ).values(pid=pid, heartbeat_at=utcnow()))
-        return done.rowcount == 1
+        return lifecycle.beat(session, RUN_JOBS, run_id, Run.attempt == attempt, pid=pid)
 
 
 def process_ended(settings: Settings, run_id: int, attempt: int) -> None:
@@ -342,14 +319,11 @@ def finish_run(settings: Settings, run_id: int, state: RunState, error: str | No
                *, attempt: int | None = None) -> bool:
     """Record the outcome of a running run (of `attempt`, when given); a run that is no
     longer running (cancelled, interrupted) keeps its state whatever its process said."""
-    conditions = [Run.id == run_id, Run.state == RunState.running]
-    if attempt is not None:
-        conditions.append(Run.attempt == attempt)
-    values = {"state": state, "pid": None, "finished_at": utcnow()}
-    if error:
-        values["error"] = error
+    fence = () if attempt is None else (Run.attempt == attempt,)
+    values = {"error": error} if error else {}
     with session_scope(settings.sqlalchemy_url) as session:
-        return session.exec(update(Run).where(*conditions).values(**values)).rowcount == 1
+        return lifecycle.finish(session, RUN_JOBS, run_id, state, *fence,
+                                leaving=(RunState.running,), pid=None, **values)
 
 
 def record_event(settings: Settings, run_id: int, kind: str, message: str,

@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from studio.jobs.lifecycle import CorpusStatus, RunState  # the jobs' states, as stored
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -115,13 +117,6 @@ def _owner() -> Any:
 # --- data a user brings --------------------------------------------------------
 
 
-class CorpusStatus(str, Enum):
-    pending = "pending"
-    indexing = "indexing"
-    ready = "ready"
-    failed = "failed"
-
-
 def _live_name_unique(table: str) -> Index:
     """Names are unique among the rows not retired: a retired row (deleted by its user, kept
     for the runs whose plan pins it) frees its name."""
@@ -206,23 +201,6 @@ class Exemplar(SQLModel, table=True):
 
 
 # --- training runs ----------------------------------------------------------------
-
-
-class RunState(str, Enum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-    interrupted = "interrupted"  # its worker died; `resume` continues from the last checkpoint
-    paused = "paused"  # the collapse sentinel stopped it at a checkpoint; `resume` continues
-
-
-ACTIVE_STATES = (RunState.queued, RunState.running)
-"""A worker holds the job, or will take it (runs and evaluations alike)."""
-FINAL_STATES = (RunState.succeeded, RunState.failed, RunState.cancelled, RunState.paused)
-"""Nothing more will come (an interrupted run may still be resumed; a paused run stopped
-itself at a checkpoint, and waits for a resume)."""
 
 
 class Run(SQLModel, table=True):

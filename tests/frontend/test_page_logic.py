@@ -242,12 +242,16 @@ def test_the_launch_form_carries_the_guidance_block_and_the_call_bonus():
             "cpu", "chat", ["calculator"], False, None, None, *[None] * len(launch.SETTINGS)]
     paths = [s.path for s in launch.SETTINGS]
     chosen = {"guidance.mode": "mixed", "guidance.share": 0.25, "guidance.shaping": "luffy",
-              "guidance.gamma": 0.2, "guidance.when": "all-failed", "reward.call_bonus": 0.1}
+              "guidance.gamma": 0.2, "guidance.when": "all-failed",
+              "prompt.exemplar_selection": "sample", "prompt.exemplar_draw": "per-step",
+              "reward.call_bonus": 0.1}
     for path, value in chosen.items():
         form[16 + paths.index(path)] = value
     config = parse_run_config(launch.assemble(*form))
     assert config.guidance.model_dump() == {
         "mode": "mixed", "share": 0.25, "shaping": "luffy", "gamma": 0.2, "when": "all-failed"}
+    assert (config.prompt.exemplar_selection, config.prompt.exemplar_draw) == (
+        "sample", "per-step")
     assert config.reward.call_bonus == 0.1
     fields = {s.path: s for s in launch.GUIDANCE_SETTINGS}
     assert list(fields) == list(chosen) and curriculum.GUIDANCE_SHOWN == (
@@ -255,6 +259,7 @@ def test_the_launch_form_carries_the_guidance_block_and_the_call_bonus():
     assert (fields["guidance.mode"].label, fields["guidance.mode"].choices) == (
         config_field("guidance.mode").title, ("shown", "mixed"))
     assert fields["guidance.when"].choices == ("always", "all-failed")
+    assert fields["prompt.exemplar_draw"].choices == ("per-question", "per-step")
     assert all(s.explain == config_field(s.path).description for s in fields.values())
     form[16 + paths.index("guidance.mode")] = None  # an empty field: the base's, shown
     assert parse_run_config(launch.assemble(*form)).guidance.mode == "shown"
@@ -268,12 +273,16 @@ def test_the_curriculum_page_says_the_guidance_with_the_options_that_apply():
     mode = config_field("guidance.mode")
     assert shown.startswith(f"**{mode.title}: shown** (set on the **Launch** page). "
                             f"{markdown_text(mode.description)}")
-    assert shown.splitlines()[2:] == [line("reward.call_bonus", "0")], "the rest: mixed only"
+    assert shown.splitlines()[2:] == [line("prompt.exemplar_selection", "first"),
+                                      line("reward.call_bonus", "0")], "the rest: mixed only"
     mixed = {"guidance.mode": "mixed", "guidance.share": 0.5, "guidance.shaping": "none",
-             "guidance.gamma": 0.1, "guidance.when": "always", "reward.call_bonus": 0.1}
+             "guidance.gamma": 0.1, "guidance.when": "always",
+             "prompt.exemplar_selection": "sample", "prompt.exemplar_draw": "per-step",
+             "reward.call_bonus": 0.1}
     assert curriculum.guidance_words(mixed).splitlines()[2:] == [
         line("guidance.share", "0.5"), line("guidance.shaping", "none"),
-        line("guidance.when", "always"), line("reward.call_bonus", "0.1")]
+        line("guidance.when", "always"), line("prompt.exemplar_selection", "sample"),
+        line("prompt.exemplar_draw", "per-step"), line("reward.call_bonus", "0.1")]
     luffy = curriculum.guidance_words({**mixed, "guidance.shaping": "luffy"})
     assert line("guidance.gamma", "0.1") in luffy.splitlines()
     hostile = curriculum.guidance_words({**mixed, "guidance.when": "<b>x</b>"})

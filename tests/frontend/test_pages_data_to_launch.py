@@ -71,7 +71,8 @@ def test_home_pitches_each_tool_and_opens_the_quick_start_on_a_launch_page_in_pl
     ui.wait_text("#quick-start-expect", "What it needs: the arithmetic pack")
     ui.wait_text("#quick-start-expect", "used its tool (calling the calculator) on 100%")
     measured = presets.time_beside_measured(presets.RECOMMENDED, {}, "")
-    assert measured.startswith("Measured: 68-69 minutes of training, 72-75 with its evaluation")
+    assert measured.startswith("Measured: 68-69 minutes of training (166 s per step), 72-75 "
+                               "with its evaluation")
     ui.wait_text("#quick-start-estimate", measured)
     offered = ui.page.locator("#quick-start-preset input").evaluate_all(
         "inputs => inputs.map(i => i.value)")

@@ -102,21 +102,22 @@ def test_the_api_lists_every_preset_with_what_it_did_to_any_signed_in_user(api):
 
 
 def _seed(minutes: float, training: float, machine: str = "2 CPU cores, busy",
-          model: str = "smollm2-135m-instruct") -> dict:
+          model: str = "smollm2-135m-instruct", step: float = 180.0) -> dict:
     return {"minutes": minutes, "training_minutes": training, "machine": machine,
-            "model": model}
+            "model": model, "steps": [{"stage": 0, "time_step": step, "model_tokens": 60,
+                                       "response_length": 90}]}
 
 
 def test_the_launch_estimate_stands_beside_the_measured_time_and_says_why_they_differ():
     """Within 1.5 times of each other the two stand side by side; further apart, the page
     says why: a worst-case estimate over shorter measured answers, or the stored figures'
     busy machine and another model."""
-    runs = [_seed(72.4, 68.8), _seed(74.7, 67.9)]
+    runs = [_seed(72.4, 68.8), _seed(74.7, 67.9, step=200.0)]
     ready = {"state": "ready", "device": "cpu", "worker": "worker-1"}
     same = presets.time_beside_measured(presets.CALCULATOR, {**ready, "total_seconds": 95 * 60},
                                         "smollm2-135m-instruct", runs)
-    assert same == ("Measured: 68-69 minutes of training, 72-75 with its evaluation, on 2 "
-                    "seeds (2 CPU cores, busy).")
+    assert same == ("Measured: 68-69 minutes of training (190 s per step), 72-75 with its "
+                    "evaluation, on 2 seeds (2 CPU cores, busy).")
     worst = presets.time_beside_measured(presets.CALCULATOR, {**ready, "total_seconds": 6000 * 60},
                                          "smollm2-135m-instruct", runs)
     assert worst.startswith(same) and "Why the two differ by over 1.5 times: the " \
@@ -130,3 +131,34 @@ def test_the_launch_estimate_stands_beside_the_measured_time_and_says_why_they_d
     assert waiting == same
     assert presets.time_beside_measured(presets.MATH, ready, "m", []).startswith(
         "Measured: not yet")
+
+
+def test_the_expected_step_stands_beside_the_measured_one_with_their_ratio():
+    """With the measured answers' lengths the estimate is the expected step: about so many
+    seconds a step beside the measured step and the machine that ran it, and their ratio;
+    far apart, the busy machine is why (not the worst case)."""
+    runs = [_seed(72.4, 68.8), _seed(74.7, 67.9, step=200.0)]
+    ready = {"state": "ready", "device": "cpu", "worker": "worker-1", "total_seconds": 9e4}
+    expected = {"total_seconds": 22 * 171.0, "total_steps": 22}
+    close = presets.time_beside_measured(presets.CALCULATOR, ready, "smollm2-135m-instruct",
+                                         runs, expected)
+    assert close.startswith("Estimate: about 171 s per step (1 h 3 min for the run), "
+                            "measured: 190 s per step on 2 CPU cores, busy (estimate / "
+                            "measured: 0.90), the answers as long as the measured ones.\n\n"
+                            "Measured: 68-69 minutes of training (190 s per step)")
+    assert "Why" not in close, "the worst case (90,000 s) is not what is compared"
+    loaded = presets.time_beside_measured(presets.CALCULATOR, ready, "smollm2-135m-instruct",
+                                          runs, {**expected, "total_seconds": 22 * 60.0})
+    assert "(estimate / measured: 0.32)" in loaded
+    assert "Why the two differ by over 1.5 times: the stored figures came from 2 CPU cores, " \
+        "busy" in loaded
+
+
+def test_the_measured_steps_give_each_stage_its_typical_response():
+    runs = presets.measured_runs(presets.CALCULATOR)
+    steps = [step for run in runs for step in run["steps"]]
+    typical = presets.typical_responses(steps, 3)
+    assert len(typical) == 3 and all(t.model_tokens > 0 and t.env_tokens >= 0 for t in typical)
+    assert typical[0].model_tokens > typical[2].model_tokens, "answers shorten as it learns"
+    assert presets.typical_responses(steps, 4) is None, "a stage never measured"
+    assert presets.typical_responses([], 3) is None

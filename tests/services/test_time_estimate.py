@@ -3,6 +3,9 @@ the service that finds a queue's calibration, queues one, and says why an estima
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from sqlmodel import delete
 
@@ -10,8 +13,11 @@ from studio.run_config import RunConfig
 from studio.services import calibrations, run_validation
 from studio.services.estimates import (
     LONG_RUN_SECONDS,
+    TypicalResponse,
     duration_words,
     estimate_run,
+    longest_row_factor,
+    step_shape,
     steps_per_stage,
     worst_case_response,
 )
@@ -102,16 +108,59 @@ def test_a_mixed_step_pays_for_the_exemplars_in_the_hinted_sampling_only():
     assert always[1] == shown[1] == all_failed[1]  # a stage without exemplars is unchanged
 
 def test_no_kl_skips_the_reference_pass_and_lora_makes_the_update_cheaper():
+    """Without a KL term only the logged groups are scored again (their token figures);
+    with LoRA the update is cheaper: by the operation count for an older calibration, at
+    the rates measured with adapters in place where the calibration has them."""
     full = estimate_run(FIGURES, config(), stages())["stages"][0]
     no_kl = estimate_run(FIGURES, config(kl_coef=0), stages())["stages"][0]
-    lora = estimate_run(FIGURES, config().model_copy(update={"lora": {"rank": 8}}),
-                        stages())["stages"][0]
-    assert no_kl["reference_seconds"] == 0 < full["reference_seconds"]
+    unlogged = estimate_run(FIGURES, config(kl_coef=0).model_copy(update={
+        "engine": config().engine.model_copy(update={"log_groups_per_step": 0})}),
+        stages())["stages"][0]
+    lora_run = config().model_copy(update={"lora": {"rank": 8}})
+    lora = estimate_run(FIGURES, lora_run, stages())["stages"][0]
+    assert unlogged["reference_seconds"] == 0 < no_kl["reference_seconds"] \
+        < full["reference_seconds"]
     assert lora["update_seconds"] < full["update_seconds"]
     assert lora["rollout_seconds"] == full["rollout_seconds"]
+    slower = {key: value / 2 for key, value in FIGURES["rates"].items()}
+    adapted = estimate_run({**FIGURES, "lora_rates": slower}, lora_run, stages())["stages"][0]
+    assert adapted["rollout_seconds"] > lora["rollout_seconds"]
+    assert adapted["update_seconds"] > lora["update_seconds"]
+    assert estimate_run({**FIGURES, "lora_rates": slower}, config(), stages())["stages"][0] \
+        == full, "a run without LoRA keeps the model's own rates"
     # several mini-batches: an optimizer step each, and a pass for the old log-probs
     mini = estimate_run(FIGURES, config(mini_batch_size=8), stages())["stages"][0]
     assert mini["update_seconds"] > full["update_seconds"]
+    assert mini["reference_seconds"] > full["reference_seconds"]
+    epochs = estimate_run(FIGURES, config(ppo_epochs=2), stages())["stages"][0]
+    assert epochs["update_seconds"] > 2 * full["update_seconds"] - 1e-9
+
+
+def test_the_longest_of_more_rows_is_longer():
+    assert [round(longest_row_factor(n), 2) for n in (1, 2, 4, 8, 16)] == [
+        1.0, 1.2, 1.4, 1.6, 1.8]
+
+
+def test_the_expected_step_counts_the_measured_lengths_within_the_worst_case():
+    """Responses of the measured lengths: each row's own work at those lengths, a rollout
+    pass as long as its longest row and a micro-batch as wide as its longest sequence,
+    neither beyond the budgets."""
+    run = config(max_turn_tokens=64, max_response_tokens=512, max_turns=2,
+                 max_obs_tokens=100)
+    worst = estimate_run(FIGURES, run, stages())
+    model, env = worst_case_response(run.grpo)
+    alike = [TypicalResponse(model, env)] * 2
+    assert estimate_run(FIGURES, run, stages(), alike) == worst, "the budgets' lengths"
+    short = [TypicalResponse(40, 20)] * 2
+    expected = estimate_run(FIGURES, run, stages(), short)
+    assert expected["total_seconds"] < worst["total_seconds"]
+    assert expected["response_tokens"] == worst["response_tokens"] == {"model": model,
+                                                                      "env": env}
+    step = step_shape(run, 150, 130, short[0])
+    assert step.forwards == pytest.approx(longest_row_factor(step.rows) * 40)
+    assert step.scored_width == pytest.approx(longest_row_factor(4) * 60)
+    assert step_shape(run, 150, 130, TypicalResponse(180, 150)).forwards == model
+    assert step_shape(run, 150, 130).forwards == model
 
 
 def test_the_worst_case_response_fills_the_budget_with_model_tokens_first():
@@ -264,3 +313,26 @@ def test_a_calibration_queued_by_a_check_is_the_checking_users(studio):
         assert session.get(DeviceCalibration, queued["id"]).owner_id == member.id
     asked = calibrations.request_calibration(settings, admin(settings), model="m", start=False)
     assert asked["owner"] == admin(settings).username
+
+
+RECORDED = Path(__file__).parents[1] / "support" / "recorded"
+
+
+@pytest.mark.parametrize("record", sorted(RECORDED.glob("estimate_check_*.json")),
+                         ids=lambda path: path.stem)
+def test_the_expected_step_is_within_1_3_times_of_the_recorded_runs(record):
+    """bench/estimate_check.py's records (docs/engine.md, "Time estimate"): a calibration of
+    this machine's CPU (one thread, float32, with the LoRA rates), a preset's stages as the
+    launch check gave them, the typical responses of its measured steps and each stage's
+    median step. The expected step of every stage is within 1.3 times of the measured one,
+    below the worst case."""
+    recorded = json.loads(record.read_text())
+    for name, preset in recorded["presets"].items():
+        config = RunConfig.model_validate(preset["config"])
+        typical = [TypicalResponse(**t) for t in preset["typical"]]
+        expected = estimate_run(recorded["figures"], config, preset["stages"], typical)
+        worst = estimate_run(recorded["figures"], config, preset["stages"])
+        for row, most, seen in zip(expected["stages"], worst["stages"], preset["measured"],
+                                   strict=True):
+            assert 1 / 1.3 <= row["seconds_per_step"] / seen["step"] <= 1.3, (name, row, seen)
+            assert row["seconds_per_step"] < most["seconds_per_step"]

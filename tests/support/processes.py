@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def studio_env(data_dir: Path, **settings: str) -> dict[str, str]:
     """The environment of a studio process on `data_dir`: this checkout's code from any
-    folder, `studio up`'s record (studio.cli.locate) beside the data, not in the user's, and of
+    folder, `studio up`'s record (studio.jobs.locate) beside the data, not in the user's, and of
     the caller's settings only the folders of the tests' models (tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("STUDIO_") or k == "STUDIO_MODEL_FOLDERS"}

@@ -19,6 +19,7 @@ from studio.services.run_history import (
     RolloutTokens,
     RunComparison,
 )
+from studio.settings import comma_separated
 
 router = APIRouter(tags=["runs"], route_class=JsonBodyRoute)
 
@@ -33,7 +34,7 @@ def compare(settings: SettingsDep, ids: str = Query(..., description="Run ids, e
             ) -> RunComparison:
     """Metric series of several runs on one step axis (null where a run has no row), their
     configs and the config keys that differ."""
-    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else None
+    names = comma_separated(metrics) if metrics else None
     return run_history.compare_runs(settings, run_history.parse_ids(ids), names)
 
 

@@ -631,6 +631,29 @@ def test_step_prefix_gives_the_same_log_probs_and_runs_the_prefix_once(model, mo
     assert seen and shared_tokens < sum(seen)
 
 
+def test_a_frozen_models_step_prefix_runs_once_while_its_tokens_stay(model, monkeypatch):
+    """The reference's exemplars (the same every step of a stage) go through it once; the
+    log-probs of every later step are those of running them again."""
+    first, second = step_batch(5, shared=56), step_batch(6, shared=56)
+    second.input_ids[:, :56] = first.input_ids[:, :56]  # the same instruction and exemplars
+    expected = [L.reference_logprobs(model, b, 3) for b in (first, second)]
+    reset = L.frozen_copy(model)  # another model: a reference reset at a stage
+    frozen = L.FrozenPrefix()
+    seen = decoder_tokens(model, monkeypatch)
+    got = [L.reference_logprobs(model, b, 3, frozen) for b in (first, second)]
+    assert seen.count(56) == 1  # the prefix pass, in the first step only
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    seen.clear()
+    other = step_batch(7, shared=56)  # another draw: its prefix runs again
+    torch.testing.assert_close(L.reference_logprobs(model, other, 3, frozen),
+                               L.reference_logprobs(model, other, 3), atol=1e-5, rtol=1e-5)
+    assert seen.count(56) == 2
+    seen_by_reset = decoder_tokens(reset, monkeypatch)
+    L.reference_logprobs(reset, other, 3, frozen)  # the same tokens, another model
+    assert seen_by_reset.count(56) == 1
+
+
 @pytest.mark.parametrize("mini_batch_size", [None, 6])
 def test_step_prefix_gives_the_same_parameter_gradients(tiny_dir, mini_batch_size):
     """fp32: the shared step prefix's gradients equal running the prefix in every pass."""

@@ -20,6 +20,7 @@ import torch
 import worker.engines.native.rollout as rollout_module
 from studio import demo
 from studio.method import tags
+from studio.method.prompt import common_prefix_length
 from studio.method.rollouts import Rollout, Segment, rollout_segments, tool_counts
 from studio.method.tools import PythonTool, SearchTool
 from studio.retrieval import Passage, build_index
@@ -473,6 +474,69 @@ def test_shared_prefix_attention_matches_plain_attention(q):
     torch.testing.assert_close(o_mm, o_cpu, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lse_mm, lse_cpu)
     assert torch.isinf(lse_cpu[1]).all() and (o_cpu[1] == 0).all()
+
+
+def test_a_row_reads_only_its_part_of_the_shared_prefix():
+    """A row whose prompt leaves the shared prefix after its first tokens (`prefix_reads`)
+    gets attention over those tokens and its own cache, nothing of the rest."""
+    gen = torch.Generator().manual_seed(1)
+    b, hkv, g, d, p, lr = 3, 2, 3, 8, 7, 5
+    for q in (1, 4):
+        query = torch.randn(b, hkv * g, q, d, generator=gen)
+        key, value = (torch.randn(b, hkv, lr, d, generator=gen) for _ in range(2))
+        pk, pv = (torch.randn(1, hkv, p, d, generator=gen) for _ in range(2))
+        mask = torch.ones(q, lr, dtype=torch.bool).tril(lr - q)[None, None].expand(b, 1, q, lr)
+        reads = torch.arange(p)[None, :] < torch.tensor([p, 3, 0])[:, None]
+        got = attention.attend_with_shared_prefix(query, key, value, mask, pk, pv, None, reads)
+        for r in range(b):
+            seen = int(reads[r].sum())
+            k = torch.cat([pk[0, :, :seen], key[r]], 1).repeat_interleave(g, 0)
+            v = torch.cat([pv[0, :, :seen], value[r]], 1).repeat_interleave(g, 0)
+            m = torch.cat([torch.ones(1, q, seen, dtype=torch.bool), mask[r]], 2)
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                query[r], k, v, attn_mask=m).transpose(0, 1)
+            torch.testing.assert_close(got[r], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_shared_block_is_the_start_most_prompts_share_after_the_common_prefix():
+    block = list(range(100, 140))
+    rests = [block + [1, 2], [5, 6, 7], block + [3], [8] * 30, block + [4, 4], [8] * 30 + [9]]
+    assert rollout_module._shared_block(rests) == ([0, 2, 4], 40)
+    assert rollout_module._shared_block([[1, 2], [3, 4]]) == ([], 0)
+    # a member keeps a token of its own: the block stops one short of the shortest
+    assert rollout_module._shared_block([block, block + [7]]) == ([0, 1], 39)
+
+
+def test_a_mixed_steps_exemplar_block_is_prefilled_once_and_read_from_one_copy(
+        scrambled, index, monkeypatch):
+    """Hinted prompts (instruction, exemplar turns, question) beside plain ones (instruction,
+    question): the exemplars go into the shared prefix once, the plain rows read only its
+    instruction, and every token is what a plain full-context forward gives."""
+    model, tokenizer = scrambled
+    plain = tiny_prompts(tokenizer)
+    system = common_prefix_length(plain)
+    exemplars = tokenizer("<|im_start|>user\nwhat is the capital of France?<|im_end|>\n"
+                          "<|im_start|>assistant\n<answer>Paris</answer><|im_end|>\n",
+                          add_special_tokens=False)["input_ids"]
+    hinted = [p[:system] + exemplars + p[system:] for p in plain[:4]]
+    prompts = [hinted[0], hinted[0], plain[0], plain[0], hinted[1], hinted[1], plain[1],
+               plain[1], hinted[3], plain[3]]
+    cfg = RolloutConfig(max_turns=1, max_turn_tokens=8, max_response_tokens=40, temperature=0)
+    shared: list[tuple[int, list[int]]] = []
+    share_prefix = rollout_module.RolloutCache.share_prefix
+
+    def recording(cache, rows, cap, reads=None):
+        shared.append((cache.length, list(reads)))
+        share_prefix(cache, rows, cap, reads)
+
+    monkeypatch.setattr(rollout_module.RolloutCache, "share_prefix", recording)
+    rollouts = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index), cfg)
+    [(length, reads)] = shared
+    assert length == system + len(exemplars) and sorted(reads) == [system] * 3 + [length] * 3
+    assert_greedy_consistent(model, rollouts)
+    other = generate_rollouts(model, tokenizer, prompts, RecordingSearch(index), cfg,
+                              share_prompts=False)
+    assert [r.response_ids for r in other] == [r.response_ids for r in rollouts]
 
 
 def test_same_generator_seed_same_rollouts(scrambled, index):

@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
+from studio import demo
+from studio.ingest import QARow
+from studio.method.exemplars import parse_jsonl
 from studio.method.reward import score
 from studio.method.tags import PYTHON_TOOL
 from studio.method.tools import CalculatorTool, PythonTool
+from studio.run_config import RunConfig
 from studio.services import corpora, evaluations, reproduce, run_history, run_plans, runs
 from studio.services.demo import load_calc_pack, load_demo_pack, load_math_pack
 from studio.services.run_folder import RunFolder
@@ -26,6 +31,7 @@ from tests.support.processes import running_worker, wait_for
 from tests.support.tiny_model import build_tiny_model
 from tests.support.training import Crash, CrashingTrainer, tiny_config
 from worker.engines.native import attention, logprobs
+from worker.engines.native.policy_batch import make_batch
 from worker.engines.native.trainer import Trainer, build_step_prompts, question_exemplars
 from worker.evaluation import run_evaluation
 
@@ -493,3 +499,44 @@ def test_a_calculator_run_with_a_soft_curriculum_trains(settings, tmp_path):
     for step, ks in drawn.items():
         logged = sorted((r["group"], r["exemplars"]) for r in rows if r["step"] == step)
         assert logged == sorted((g, k) for g, k in enumerate(ks) for _ in range(2))
+
+
+@pytest.mark.parametrize("draw", ["per-question", "per-step"])
+def test_a_per_step_draw_shows_every_question_one_sample_whose_block_runs_once(tmp_path, draw):
+    """`prompt.exemplar_draw`: per-question samples each question its own k, per-step one k
+    for the whole step (each question still sees k; the next step draws again). The per-step
+    prompts then share the exemplar block, which the log-prob passes run once
+    (`logprobs.step_prefix`) with the log-probs of running it in every row (float32)."""
+    folder = build_tiny_model(tmp_path / "tiny")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    config = RunConfig(name="draw", data={"corpus": "demo", "train": "demo"},
+                       prompt={"exemplar_selection": "sample", "exemplar_draw": draw}, seed=5)
+    data = SimpleNamespace(exemplars=parse_jsonl(demo.EXEMPLARS.read_text()))
+    rows = [QARow(str(i), q, ["x"]) for i, q in enumerate(
+        ["Who painted the ceiling?", "Where is the tower?", "When did it open?",
+         "Which river is longest?"])]
+    steps = [build_step_prompts(config, tokenizer, data, rows, [2] * len(rows), step)
+             for step in (0, 1, 2)]
+    for prompts in steps:
+        assert all(len(shown) == 2 for shown in prompts.shown)
+        assert (len(set(prompts.shown)) == 1) == (draw == "per-step"), prompts.shown
+    if draw == "per-step":
+        assert len({prompts.shown[0] for prompts in steps}) > 1, "a new draw each step"
+    prompts = steps[0]
+    gen = torch.Generator().manual_seed(0)
+    responses = [torch.randint(3, 400, (5 + i % 3,), generator=gen).tolist()
+                 for i in range(2 * len(rows))]
+    batch = make_batch([ids for ids in prompts.ids for _ in range(2)], responses,
+                       [[1] * len(r) for r in responses], [0.0] * len(responses), 2)
+    prefix = logprobs.step_prefix(model, batch, torch.arange(len(batch)), grad=False)
+    zero_shot = build_step_prompts(config, tokenizer, data, rows[:1], [0], 0).ids[0]
+    block = len(prompts.ids[0]) - len(zero_shot)  # the exemplar turns' tokens
+    if draw == "per-step":
+        assert prefix is not None and prefix.length > block
+    else:
+        assert prefix is None or prefix.length < block
+    shared, _ = logprobs.token_logprobs(model, batch, 4)
+    unshared, _ = logprobs.token_logprobs(model, batch, 4, share_prompt=False)
+    assert (shared != 0).any()
+    torch.testing.assert_close(shared, unshared, atol=1e-5, rtol=1e-5)

@@ -21,17 +21,20 @@ _GROUPED_IMPL = "icrl_rollout_grouped_sdpa"
 
 # The shared prompt prefix of the forward in progress: per layer (keys, values), each
 # [1, h_kv, P, d]; None outside the engine's forward calls or when nothing is shared.
+# With it, which of its tokens each row reads ([b, P] bool; None: all).
 _state = threading.local()
 
 
 @contextmanager
-def sharing_prefix(shared: list[tuple[torch.Tensor, torch.Tensor]] | None):
-    """Within: the grouped function attends to `shared` before each row's own cache."""
-    _state.shared = shared
+def sharing_prefix(shared: list[tuple[torch.Tensor, torch.Tensor]] | None,
+                   reads: torch.Tensor | None = None):
+    """Within: the grouped function attends to `shared` (the tokens of it each row
+    `reads`) before each row's own cache."""
+    _state.shared, _state.reads = shared, reads
     try:
         yield
     finally:
-        _state.shared = None
+        _state.shared = _state.reads = None
 
 
 def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0,
@@ -51,7 +54,8 @@ def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0
         if layer is not None and layer < len(shared):
             prefix_k, prefix_v = shared[layer]
             return attend_with_shared_prefix(query, key, value, attention_mask, prefix_k,
-                                              prefix_v, scaling), None
+                                              prefix_v, scaling, getattr(_state, "reads", None)
+                                              ), None
     b, hq, q, d = query.shape
     hkv = key.shape[1]
     groups = hq // hkv
@@ -74,14 +78,16 @@ def _grouped_sdpa_attention(module, query, key, value, attention_mask, dropout=0
     return out.transpose(1, 2).contiguous(), None
 
 
-def attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scaling):
+def attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scaling,
+                              prefix_reads=None):
     """Attention over ``[shared prefix] + [each row's own cache]`` (cascade attention).
 
-    Every row attends to the whole prefix (it precedes all of a row's tokens),
-    so the prefix part is one attention of all rows' queries (of a K/V head)
-    against the one prefix: its keys and values are read once per step
-    instead of once per row.  The row part is masked (holes, causality).  The
-    two parts are merged by their log-sum-exp.
+    Every row attends to the prefix (it precedes all of a row's tokens), or to
+    its first tokens only (``prefix_reads``, ``[b, P]`` bool: a row whose prompt
+    leaves the prefix there), so the prefix part is one attention of all rows'
+    queries (of a K/V head) against the one prefix: its keys and values are
+    read once per step instead of once per row.  The row part is masked (holes,
+    causality).  The two parts are merged by their log-sum-exp.
     """
     # under bfloat16 autocast RoPE leaves the queries float32 while the cache (keys and
     # values, worker.engines.native.kv_cache) is bfloat16: the kernels take one dtype, and
@@ -101,11 +107,15 @@ def attend_with_shared_prefix(query, key, value, mask, prefix_k, prefix_v, scali
         if q > 1:
             mb, mh, _, kv = mask.shape
             mask = mask[:, :, None].expand(mb, mh, g, q, kv).reshape(mb, mh, g * q, kv)
+    flat_mask = None
+    if prefix_reads is not None:  # row r's g*q queries, in the order of `flat`
+        p = prefix_k.shape[2]
+        flat_mask = prefix_reads[:, None, :].expand(b, g * q, p).reshape(1, 1, b * g * q, p)
     if query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16):
-        o1, lse1 = _cpu_attention(flat, prefix_k, prefix_v, None, scale)
+        o1, lse1 = _cpu_attention(flat, prefix_k, prefix_v, flat_mask, scale)
         o2, lse2 = _cpu_attention(folded, key, value, mask, scale)
     else:
-        o1, lse1 = _plain_attention(flat, prefix_k, prefix_v, None, scale)
+        o1, lse1 = _plain_attention(flat, prefix_k, prefix_v, flat_mask, scale)
         o2, lse2 = _plain_attention(folded, key, value, mask, scale)
     o1 = o1.view(hkv, b, g * q, d).transpose(0, 1)
     lse1 = lse1.view(hkv, b, g * q).transpose(0, 1)

@@ -1,10 +1,13 @@
 """Calibration: how fast one model trains on this device, measured with the engine's own code.
 
 `python -m worker.engines.native.calibrate MODEL --dtype float32 --threads 1 --device cpu`
-prints one JSON object: the model's shape and the rates of `studio.services.estimates`.
-The worker's calibration task (`worker.calibration`) runs it in a fresh process set up as a
-training process is (the same threads, one GPU of its own), so the rates are what a run
-there would get. About 40 s for SmolLM2-135M on one CPU thread, after the model loads.
+prints one JSON object: the model's shape and the rates of `studio.services.estimates`, of
+the model itself (`rates`) and again with LoRA adapters in place (`lora_rates`: the
+default `lora:` spec, set up as the trainer sets a LoRA policy up; their decoding and
+update run at other rates than the operation count says). The worker's calibration task
+(`worker.calibration`) runs it in a fresh process set up as a training process is (the
+same threads, one GPU of its own), so the rates are what a run there would get. About 45 s
+of one CPU thread for SmolLM2-135M (both halves), after the model loads.
 
 What runs, each once after a short warm-up, in shapes near a step with exemplars:
 
@@ -32,7 +35,7 @@ import time
 import torch
 
 from studio.models.base_models import load_causal_lm, load_tokenizer
-from studio.run_config import BF16_AUTOCAST
+from studio.run_config import BF16_AUTOCAST, LoraSpec
 from studio.services.estimates import (
     ModelShape,
     StepShape,
@@ -45,8 +48,13 @@ from worker.engines.native.grpo import GrpoConfig, update_step
 from worker.engines.native.logprobs import reference_logprobs
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
-from worker.engines.native.precision import bf16_compute, weights_dtype
+from worker.engines.native.precision import (
+    bf16_compute,
+    store_frozen_projections_in_bf16,
+    weights_dtype,
+)
 from worker.engines.native.rollout import RolloutConfig, generate_rollouts
+from worker.lora import add_adapters, inner
 
 PROMPTS, SAMPLES = 4, 4  # the rollouts' distinct prompts and samples of each
 SHARED_TOKENS, OWN_TOKENS = 768, 32  # the prompts' common prefix and each one's rest
@@ -72,8 +80,12 @@ def model_shape(model) -> ModelShape:
                       * head_dim)
 
 
-def _clock(device: torch.device):
-    """A timer that waits for the device's queued work."""
+def _clock(device: torch.device, cpu_time: bool = False):
+    """A timer that waits for the device's queued work; `cpu_time`: the process's CPU time
+    (one CPU thread: the device's speed on a busy machine rather than the share it got)."""
+    if cpu_time:
+        return time.process_time
+
     def now() -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -86,10 +98,24 @@ def _token_ids(tokenizer, count: int, offset: int = 0) -> list[int]:
     return [ids[(offset + i) % len(ids)] for i in range(count)]
 
 
+def with_adapters(model, mixed: bool):
+    """`model` with the default LoRA adapters in place, as the trainer sets a LoRA policy up
+    (`worker.engines.native.trainer`: under bf16 autocast its frozen projections stored in
+    bfloat16; the inputs' embeddings carry a gradient)."""
+    adapted = inner(add_adapters(model, LoraSpec(), seed=0))
+    if mixed:
+        store_frozen_projections_in_bf16(adapted)
+    adapted.enable_input_require_grads()
+    return adapted
+
+
 class _Measure:
-    def __init__(self, model, tokenizer, device: torch.device):
-        self.model, self.tokenizer, self.now = model, tokenizer, _clock(device)
-        self.shape = model_shape(model)
+    def __init__(self, model, tokenizer, device: torch.device, shape: ModelShape | None = None,
+                 cpu_time: bool = False):
+        """`shape`: the operations counted per token (the model's own by default; a model
+        with adapters is counted as its base, the rates taking in the adapters' cost)."""
+        self.model, self.tokenizer, self.now = model, tokenizer, _clock(device, cpu_time)
+        self.shape = shape or model_shape(model)
         self.generator = torch.Generator(device).manual_seed(0)
 
     def prompts(self, count: int, shared: int, own: int) -> list[list[int]]:
@@ -180,8 +206,11 @@ def _fit_decoding(wide: tuple[int, float, float],
     return fixed, w1 / max(s1 - f1 * fixed, 0.1 * s1)
 
 
-def calibrate(model_ref: str, *, dtype: str, threads: int, device: str) -> dict:
-    """The figures of one calibration (see the module's docstring) and how long it took."""
+def calibrate(model_ref: str, *, dtype: str, threads: int, device: str,
+              cpu_time: bool = False) -> dict:
+    """The figures of one calibration (see the module's docstring) and how long it took;
+    `cpu_time`: timed by the process's CPU time (one thread on a CPU; the worker's
+    calibration times the wall clock, what a run there gets)."""
     started = time.perf_counter()
     torch.set_num_threads(threads)
     if device == "cuda" and not torch.cuda.is_available():
@@ -192,13 +221,15 @@ def calibrate(model_ref: str, *, dtype: str, threads: int, device: str) -> dict:
     mixed = dtype == BF16_AUTOCAST  # float32 weights, bfloat16 matmuls, as a run has them
     model = load_causal_lm(model_ref, data_dir, dtype=weights_dtype(dtype)).to(target)
     loaded, cpu = time.perf_counter(), time.process_time()
-    measure = _Measure(model, tokenizer, target)
+    measure = _Measure(model, tokenizer, target, cpu_time=cpu_time)
     with bf16_compute(mixed):
         rates = measure.rates()
+        lora_rates = _Measure(with_adapters(model, mixed), tokenizer, target, measure.shape,
+                              cpu_time).rates()
     shape = measure.shape
     return {"shape": {"linear": shape.linear, "head": shape.head, "attention": shape.attention},
-            "rates": rates, "dtype": dtype, "threads": threads, "device": device,
-            "torch": torch.__version__, "load_seconds": loaded - started,
+            "rates": rates, "lora_rates": lora_rates, "dtype": dtype, "threads": threads,
+            "device": device, "torch": torch.__version__, "load_seconds": loaded - started,
             "measure_seconds": time.perf_counter() - loaded,
             "measure_cpu_seconds": time.process_time() - cpu}
 
@@ -210,8 +241,14 @@ def main(argv: list[str]) -> int:
                         choices=("float32", "bfloat16", BF16_AUTOCAST))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--cpu-time", action="store_true", dest="cpu_time",
+                        help="time by the process's CPU time (--threads 1 on a cpu): the "
+                        "CPU's speed on a machine busy with other work")
     args = parser.parse_args(argv)
-    figures = calibrate(args.model, dtype=args.dtype, threads=args.threads, device=args.device)
+    if args.cpu_time and (args.threads != 1 or args.device != "cpu"):
+        parser.error("--cpu-time: one thread on a cpu (--threads 1 --device cpu)")
+    figures = calibrate(args.model, dtype=args.dtype, threads=args.threads, device=args.device,
+                        cpu_time=args.cpu_time)
     print(json.dumps(figures))
     return 0
 

@@ -7,7 +7,8 @@ grows by reallocation (rarely, not per token like ``DynamicCache``) and is compa
 (holes removed) when the engine asks. Slots are zero-initialised: a masked slot must
 hold finite numbers, or attention's ``0 * NaN`` poisons the output. A prompt prefix
 every row shares can be held once, outside the rows (``share_prefix``; the attention
-function in `attention.py` reads it).
+function in `attention.py` reads it); rows may read only its start (``shared_valid``:
+the exemplar block of a mixed step's hinted prompts, which the others do not show).
 """
 
 from __future__ import annotations
@@ -70,14 +71,25 @@ class RolloutCache(Cache):
         # A prompt prefix every row shares, outside the per-row buffers (see
         # attention.attend_with_shared_prefix): per layer (keys, values) [1, h_kv, P, d].
         self.shared: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        # Which of its P tokens each row reads, [rows, P]; None: all of them.
+        self.shared_valid: torch.Tensor | None = None
 
-    def share_prefix(self, rows: int, cap: int) -> None:
-        """Turn the one row held so far into the shared prefix; start ``rows`` empty rows."""
+    def share_prefix(self, rows: int, cap: int, reads: list[int] | None = None) -> None:
+        """Turn the one row held so far into the shared prefix; start ``rows`` empty rows.
+
+        ``reads``: per new row, how many of the prefix's first tokens it attends to (its
+        own prompt goes on from there); None: all of them.
+        """
         n = self.length
         self.shared = [
             (layer.keys[:1, :, :n].clone(), layer.values[:1, :, :n].clone())
             for layer in self.layers
         ]
+        self.shared_valid = None
+        if reads is not None and min(reads) < n:
+            device = self.valid.device
+            self.shared_valid = (torch.arange(n, device=device)[None, :]
+                                 < torch.tensor(reads, device=device)[:, None])
         cap = round_up(cap)
         for layer in self.layers:
             for name in ("keys", "values"):
@@ -85,6 +97,10 @@ class RolloutCache(Cache):
                 setattr(layer, name, old.new_zeros(rows, old.shape[1], cap, old.shape[3]))
         self.valid = self.valid.new_zeros(rows, cap)
         self.rows, self.cap, self.length = rows, cap, 0
+
+    def prefix_mask(self, rows: int) -> torch.Tensor | None:
+        """Which shared-prefix tokens the first ``rows`` rows read, or None: all of them."""
+        return None if self.shared_valid is None else self.shared_valid[:rows]
 
     # Transformers calls these.
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
@@ -130,6 +146,8 @@ class RolloutCache(Cache):
                 layer.keys[dst, :, :n] = layer.keys[src, :, :n]
                 layer.values[dst, :, :n] = layer.values[src, :, :n]
         self.valid[dst, :n] = self.valid[src, :n]
+        if self.shared_valid is not None:
+            self.shared_valid[dst] = self.shared_valid[src]
 
     def rebuild(self, rows: torch.Tensor, extra: int, compact: bool) -> None:
         """Keep ``rows`` (in that order, repeats allowed); with ``compact``, drop every hole.
@@ -169,6 +187,8 @@ class RolloutCache(Cache):
                 setattr(layer, name, new)
         self.valid = self.valid.new_zeros(rows.numel(), cap)
         self.valid[:, :new_len] = new_valid_part
+        if self.shared_valid is not None:
+            self.shared_valid = self.shared_valid[rows]
         self.rows, self.cap, self.length = rows.numel(), cap, new_len
 
 

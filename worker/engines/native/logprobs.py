@@ -13,7 +13,8 @@ positions (the positions whose *next* token has mask 1), never for the prompt,
 and log-probabilities are ``gather(logits) - logsumexp(logits)`` without a
 full log-softmax tensor. The prompts of a step share their first tokens
 (instruction and exemplars: most of a prompt with exemplars); that common
-prefix goes through the model once per step in the reference pass and once
+prefix goes through the model once per step in the reference pass (once per
+stage while it stays the same: :class:`FrozenPrefix`) and once
 per mini-batch in the update (:class:`StepPrefix`: its keys and values are
 reused by every micro-batch and its gradient flows back through it once), not
 once per group. The responses of a group share micro-batches and the rest of
@@ -30,6 +31,7 @@ log-prob tensors are float32 on CPU.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from worker.engines.native.precision import scoring_autocast
 
 __all__ = [
     "MIN_STEP_PREFIX",
+    "FrozenPrefix",
     "StepPrefix",
     "forward_scores",
     "frozen_copy",
@@ -326,17 +329,10 @@ def step_prefix(
     :data:`MIN_STEP_PREFIX` tokens, a generic head or gradient checkpointing.
     ``grad``: keep the pass's graph for :meth:`StepPrefix.backward`.
     """
-    plain = _plain_head(model)
-    if plain is None or getattr(model, "is_gradient_checkpointing", False):
+    length = _step_prefix_length(model, batch, rows)
+    if length is None:
         return None
-    starts = _prompt_lengths(batch)
-    prompts = {tuple(batch.input_ids[r, : int(starts[r])].tolist()) for r in rows.tolist()}
-    if len(prompts) < 2:
-        return None
-    length = min(common_prefix_length(list(prompts)), min(len(p) for p in prompts) - 1)
-    if length < MIN_STEP_PREFIX:
-        return None
-    decoder, _ = plain
+    decoder, _ = _plain_head(model)
     ids = batch.input_ids[rows[:1], :length].to(model_device(model))
     with scoring_autocast(ids.device), nullcontext() if grad else torch.no_grad():
         cache = decoder(input_ids=ids, use_cache=True).past_key_values
@@ -346,6 +342,45 @@ def step_prefix(
     graph = [x for pair in kv for x in pair]
     leaves = [(k.detach().requires_grad_(True), v.detach().requires_grad_(True)) for k, v in kv]
     return StepPrefix(length, leaves, graph)
+
+
+def _step_prefix_length(model: torch.nn.Module, batch: PolicyBatch,
+                        rows: torch.Tensor) -> int | None:
+    """How many tokens :func:`step_prefix` would run once; None where it would not."""
+    if _plain_head(model) is None or getattr(model, "is_gradient_checkpointing", False):
+        return None
+    starts = _prompt_lengths(batch)
+    prompts = {tuple(batch.input_ids[r, : int(starts[r])].tolist()) for r in rows.tolist()}
+    if len(prompts) < 2:
+        return None
+    length = min(common_prefix_length(list(prompts)), min(len(p) for p in prompts) - 1)
+    return length if length >= MIN_STEP_PREFIX else None
+
+
+class FrozenPrefix:
+    """The step prefix of a model whose weights never change (the KL reference), kept from
+    step to step: a stage that shows every question the same exemplars (the set's first k)
+    runs them through the reference once, not once per step. It is computed again when the
+    prefix's tokens change (a new stage, a new draw) or the model is another one."""
+
+    def __init__(self) -> None:
+        self._model: weakref.ref | None = None
+        self._tokens: tuple[int, ...] | None = None
+        self._prefix: StepPrefix | None = None
+
+    def get(self, model: torch.nn.Module, batch: PolicyBatch,
+            rows: torch.Tensor) -> StepPrefix | None:
+        """:func:`step_prefix` of ``rows`` without gradients, from the last call if it ran
+        the same tokens through the same model."""
+        length = _step_prefix_length(model, batch, rows)
+        if length is None:
+            return None
+        tokens = tuple(batch.input_ids[int(rows[0]), :length].tolist())
+        if self._model is None or self._model() is not model or tokens != self._tokens:
+            self._prefix = step_prefix(model, batch, rows, grad=False)
+            self._model, self._tokens = weakref.ref(model), tokens
+        return self._prefix
+
 
 # --------------------------------------------------------------------------
 # Scoring a batch
@@ -409,6 +444,7 @@ def token_logprobs(
     with_entropy: bool = False,
     score_mask: torch.Tensor | None = None,
     share_prompt: bool = True,
+    frozen: FrozenPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log p(input_ids[:, t] | input_ids[:, :t])`` as ``[N, T]`` float32 on CPU, no gradients.
 
@@ -416,7 +452,8 @@ def token_logprobs(
     ``score_mask`` (default: ``batch.loss_mask``) is > 0 are computed; every
     other position is 0 (their logits are never materialised). With
     ``with_entropy`` the second tensor holds the entropy of the predicted
-    distribution at the same positions, else it is None.
+    distribution at the same positions, else it is None. ``frozen``: the step
+    prefix kept across steps, for a model whose weights never change.
     """
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
@@ -431,9 +468,13 @@ def token_logprobs(
     ent = torch.zeros((n, t), dtype=torch.float32) if with_entropy else None
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 50_000
     chunk_tokens = max(1, _NO_GRAD_LOGITS_ELEMENTS // int(vocab))
-    plan = micro_batches(batch, torch.arange(n), micro_batch_size, share_prompt)
+    every = torch.arange(n)
+    plan = micro_batches(batch, every, micro_batch_size, share_prompt)
     with torch.no_grad():
-        context = step_prefix(model, batch, torch.arange(n), grad=False) if share_prompt else None
+        context = None
+        if share_prompt:
+            context = (frozen.get(model, batch, every) if frozen is not None
+                       else step_prefix(model, batch, every, grad=False))
         for rows, width, prefix_len in plan:
             logp, entropy = forward_scores(
                 model,
@@ -452,10 +493,12 @@ def token_logprobs(
 
 
 def reference_logprobs(
-    ref_model: torch.nn.Module, batch: PolicyBatch, micro_batch_size: int
+    ref_model: torch.nn.Module, batch: PolicyBatch, micro_batch_size: int,
+    frozen: FrozenPrefix | None = None,
 ) -> torch.Tensor:
-    """The frozen reference's log-probs on the loss-mask positions (see :func:`token_logprobs`)."""
-    return token_logprobs(ref_model, batch, micro_batch_size)[0]
+    """The frozen reference's log-probs on the loss-mask positions (see :func:`token_logprobs`;
+    ``frozen``: its step prefix kept across steps)."""
+    return token_logprobs(ref_model, batch, micro_batch_size, frozen=frozen)[0]
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

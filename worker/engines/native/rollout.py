@@ -227,6 +227,35 @@ _MIN_SHARED_PREFIX = 16
 _COMPACT_HOLES = 0.2
 
 
+def _shared_block(rests: list[list[int]]) -> tuple[list[int], int]:
+    """``(members, length)``: the prompts (by index) whose continuations after the common
+    prefix start with the same ``length`` tokens, chosen to save the most prefill (a mixed
+    step's hinted prompts: the exemplar block); ``([], 0)`` when no two share
+    ``_MIN_SHARED_PREFIX`` tokens. Each member keeps at least one token of its own.
+
+    Prompts sorted by their tokens put those sharing a start next to each other; a run of
+    neighbours sharing at least ``_MIN_SHARED_PREFIX`` tokens shares the least of their
+    pairwise starts.
+    """
+    ranked = sorted(range(len(rests)), key=lambda i: rests[i])
+    best: tuple[int, list[int], int] = (0, [], 0)
+    run: list[int] = ranked[:1]
+    for i in range(1, len(ranked) + 1):
+        common = (common_prefix_length([rests[ranked[i - 1]], rests[ranked[i]]])
+                  if i < len(ranked) else 0)
+        if common >= _MIN_SHARED_PREFIX:
+            run.append(ranked[i])
+            continue
+        if len(run) > 1:
+            length = min(common_prefix_length([rests[m] for m in run]),
+                         min(len(rests[m]) for m in run) - 1)
+            saved = (len(run) - 1) * length
+            if length >= _MIN_SHARED_PREFIX and saved > best[0]:
+                best = (saved, sorted(run), length)
+        run = ranked[i : i + 1]
+    return best[1], best[2]
+
+
 class _Engine:
     def __init__(self, model, tokenizer, tools: list[Tool], config: RolloutConfig, generator,
                  eos_token_id, *, reuse_cache: bool, share_prompts: bool, cascade: bool,
@@ -396,7 +425,7 @@ class _Engine:
         cache = self.cache
         q = ids.shape[1]
         kwargs = {self.keep_kw: 1} if self.keep_kw else {}
-        with sharing_prefix(cache.shared):
+        with sharing_prefix(cache.shared, cache.prefix_mask(n)):
             out = self.model(
                 input_ids=ids,
                 attention_mask=cache.valid[:n, : cache.length + q],
@@ -451,36 +480,44 @@ class _Engine:
         return logits
 
     def _prefill_prompts(self, prompts: list[list[int]]) -> torch.Tensor:
-        """Prefill every prompt; identical prompts and the common prefix are computed once."""
+        """Prefill every prompt; identical prompts, the common prefix and a block that
+        several prompts share after it (a mixed step's exemplars) are computed once."""
         cfg = self.cfg
         if self.share_prompts:
             index: dict[tuple[int, ...], int] = {}
-            for p in sorted(prompts, key=len, reverse=True):  # longest first (_prefill_rows)
+            for p in prompts:
                 index.setdefault(tuple(p), len(index))
             of_row = [index[tuple(p)] for p in prompts]
             unique = [list(p) for p in index]
         else:
-            longest_first = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-            unique = [prompts[i] for i in longest_first]
-            of_row = [0] * len(prompts)
-            for u, i in enumerate(longest_first):
-                of_row[i] = u
+            unique, of_row = prompts, list(range(len(prompts)))
         room = cfg.max_turn_tokens + 1
         shared = common_prefix_length(unique) if self.share_prompts else 0
         shared = min(shared, min(len(p) for p in unique) - 1)
-        if shared >= _MIN_SHARED_PREFIX:
-            longest = max(len(p) for p in unique)
+        shared = shared if shared >= _MIN_SHARED_PREFIX else 0
+        reads = [shared] * len(unique)  # per prompt: the shared prefix tokens it reads
+        if shared and self.cascade:
+            members, block = _shared_block([p[shared:] for p in unique])
+            for u in members:
+                reads[u] = shared + block
+        # rows longest input first (_prefill_rows), ties in the order the prompts came
+        order = sorted(range(len(unique)), key=lambda u: reads[u] - len(unique[u]))
+        rank = {u: r for r, u in enumerate(order)}
+        unique, reads = [unique[u] for u in order], [reads[u] for u in order]
+        of_row = [rank[u] for u in of_row]
+        longest = max(len(p) for p in unique)
+        if shared:
             self.cache = RolloutCache(1, round_up(longest + room), self.device)
-            self._prefill_rows([unique[0][:shared]], None, [0])
-            if self.cascade:  # keep one copy that every row attends to
-                self.cache.share_prefix(len(unique), longest - shared + room)
+            top = max(reads)
+            self._prefill_rows([unique[reads.index(top)][:top]], None, [0])
+            if self.cascade:  # keep one copy that every row attends to (its part of it)
+                self.cache.share_prefix(len(unique), longest - shared + room, reads)
             else:  # copy it into every row
                 self.cache.rebuild(torch.zeros(len(unique), dtype=torch.long),
                                    longest - shared + room, compact=False)
-            logits = self._prefill_rows([p[shared:] for p in unique], None,
-                                        [shared] * len(unique))
+            logits = self._prefill_rows([p[r:] for p, r in zip(unique, reads, strict=True)],
+                                        None, reads)
         else:
-            longest = max(len(p) for p in unique)
             self.cache = RolloutCache(len(unique), round_up(longest + room), self.device)
             logits = self._prefill_rows(unique, None, [0] * len(unique))
         if len(unique) != len(prompts) or of_row != list(range(len(prompts))):

@@ -61,7 +61,12 @@ from studio.settings import Settings
 from studio.steps import shown_step
 from studio.storage.tables import Rollout as RolloutRow
 from worker.engines.native.grpo import GrpoConfig, update_needs_old_logprobs, update_step
-from worker.engines.native.logprobs import frozen_copy, reference_logprobs, token_logprobs
+from worker.engines.native.logprobs import (
+    FrozenPrefix,
+    frozen_copy,
+    reference_logprobs,
+    token_logprobs,
+)
 from worker.engines.native.optimizer import make_optimizer
 from worker.engines.native.policy_batch import make_batch
 from worker.engines.native.precision import (
@@ -167,12 +172,13 @@ def build_step_prompts(config: RunConfig, tokenizer, data: TrainingData, rows: l
     `grpo.max_prompt_tokens` keeps its last tokens (the question and the assistant prefix),
     as veRL's left truncation does. Launching warns when the first stage's prompts would be
     cut (`studio.services.run_validation`). `draw`: the step, or (step, round) for dynamic
-    sampling's later rounds; it seeds the exemplar samples."""
+    sampling's later rounds; it seeds the exemplar samples (`RunConfig.exemplar_seed`: per
+    question, or one for the whole draw)."""
     limit = config.grpo.max_prompt_tokens
     ids, shown, cut = [], [], 0
     for i, (row, k) in enumerate(zip(rows, ks, strict=True)):
         prompt = config.build_prompt(row.question, data.exemplars, k,
-                                     sample_seed=derive_seed(config.seed, draw, i))
+                                     sample_seed=config.exemplar_seed(draw, i))
         prompt_ids = prompt.token_ids(tokenizer)
         cut += len(prompt_ids) > limit
         ids.append(prompt_ids[-limit:])
@@ -292,6 +298,7 @@ class Trainer:
         self.tool_specs = specs(self.tools)
         self._new_optimizer()
         self.reference = self._reference_model(resume)
+        self.reference_prefix = FrozenPrefix()  # its exemplars' keys and values, kept
         self.controller = AdaptiveController(self.curriculum)
         self.watch = PrematureWatch(cfg.engine.premature_drop)
         self.using = using_words(cfg.tools)  # the warnings name the run's tools
@@ -594,9 +601,9 @@ class Trainer:
             return None
         micro = self.config.grpo.micro_batch_size
         if self.peft is None:
-            return reference_logprobs(self.reference, batch, micro)
-        with self.peft.disable_adapter():
-            return reference_logprobs(self.model, batch, micro)
+            return reference_logprobs(self.reference, batch, micro, self.reference_prefix)
+        with self.peft.disable_adapter():  # the base: frozen, its prefix kept as well
+            return reference_logprobs(self.model, batch, micro, self.reference_prefix)
 
     def _logged(self, n_rollouts: int) -> int:
         """How many of the step's rollouts are logged: the first groups."""

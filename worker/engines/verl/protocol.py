@@ -73,8 +73,9 @@ class AgentSpec(BaseModel):
                                              derive_seed(self.run_config.seed, step, index, "soft"))
 
     def sample_seed(self, global_steps: int, index: int) -> int:
-        """The seed of a question's sampled exemplars: the same for all G samples of it."""
-        return derive_seed(self.run_config.seed, max(global_steps - 1, 0), index)
+        """The seed of a question's sampled exemplars: the same for all G samples of it (and,
+        with `prompt.exemplar_draw: per-step`, for every question of the step)."""
+        return self.run_config.exemplar_seed(max(global_steps - 1, 0), index)
 
     def trained_exemplars(self, exemplars: int) -> int:
         """The exemplar count of the prompt a sample trains on: the stage's, or none in
