@@ -34,8 +34,9 @@ _names = itertools.count()
 
 
 @pytest.fixture
-def url(migrated_db_url, tmp_path) -> str:
-    settings = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
+def url(any_db_url, tmp_path) -> str:
+    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    db.upgrade(settings.sqlalchemy_url)
     return settings.sqlalchemy_url
 
 
