@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/first_run.py                  # the bundled SmolLM2, quick start
     .venv/bin/python bench/first_run.py --keep /tmp/first-run
-    .venv/bin/python bench/first_run.py --quick          # a tiny random model: checks the walk
+    .venv/bin/python bench/first_run.py --quick          # a tiny model: checks the walk
 
 `studio up` on a fresh data directory (the embedded default: SQLite, the embedded
 broker, the bundled model), then only what a user sees and clicks: sign in with the
@@ -35,8 +35,12 @@ from studio.settings import Settings  # noqa: E402
 from tests.support.studio_ui import studio_in_browser  # noqa: E402
 
 DEFAULT_HEARTBEAT = Settings.model_fields["heartbeat_seconds"].default
+BUNDLED_MODEL = Settings.model_fields["default_model"].default
 
 RUN_LIMIT_S = 3 * 3600
+PAGE_POLL_S = 1.0
+"""How often the walk reads a page it waits on: the pages refresh every 2-3 s by themselves,
+and a coarser poll only adds its period to each wait."""
 ENDED = "succeeded|failed|cancelled|interrupted"  # the Live run status of a run that ended
 
 
@@ -108,7 +112,7 @@ def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Pat
     phases.done("wait for the first step")
     deadline = time.monotonic() + RUN_LIMIT_S
     while time.monotonic() < deadline and not re.search(ENDED, status):
-        time.sleep(10)
+        time.sleep(PAGE_POLL_S)
         status = page.locator("#live-status").inner_text()
     ui.screenshot("first-run-3-live-ended")
     if f"{relaunched} " not in status:  # a tick of the cancelled run must not take the page
@@ -124,7 +128,7 @@ def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Pat
         rows = ui.table_rows("#evaluate-table")
         if rows and all("base succeeded · trained succeeded" in row[-1] for row in rows):
             break
-        time.sleep(5)
+        time.sleep(PAGE_POLL_S)
     else:
         raise SystemExit(f"the evaluations did not finish: {ui.table_rows('#evaluate-table')}")
     ui.screenshot("first-run-4-evaluate")
@@ -146,6 +150,28 @@ def walk(ui, phases: Phases, downloads: Path, first_step_s: float = 1800) -> Pat
     no_red_error(ui, "Export")
     phases.done("export a zip and download it")
     return saved
+
+
+def tiny_model_ending_at_once(folder: Path) -> Path:
+    """The tests' tiny random model, made to end every answer at once: its output layer,
+    untied from its input embeddings, scores only <|im_end|>, on a dimension that every input
+    embedding sets high. As it is, it writes each turn to its budget: the walk's training
+    steps and evaluations, whose answers the walk does not read, took most of its time."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.support.tiny_model import build_tiny_model
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(folder))
+    model.config.tie_word_embeddings = False
+    with torch.no_grad():
+        embeddings = model.get_input_embeddings().weight
+        embeddings[:, 0] = 50.0  # the normalised hidden state's first value: about 8
+        head = torch.zeros_like(embeddings)
+        head[model.config.eos_token_id, 0] = 4.0  # <|im_end|> ahead by about 32 (logits)
+        model.get_output_embeddings().weight = torch.nn.Parameter(head)
+    model.save_pretrained(folder)
+    return folder
 
 
 def load_and_ask(archive: Path) -> str:
@@ -172,21 +198,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="a folder for the studio's data and the zip "
                         "(default: a temporary one, removed)")
     parser.add_argument("--quick", action="store_true",
-                        help="a tiny random model as the studio's default: the same walk in "
-                        "minutes, with nothing to read in what the model answers")
+                        help="a tiny random model that ends every answer at once as the "
+                        "studio's default: the same walk in minutes, with nothing to read in "
+                        "what the model answers")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="first-run-") as scratch:
         where = args.keep or Path(scratch)
         where.mkdir(parents=True, exist_ok=True)
-        model = {}
-        if args.quick:
-            from tests.support.tiny_model import build_tiny_model
-
-            model = {"default_model": str(build_tiny_model(where / "tiny"))}
+        model = str(tiny_model_ending_at_once(where / "tiny")) if args.quick else BUNDLED_MODEL
         phases = Phases()
         # the studio's own heartbeat, as a user's: the tests' 1 s marks a run interrupted
         # when a loaded machine delays the worker's beat by 3 s
-        with studio_in_browser(where, heartbeat_seconds=str(DEFAULT_HEARTBEAT), **model) as ui:
+        with studio_in_browser(where, default_model=model,
+                               heartbeat_seconds=str(DEFAULT_HEARTBEAT)) as ui:
             script_errors: list[str] = []
             ui.page.on("console", lambda message: message.type == "error"
                        and script_errors.append(message.text))

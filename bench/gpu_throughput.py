@@ -3,11 +3,12 @@
 On a CUDA GPU it builds a randomly initialised model of Qwen2.5-0.5B's shape
 (speed does not depend on the weights' values, and nothing is downloaded); on
 CPU a small shape keeps the run short so CI can check the script works. The
-vocabulary is the bundled SmolLM2 tokenizer's (49,152 ids; Qwen's is 151,936),
-so sampled ids always decode.
+vocabulary is the bundled SmolLM2 tokenizer's (49,152 ids; Qwen's is 151,936;
+`--tokenizer` names another), so sampled ids always decode.
 
     python bench/gpu_throughput.py                      # CUDA, Qwen2.5-0.5B shape, bf16
     python bench/gpu_throughput.py --device cpu --shape small --batch 4 --tokens 16
+    python bench/gpu_throughput.py --device cpu --shape small --tokenizer FOLDER
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per turn")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokenizer", default=DEFAULT_MODEL,
+                        help="the model whose tokenizer gives the vocabulary (default: the "
+                        "bundled SmolLM2, converted into --data-dir once); a small one keeps "
+                        "a check of the script on CPU short")
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) /
                         "studio-bench-models")
     args = parser.parse_args(argv)
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if cuda else torch.float32
     if not cuda:
         torch.set_num_threads(1)
-    tokenizer = load_tokenizer(DEFAULT_MODEL, args.data_dir)
+    tokenizer = load_tokenizer(args.tokenizer, args.data_dir)
     model = build_model(shape, len(tokenizer), args.device, dtype).eval()
     params = sum(p.numel() for p in model.parameters()) / 1e6
     name = torch.cuda.get_device_name() if cuda else "CPU (1 thread)"

@@ -397,8 +397,8 @@ def table(args, arms: dict[str, dict | str]) -> str:
     def med(res, key):
         return median(res["steps"], key, args.warmup) if isinstance(res, dict) else None
 
-    def cell(x):
-        return "-" if x is None else f"{x:.1f}"
+    def cell(x):  # three significant digits: a tiny model's step is a few hundredths of a second
+        return "-" if x is None else f"{x:.3g}"
 
     def ratio(a, b):
         return f"{a / b:.2f}x" if a is not None and b else "-"
@@ -474,7 +474,7 @@ def table(args, arms: dict[str, dict | str]) -> str:
     return "\n".join(lines + [""] + notes)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/studio-models"))
@@ -493,7 +493,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny shapes to check the script")
     parser.add_argument("--child", choices=["native", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.group, args.new_tokens, args.steps, args.warmup = 2, 2, 8, 1, 1
 
@@ -501,7 +501,7 @@ def main() -> None:
         run = run_native if args.child == "native" else run_trl
         result = run(args)
         Path(args.result).write_text(json.dumps(result))
-        return
+        return 0
 
     arms = {}
     if args.only in (None, "native"):
@@ -511,7 +511,8 @@ def main() -> None:
     if args.only in (None, "trl"):
         arms["TRL"] = child("trl", args)
     print(table(args, arms))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -30,7 +30,8 @@ search demo's held-out questions with the search tool, and prints its one-hop qu
 `bench/icrl_seeds.py` puts several seeds' results side by side.
 
 The two trained arms train side by side, one process and one thread each (the machine's
-two cores). Then each model is evaluated zero-shot on the pack's held-out questions
+two cores). Then each model is evaluated zero-shot (two processes side by side, each
+taking every other evaluation) on the pack's held-out questions
 (`demo-heldout`, `calc-heldout` or `math-heldout`: training never sees them) with the
 protocol the preset's own end-of-run evaluation uses
 (`studio.services.evaluations.run_protocol`: k = 0, temperature 0.1, the run's
@@ -165,15 +166,17 @@ def run_child(args) -> int:
     from studio.settings import Settings
 
     settings = Settings(data_dir=args.data_dir)
-    kind, ident = args.child
+    kind, *idents = args.child
     if kind == "train":
         from worker.engines.native.trainer import Trainer
 
+        (ident,) = idents
         Trainer(settings, int(ident)).run()
     else:
         from worker.evaluation import run_evaluation
 
-        run_evaluation(settings, int(ident))
+        for ident in idents:
+            run_evaluation(settings, int(ident))
     return 0
 
 
@@ -196,21 +199,34 @@ def trained_arms(settings, configs: dict[str, dict], arms: list[str]) -> tuple[d
     return created, minutes
 
 
-def evaluate(settings, args, targets: dict[str, dict], qa_set: str, corpus: str | None,
-             protocol: dict, tag: str) -> dict[str, dict]:
-    """Each target (a model or a run) evaluated zero-shot on `qa_set` under `protocol`, two
-    at a time, each in a one-thread process; their metrics by arm."""
+def queue_evaluations(settings, args, targets: dict[str, dict], qa_set: str,
+                      corpus: str | None, protocol: dict) -> dict[str, int]:
+    """Each target (a model or a run) queued for a zero-shot evaluation on `qa_set` under
+    `protocol`, not started (`run_evaluations` runs them): their ids by arm."""
     from studio.services import evaluations
 
-    queued = {arm: evaluations.create_evaluation(
+    return {arm: evaluations.create_evaluation(
         settings, admin(settings), qa_set=qa_set, corpus=corpus, limit=args.limit,
-        protocol=protocol, start=False, **target) for arm, target in targets.items()}
+        protocol=protocol, start=False, **target)["id"] for arm, target in targets.items()}
+
+
+def run_evaluations(data_dir: Path, ids: list[int]) -> None:
+    """The evaluations in two one-thread processes side by side, each taking every other one
+    in turn: a process per evaluation would import torch once per evaluation, which takes
+    longer than evaluating a small model."""
+    shares = [share for share in (ids[0::2], ids[1::2]) if share]
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda arm: child(["--child", "eval", str(queued[arm]["id"])],
-                                        args.data_dir, args.data_dir / "logs" / f"{tag}-{arm}.log"),
-                      queued))
-    return {arm: evaluations.get_evaluation(settings, e["id"])["metrics"]
-            for arm, e in queued.items()}, {arm: e["id"] for arm, e in queued.items()}
+        list(pool.map(lambda share: child(
+            ["--child", "eval", *map(str, share)], data_dir,
+            data_dir / "logs" / f"eval-{'-'.join(map(str, share))}.log"), shares))
+
+
+def evaluation_metrics(settings, ids: dict[str, int]) -> dict[str, dict]:
+    """The finished evaluations' metrics by arm."""
+    from studio.services import evaluations
+
+    return {arm: evaluations.get_evaluation(settings, ident)["metrics"]
+            for arm, ident in ids.items()}
 
 
 def one_hop_metrics(settings, evaluation_id: int) -> dict:
@@ -376,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate the arms an earlier call with the same flags trained "
                         "in --data-dir (its evaluation failed or was stopped), without "
                         "training them again")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     return parser
 
 
@@ -443,15 +459,19 @@ def main(argv: list[str] | None = None) -> int:
         configs["curriculum"])
     targets = {**({"base": {"model": configs["curriculum"]["model"]}} if "base" in arms else {}),
                **{arm: {"run_id": run["id"]} for arm, run in created.items()}}
-    results, _ = evaluate(settings, args, targets, heldout, corpus, protocol, "eval")
-    searched = one_hop = None
+    heldout_ids = queue_evaluations(settings, args, targets, heldout, corpus, protocol)
+    search_ids = {}
     if args.cross_search:  # does a tool habit carry to another tool? The search demo, zero-shot
         demo.load_demo_pack(settings, admin(settings), index_now=True)
         search_protocol = {**evaluations.run_protocol(RunConfig.model_validate(
             preset_config(SEARCH_PRESET, settings))), "tools": ["search"]}
-        searched, ids = evaluate(settings, args, targets, demo.HELDOUT_NAME, demo.DEMO_NAME,
-                                 search_protocol, "search")
-        one_hop = {arm: one_hop_metrics(settings, ident) for arm, ident in ids.items()}
+        search_ids = queue_evaluations(settings, args, targets, demo.HELDOUT_NAME,
+                                       demo.DEMO_NAME, search_protocol)
+    run_evaluations(args.data_dir, [*heldout_ids.values(), *search_ids.values()])
+    results = evaluation_metrics(settings, heldout_ids)
+    searched = evaluation_metrics(settings, search_ids) or None
+    one_hop = {arm: one_hop_metrics(settings, ident)
+               for arm, ident in search_ids.items()} or None
     curves = {arm: runs.run_metrics(settings, run["id"]) for arm, run in created.items()}
     folders = {arm: save_model(settings, run["id"]) for arm, run in created.items()}
     minutes = (time.time() - t0) / 60

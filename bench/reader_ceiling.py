@@ -165,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exemplars", default="0,2",
                         help="exemplar counts to show, comma-separated (default 0,2)")
     parser.add_argument("--limit", type=int, help="the first N questions of the split")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (default 2; 1 with --quick, whose tiny model gains "
+                        "nothing from a second thread on a machine busy with other work)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/reader-ceiling"))
     parser.add_argument("--out", type=Path, help="write every answer as JSON lines here")
     parser.add_argument("--quick", action="store_true",
-                        help="a tiny random model, 4 questions: checks the script")
+                        help="a tiny random model, 4 questions, one thread: checks the script")
     args = parser.parse_args(argv)
     counts = [int(k) for k in args.exemplars.split(",")]
 
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio.services.presets import QUICK_START, preset_config
     from studio.settings import Settings
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or (1 if args.quick else 2))
     torch.manual_seed(0)
     if args.quick:
         from tests.support.tiny_model import build_tiny_model

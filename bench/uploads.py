@@ -131,9 +131,10 @@ def _text_block(content: str) -> bytes:
     if content == "one long word":
         return b"a" * (1 << 20)
     rng = random.Random(0)
-    lines = []
-    while sum(map(len, lines)) < 1 << 20:
+    lines, size = [], 0
+    while size < 1 << 20:
         lines.append(" ".join(f"w{rng.randrange(100_000)}" for _ in range(12)).encode() + b"\n")
+        size += len(lines[-1])
     return b"".join(lines)[:1 << 20]
 
 

@@ -64,7 +64,8 @@ def build_ui(settings: Settings) -> gr.Blocks:
     with gr.Blocks(title="ICRL Studio",
                    delete_cache=(UI_UPLOAD_SWEEP_S, UI_UPLOAD_MAX_AGE_S)) as ui:
         # Made outside gr.Tabs: a non-tab child there shifts the tabs' order in the browser.
-        common = shared.Shared(ui, tuple(shared.page_id(page) for page in PAGES))
+        common = shared.Shared(ui, tuple(shared.page_id(page) for page in PAGES),
+                               refresh_seconds=settings.page_refresh_seconds)
         who = gr.Markdown(elem_id="signed-in")
         ui.load(acting(settings, lambda _settings, actor: team.who_markdown(actor)),
                 outputs=who, show_progress="hidden")

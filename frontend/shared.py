@@ -60,6 +60,8 @@ class Shared:
     tab: gr.Tab | None = None
     """The tab of the page being built."""
     timers: list[PageTimer] = field(default_factory=list)
+    refresh_seconds: float | None = None
+    """Every page timer's period (`Settings.page_refresh_seconds`); None: each page's own."""
 
     def __post_init__(self) -> None:
         self.shown = gr.State(self.page_ids[0])
@@ -132,9 +134,10 @@ def on_show(fn: Callable, inputs=None, outputs=None, with_page: bool = False, **
 
 
 def page_timer(seconds: float) -> PageTimer:
-    """A timer of the page being built, stopped until the page is shown (see `PageTimer`)."""
+    """A timer of the page being built, ticking every `seconds` (unless the studio sets every
+    page's period), stopped until the page is shown (see `PageTimer`)."""
     shared = current()
-    made = PageTimer(gr.Timer(seconds, active=False), shared.tab.id)
+    made = PageTimer(gr.Timer(shared.refresh_seconds or seconds, active=False), shared.tab.id)
     shared.timers.append(made)
     return made
 

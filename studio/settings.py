@@ -55,6 +55,13 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="How often a worker records that it is alive; a "
         "running run without a heartbeat for three periods is marked interrupted."
     )
+    page_refresh_seconds: float | None = Field(
+        default=None, gt=0, description="How often a shown page asks the server again while "
+        "something on it moves (a run training, an evaluation, an export, an index build, "
+        "exemplars being tried); default: each page's own period (Data 1 s; Exemplars, Live "
+        "run and Export 2 s; Runs and Evaluate 3 s). Longer lightens a busy server, shorter "
+        "follows sooner."
+    )
     max_upload_bytes: int = Field(
         default=2_000_000_000, gt=0, description="Largest file an upload may be, in bytes."
     )

@@ -21,11 +21,16 @@ def _load(name: str):
     return module
 
 
-def test_gpu_throughput_runs_on_cpu_with_a_small_shape(models_dir, capsys):
+def test_gpu_throughput_runs_on_cpu_with_a_small_shape(tmp_path, capsys):
+    """The small shape with a tiny model's vocabulary: the bundled one's would be converted
+    first, and the speed of a random model does not depend on which words its ids spell."""
+    from tests.support.tiny_model import build_tiny_model
+
     bench = _load("gpu_throughput")
     assert bench.main(["--device", "cpu", "--shape", "small", "--batch", "2", "--tokens", "8",
                        "--repeats", "1", "--prompt-tokens", "32",
-                       "--data-dir", str(models_dir)]) == 0
+                       "--tokenizer", str(build_tiny_model(tmp_path / "tiny")),
+                       "--data-dir", str(tmp_path / "data")]) == 0
     table = capsys.readouterr().out
     row = [line for line in table.splitlines() if line.startswith("| 2 |")]
     assert len(row) == 1
@@ -299,26 +304,26 @@ def test_the_rollout_benchmark_refuses_a_shape_it_cannot_fill(capsys, batches, s
     assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
-def test_the_grpo_step_benchmark_times_a_native_step_per_precision_and_its_floor(models_dir):
-    """Its quick mode on the bundled model, float32 beside bfloat16-autocast (TRL's side
-    needs the bench extra, not in CI)."""
-    import subprocess
-    import sys
+def test_the_grpo_step_benchmark_times_a_native_step_per_precision_and_its_floor(tmp_path,
+                                                                                  capsys):
+    """Its quick mode on a tiny model, float32 beside bfloat16-autocast, each in a process of
+    its own (TRL's side needs the bench extra, not in CI)."""
+    from tests.support.tiny_model import build_tiny_model
 
-    done = subprocess.run([sys.executable, str(BENCH / "grpo_step.py"), "--quick", "--only",
-                           "native", "--data-dir", str(models_dir)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    model = build_tiny_model(tmp_path / "tiny")
+    assert _load("grpo_step").main(["--quick", "--only", "native", "--model", str(model),
+                                    "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
     rows = {cells[0]: cells[1:] for cells in
             ([c.strip() for c in line.strip("|").split("|")]
-             for line in done.stdout.splitlines() if line.startswith("| "))}
+             for line in out.splitlines() if line.startswith("| "))}
     assert rows["phase"] == ["native fp32", "native bf16-autocast",
                              "native bf16-autocast / native fp32"], "TRL's side was not run"
     fp32, bf16, ratio = rows["**whole step**"]
     assert float(fp32.split()[0]) > 0 and float(bf16.split()[0]) > 0 and ratio.endswith(")")
     floor = rows["floor: plain fwd + bwd, same tokens, full logits, no optimizer"]
     assert all("update / floor" in cell for cell in floor[:2])
-    assert "bfloat16 against float32: max |diff|" in done.stdout
+    assert "bfloat16 against float32: max |diff|" in out
 
 
 def _table_rows(out: str, header: str) -> list[list[str]]:
@@ -408,7 +413,11 @@ def test_the_first_run_benchmark_walks_from_sign_in_to_a_downloaded_model(tmp_pa
     """Its quick mode, issue 42's walk-through: the same walk in Chromium on a tiny model
     (launch a ready-made run, cancel it, launch it again to the end, evaluate, export a zip
     transformers loads) with no red error on the way and no script error in the browser
-    (bench/first_run.py; what the tiny model answers means nothing)."""
+    (bench/first_run.py; what the tiny model answers means nothing). The one click trains
+    and evaluates: base against trained, queued by the run's end, on all 60 of the ready-made
+    run's held-out questions (the Data-to-Launch page tests stop at the launch)."""
+    from ast import literal_eval
+
     assert _load("first_run").main(["--quick", "--keep", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     phases = _table_rows(out, "| phase | seconds")
@@ -417,6 +426,9 @@ def test_the_first_run_benchmark_walks_from_sign_in_to_a_downloaded_model(tmp_pa
         "launch it again (stores its data pack)", "wait for the first step", "train to the end",
         "wait for base against trained (queued at the run's end)",
         "export a zip and download it", "**total**"]
+    (evaluated,) = [line.removeprefix("Evaluate: ") for line in out.splitlines()
+                    if line.startswith("Evaluate: ")]
+    assert [row[:2] for row in literal_eval(evaluated)] == [["calc-heldout", "60"]]
     assert "the exported model answers: '" in out
     assert "console errors: 0" in out
     assert list(tmp_path.glob("*-step-*.zip")), "the zip was downloaded"

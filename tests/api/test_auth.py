@@ -26,9 +26,8 @@ from tests.support.processes import stop, studio_env
 from tests.support.web_sign_in import form_token, post_sign_in
 
 
-def test_passwords_and_tokens_are_stored_hashed(any_db_url):
-    db.upgrade(any_db_url)
-    with db.session_scope(any_db_url) as session:
+def test_passwords_and_tokens_are_stored_hashed(migrated_db_url):
+    with db.session_scope(migrated_db_url) as session:
         creds = auth.bootstrap_admin(session)
         assert creds is not None and creds.token.startswith(auth.TOKEN_PREFIX)
         rows = session.exec(select(ApiToken)).all()
@@ -36,7 +35,7 @@ def test_passwords_and_tokens_are_stored_hashed(any_db_url):
         assert auth.authenticate(session, "admin", creds.password) is not None
         assert auth.authenticate(session, "admin", creds.password + "x") is None
         assert auth.user_for_token(session, creds.token).username == "admin"
-    with db.session_scope(any_db_url) as session:
+    with db.session_scope(migrated_db_url) as session:
         assert auth.bootstrap_admin(session) is None, "the admin is created only once"
 
 

@@ -145,12 +145,11 @@ def test_the_curriculum_designer_answers_presets_and_checks(api):
 
 
 @pytest.fixture
-def api_on_any_db(any_db_url, tmp_path):
+def api_on_any_db(migrated_db_url, tmp_path):
     """The admin's API client of a fresh studio on SQLite, then on PostgreSQL."""
-    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    settings = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
     settings.resolved_data_dir.mkdir(parents=True)
-    db.upgrade(any_db_url)
-    with db.session_scope(any_db_url) as session:
+    with db.session_scope(migrated_db_url) as session:
         token = auth.bootstrap_admin(session).token
     with TestClient(create_app(settings)) as client:
         yield Api(settings, client, token)

@@ -301,12 +301,11 @@ UNSTORABLE_FILES = {  # (route, file): its text, with the value on line 2
 
 
 @pytest.mark.parametrize("value", [HUGE, '"a\\u0000b"'], ids=["huge-integer", "nul"])
-def test_a_huge_integer_or_a_nul_in_an_upload_is_a_422_naming_its_line(any_db_url, tmp_path,
+def test_a_huge_integer_or_a_nul_in_an_upload_is_a_422_naming_its_line(migrated_db_url, tmp_path,
                                                                        value):
     """Each was a 500 (an uncaught ValueError; PostgreSQL refuses NUL in text)."""
-    s = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    s = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
     s.resolved_data_dir.mkdir(parents=True)
-    db.upgrade(s.sqlalchemy_url)
     with TestClient(create_app(s)) as client:
         headers = bearer(s, admin(s))
         for (route, filename), text in UNSTORABLE_FILES.items():

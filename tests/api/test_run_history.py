@@ -21,10 +21,9 @@ from studio.storage.tables import Rollout, Run, RunEvent, RunMetric
 
 
 @pytest.fixture
-def api(any_db_url, tmp_path):
-    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
-    db.upgrade(any_db_url)
-    with db.session_scope(any_db_url) as session:
+def api(migrated_db_url, tmp_path):
+    settings = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
+    with db.session_scope(migrated_db_url) as session:
         token = auth.bootstrap_admin(session).token
     with TestClient(create_api(settings), base_url="http://test/api/v1",
                     headers={"Authorization": f"Bearer {token}"}) as client:

@@ -30,10 +30,10 @@ TABLE_OF = {"metric": RunMetric, "rollout": Rollout, "stage_change": RunEvent,
 
 
 def _served(url: str, tmp_path):
-    """(settings, base URL, auth headers) of an API served over HTTP on the database."""
+    """(settings, base URL, auth headers) of an API served over HTTP on the migrated
+    database."""
     settings = Settings(data_dir=tmp_path / "data", database_url=url)
     settings.resolved_data_dir.mkdir(parents=True)
-    db.upgrade(url)
     with db.session_scope(url) as session:
         token = auth.bootstrap_admin(session).token
     app = create_api(settings)
@@ -43,8 +43,8 @@ def _served(url: str, tmp_path):
 
 
 @pytest.fixture
-def studio(any_db_url, tmp_path):
-    yield from _served(any_db_url, tmp_path)
+def studio(migrated_db_url, tmp_path):
+    yield from _served(migrated_db_url, tmp_path)
 
 
 def write_step(url: str, run_id: int, step: int) -> None:
@@ -171,7 +171,7 @@ def test_steps_a_resumed_run_writes_again_reach_a_client_that_saw_the_first_ones
     assert [d["step"] for k, d in again if k == "rollout"] == [4, 4]
 
 
-@pytest.mark.parametrize("any_db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgresql"], indirect=True)
 def test_a_row_committed_after_a_larger_id_was_sent_still_arrives(studio):
     """Two writers at once, the smaller id committing last: PostgreSQL lets this happen
     (SQLite has one writer at a time, so its ids commit in order)."""
@@ -230,25 +230,24 @@ def test_cursor_text_round_trips_and_rejects_what_is_not_one():
             StreamCursor.decode(bad)
 
 
-def test_a_client_that_falls_out_of_the_log_catches_up_from_the_database(any_db_url, tmp_path):
+def test_a_client_that_falls_out_of_the_log_catches_up_from_the_database(migrated_db_url, tmp_path):
     """The feed keeps few items (retain=8); a client that stops reading while 30 steps are
     written resumes from the database and still gets each row once."""
-    db.upgrade(any_db_url)
-    run_id = new_run(any_db_url)
-    set_state(any_db_url, run_id, RunState.running)
+    run_id = new_run(migrated_db_url)
+    set_state(migrated_db_url, run_id, RunState.running)
     options = StreamOptions(poll_seconds=0.02, settle_seconds=0.5, keepalive_seconds=0.2,
                             batch=5, retain=8)
 
     async def scenario() -> list:
-        streams = RunStreams(any_db_url, options)
+        streams = RunStreams(migrated_db_url, options)
         stream = streams.events(run_id, StreamCursor())
         frames = [await anext(stream), await anext(stream)]  # retry:, then the state
         feed = streams.feeds[run_id]
         for step in range(30):
-            await asyncio.to_thread(write_step, any_db_url, run_id, step)
+            await asyncio.to_thread(write_step, migrated_db_url, run_id, step)
         while feed.base == 0:  # the feed dropped items this client never read
             await asyncio.sleep(0.02)
-        await asyncio.to_thread(set_state, any_db_url, run_id, RunState.failed)
+        await asyncio.to_thread(set_state, migrated_db_url, run_id, RunState.failed)
         async for text_ in stream:
             frames.append(text_)
         assert run_id not in streams.feeds, "the feed stops with its last client"
@@ -256,19 +255,18 @@ def test_a_client_that_falls_out_of_the_log_catches_up_from_the_database(any_db_
 
     received = [(e["event"], json.loads(e["data"])) for e in parse_events(
         "".join(asyncio.run(scenario())).split("\n"))]
-    assert ids_by_table(received) == written(any_db_url, run_id)
+    assert ids_by_table(received) == written(migrated_db_url, run_id)
     assert [k for k, _ in received[-2:]] == ["state", "end"]
 
 
-def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(any_db_url):
+def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(migrated_db_url):
     """Opening a stream does not wait behind other clients' reads: once a feed follows the
     run, a new client's check and its whole history come from the feed, with no query of
     its own (the poller sleeps meanwhile)."""
-    db.upgrade(any_db_url)
-    run_id = new_run(any_db_url)
-    set_state(any_db_url, run_id, RunState.running)
+    run_id = new_run(migrated_db_url)
+    set_state(migrated_db_url, run_id, RunState.running)
     for step in range(20):
-        write_step(any_db_url, run_id, step)
+        write_step(migrated_db_url, run_id, step)
     options = StreamOptions(poll_seconds=60, settle_seconds=0.5, keepalive_seconds=0.2, batch=7)
 
     async def until_state(stream) -> str:
@@ -278,7 +276,7 @@ def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(any_db
         return text_
 
     async def scenario() -> tuple[str, list[str]]:
-        streams = RunStreams(any_db_url, options)
+        streams = RunStreams(migrated_db_url, options)
         first = streams.events(run_id, await streams.check(run_id, None))
         await until_state(first)
         queries: list[str] = []
@@ -286,7 +284,7 @@ def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(any_db
         def note(_conn, _cursor, statement, *_args) -> None:
             queries.append(statement)
 
-        engine = db.engine_for(any_db_url)
+        engine = db.engine_for(migrated_db_url)
         sqlalchemy_event.listen(engine, "before_cursor_execute", note)
         try:
             second = streams.events(run_id, await streams.check(run_id, None))
@@ -300,5 +298,5 @@ def test_a_client_joining_a_followed_run_replays_the_feed_without_a_query(any_db
     received, queries = asyncio.run(scenario())
     assert queries == []
     events = [(e["event"], json.loads(e["data"])) for e in parse_events(received.split("\n"))]
-    assert ids_by_table(events) == written(any_db_url, run_id)
+    assert ids_by_table(events) == written(migrated_db_url, run_id)
     assert [kind for kind, _ in events].count("state") == 1

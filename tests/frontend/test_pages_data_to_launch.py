@@ -439,10 +439,12 @@ def test_launch_page_estimates_saves_yaml_and_launches_a_tiny_run(ui, tiny_model
     ui.wait_text("#curriculum-notes", "2 → 0, 10 steps in all")
 
 
-def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_click(ui):
+def test_the_quick_start_shows_its_estimate_then_launches_in_one_click(ui):
     """The preset on the studio's default model (the tiny one here): its stages and time on
-    this worker before launch, then one click: it trains, and base against trained on the
-    held-out questions follows without another click."""
+    this worker before launch, then one click launches it with its data and its evaluation
+    of base against trained on the held-out questions. That a ready-made run so launched
+    trains to the end and its evaluation follows without another click is the first-run
+    walk's (tests/test_benches.py, bench/first_run.py): here the run is cancelled."""
     from studio.services import presets
 
     settings = Settings(data_dir=ui.data_dir)
@@ -482,26 +484,10 @@ def test_the_quick_start_shows_its_estimate_then_trains_and_evaluates_in_one_cli
     assert re.search(r"'quick-start' is (queued|running) on the cpu queue", told), told
     assert "zero-shot evaluation on demo-heldout" in told
     (run,) = [r for r in runs.list_runs(settings) if r["name"] == "quick-start"]
-    assert run["config"]["data"]["train"] == "demo" and run["config"]["lora"]["rank"] > 0
-
-    def evaluated() -> list[dict]:
-        pairs = evaluations.base_vs_trained(settings, run["id"])
-        done = [p for p in pairs if p["base"] and p["trained"]
-                and {p["base"]["state"], p["trained"]["state"]} <= {"succeeded", "failed"}]
-        return done
-
-    (pair,) = wait_for(evaluated, 600, "the quick start to train and be evaluated")
-    assert runs.get_run(settings, run["id"])["state"] == "succeeded"
-    assert pair["qa_set"] == "demo-heldout"
-    for side in ("base", "trained"):
-        assert pair[side]["state"] == "succeeded", pair[side]["error"]
-        assert pair[side]["metrics"]["questions"] == 60
-    ui.open("Evaluate")
-    ui.choose_run("#evaluate-run", "quick-start")
-    ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
-    (cells,) = ui.table_rows("#evaluate-table")
-    assert cells[:2] == ["demo-heldout", "60"], cells
-    ui.screenshot("evaluate-quick-start")
+    config = run["config"]
+    assert config["data"]["train"] == "demo" and config["lora"]["rank"] > 0
+    assert config["data"]["eval"] == ["demo-heldout"] and config["engine"]["evaluate_at_end"]
+    runs.cancel_run(settings, admin(settings), run["id"])  # the worker is wanted next
 
 
 def test_the_arithmetic_pack_takes_a_calculator_run_from_data_to_a_saved_config(ui,

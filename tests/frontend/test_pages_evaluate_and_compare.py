@@ -4,7 +4,8 @@ after a reload without picking the run, the question limit starts empty; the spl
 label shows base beside trained and a row opens its questions, escaped (issue 16); a run
 that has just succeeded is followed from Live run until the evaluations it queues itself
 have finished, without a reload (the first-run walk's path); the configs of two runs show both columns whole, without the settings a run's own config
-overrides. Screenshots go to artifacts/screenshots/.
+overrides; the studio's page refresh setting sets every page's timer. Screenshots go to
+artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import pytest
 from sqlmodel import select
 
-from frontend.pages import evaluate
 from studio.services.demo import load_demo_pack
 from studio.settings import Settings
 from studio.storage.db import session_scope
@@ -26,6 +26,9 @@ from tests.support.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.slow
 
+#: The studio's page timers tick every second (STUDIO_PAGE_REFRESH_SECONDS): the pages follow
+#: what is stored sooner than at their own periods.
+REFRESH_SECONDS = 1
 SILENT = {"em": 0.0, "subem": 0.0, "f1": 0.0, "acc": 0.0, "format": 0.1, "search_calls": 0.0,
           "valid_search_rate": 0.0, "answer_rate": 0.0, "questions": 60}
 
@@ -73,7 +76,8 @@ def stored_evaluations(settings: Settings, run_id: int, model) -> None:
 def ui(tmp_path_factory) -> StudioUI:
     root = tmp_path_factory.mktemp("ui-evaluate-compare")
     model = build_tiny_model(root / "tiny")
-    with studio_in_browser(root, default_model=str(model)) as studio:
+    with studio_in_browser(root, default_model=str(model),
+                           page_refresh_seconds=str(REFRESH_SECONDS)) as studio:
         settings = Settings(data_dir=studio.data_dir)
         load_demo_pack(settings, admin(settings), index_now=True)
         first = stored_run(settings, model, "first-try-3-2-0", 9, 1e-4)
@@ -174,7 +178,7 @@ def test_evaluate_follows_the_evaluations_a_run_queues_at_its_end(ui):
     ui.choose_run("#evaluate-run", "just-ended")
     ui.wait_text("#evaluate-notes", "fills in then, without a reload")
     # the page's timer ticks while nothing is queued yet (the walk's order): it must go on
-    ui.page.wait_for_timeout(3_000 * evaluate.REFRESH_SECONDS)
+    ui.page.wait_for_timeout(3_000 * REFRESH_SECONDS)
 
     with session_scope(settings.sqlalchemy_url) as session:  # what its worker queues
         checkpoint = session.get(Run, run_id).checkpoint_dir
@@ -192,3 +196,10 @@ def test_evaluate_follows_the_evaluations_a_run_queues_at_its_end(ui):
             session.add(evaluation)
     ui.wait_text("#evaluate-table", "base succeeded · trained succeeded")
     assert "fills in then" not in ui.page.locator("#evaluate-notes").inner_text()
+
+
+def test_the_page_refresh_setting_sets_every_page_timer(ui):
+    """STUDIO_PAGE_REFRESH_SECONDS replaces each page's own period (1 to 3 s)."""
+    periods = ui.page.evaluate("() => window.gradio_config.components"
+                               ".filter(c => c.type === 'timer').map(c => c.props.value)")
+    assert periods and set(periods) == {REFRESH_SECONDS}, periods

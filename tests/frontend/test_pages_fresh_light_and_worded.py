@@ -18,7 +18,11 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from frontend.pages import live_run
+from frontend.pages import runs as runs_page
+from studio.services import runs
 from studio.settings import Settings
+from tests.support.actors import admin
 from tests.support.processes import wait_for
 from tests.support.studio_ui import ARTIFACTS, StudioUI, studio_in_browser
 from tests.support.synthetic_runs import add_rollout, finished_run, long_rollout_segments
@@ -27,10 +31,18 @@ from tests.support.training import tiny_config
 
 pytestmark = pytest.mark.slow
 
-#: Each window of the idle-tab test: 9 s (3 ticks of a 3 s timer; the test asks for 2) is
-#: enough to tell a page that ticks from one that does not; docs/ui.md's figures used 30 s
-#: windows (STUDIO_IDLE_TAB_SECONDS=30).
-IDLE_SECONDS = float(os.environ.get("STUDIO_IDLE_TAB_SECONDS", "9"))
+#: The studio's page timers tick every second (STUDIO_PAGE_REFRESH_SECONDS), so that the
+#: idle-tab test's windows can be short; STUDIO_IDLE_TAB_REFRESH_SECONDS=0 keeps the pages' own
+#: periods (the slowest, the Runs page's, 3 s).
+REFRESH_SECONDS = float(os.environ.get("STUDIO_IDLE_TAB_REFRESH_SECONDS", "1")) or None
+TICK = REFRESH_SECONDS or runs_page.REFRESH_SECONDS
+#: Each window of the idle-tab test: 5 ticks tell a page that ticks from one that does not;
+#: docs/ui.md's figures used 30 s windows at the pages' own periods
+#: (STUDIO_IDLE_TAB_SECONDS=30 STUDIO_IDLE_TAB_REFRESH_SECONDS=0).
+IDLE_SECONDS = float(os.environ.get("STUDIO_IDLE_TAB_SECONDS", 5 * TICK))
+#: A window in which a page following its run must tick twice: a timer sends no tick while its
+#: last one is unanswered, and on a loaded machine an answer may take 3 s.
+FOLLOW_SECONDS = max(IDLE_SECONDS, 8)
 # Words of ordinary length that a line break cut in two (a longer token may be broken).
 SPLIT_WORDS = """(selector) => {
     const split = [];
@@ -98,10 +110,9 @@ class Studio:
 def studio(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui-first-use")
     model = str(build_tiny_model(root / "tiny"))
-    with studio_in_browser(root, default_model=model) as ui:
-        token = re.search(r"API token: (\S+)", ui.log.read_text()).group(1)
-        with httpx.Client(base_url=f"{ui.base}/api/v1", timeout=60,
-                          headers={"Authorization": f"Bearer {token}"}) as api:
+    refresh = REFRESH_SECONDS and str(REFRESH_SECONDS)
+    with studio_in_browser(root, default_model=model, page_refresh_seconds=refresh) as ui:
+        with ui.api(timeout=60) as api:
             assert api.post("/demo").status_code == 200
             short = api.post("/runs", json=run_config(model, "first try", 3))
             assert short.status_code == 201, short.text
@@ -126,13 +137,13 @@ class Requests:
         self.cdp = ui.page.context.new_cdp_session(ui.page)
         self.cdp.send("Performance.enable")
 
-    def settle(self, quiet: float = 6, most: float = 60) -> None:
-        """Wait until the page has made no request for `quiet` seconds (a page's load and a
-        tab's first tick are done), `most` seconds at most: a page that keeps asking is what
-        `idle` counts."""
+    def settle(self, quiet: float = 3, most: float = 60) -> None:
+        """Wait until the page has made no request for `quiet` seconds (a tab's events, each
+        set off by the answer before, and its first tick are done), `most` seconds at most: a
+        page that keeps asking is what `idle` counts."""
         deadline = time.monotonic() + most
         while time.monotonic() < deadline:
-            self.page.wait_for_timeout(1000)
+            self.page.wait_for_timeout(250)
             if not self.seen or time.monotonic() - self.seen[-1][0] >= quiet:
                 return
 
@@ -177,6 +188,32 @@ def test_the_login_page_says_what_the_studio_is_and_keeps_the_username(studio):
 def _overlap(a: dict, b: dict) -> bool:
     return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
         a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def test_text_wraps_between_words(studio):
+    """Item 7. Before the fix the rollout text broke anywhere ("Myr-rowmere"), a label too
+    ("SE-ARCH"), and the Evaluate table's headers inside a word ("questi-ons")."""
+    ui, page = studio.ui, studio.ui.page
+    page.goto(f"{ui.base}/?run={studio.wordy}")
+    page.locator("#live-rollouts .rollout-text span.text", has_text="Myrrowmere").first.wait_for(
+        timeout=60_000)
+    assert page.evaluate(SPLIT_WORDS, "#live-rollouts .rollout-text .textfield") == []
+    assert page.evaluate(SPLIT_BADGES, "#live-rollouts .rollout-text span.label") == []
+    # issue 42, item 14: a long rollout's header slid over "Open full screen"
+    for toggle, header in page.evaluate(CARD_HEAD_BOXES):
+        assert not _overlap(toggle, header), (toggle, header)
+    page.locator(".rollout-open").first.click()
+    assert page.evaluate(SPLIT_WORDS, ".rollout-card .textfield") == []
+    assert page.evaluate(SPLIT_BADGES, ".rollout-card span.label, .live-legend span") == []
+    ui.screenshot("first-use-rollout-wrapping")
+    page.locator(".rollout-close").first.click()
+
+    ui.open("Evaluate")
+    page.locator("#evaluate-table th").first.wait_for()
+    assert page.evaluate(SPLIT_WORDS, "#evaluate-table th") == []
+    ui.open("Runs")
+    page.locator("#runs-table th").first.wait_for()
+    assert page.evaluate(SPLIT_WORDS, "#runs-table th") == []
 
 
 def test_pickers_uploads_and_an_export_download_say_it_plainly(studio, tmp_path):
@@ -232,32 +269,6 @@ def test_pickers_uploads_and_an_export_download_say_it_plainly(studio, tmp_path)
     assert signed_out.headers["location"] == f"/login?next=%2Fdownloads%2Fexports%2F{export_id}"
 
 
-def test_text_wraps_between_words(studio):
-    """Item 7. Before the fix the rollout text broke anywhere ("Myr-rowmere"), a label too
-    ("SE-ARCH"), and the Evaluate table's headers inside a word ("questi-ons")."""
-    ui, page = studio.ui, studio.ui.page
-    page.goto(f"{ui.base}/?run={studio.wordy}")
-    page.locator("#live-rollouts .rollout-text span.text", has_text="Myrrowmere").first.wait_for(
-        timeout=60_000)
-    assert page.evaluate(SPLIT_WORDS, "#live-rollouts .rollout-text .textfield") == []
-    assert page.evaluate(SPLIT_BADGES, "#live-rollouts .rollout-text span.label") == []
-    # issue 42, item 14: a long rollout's header slid over "Open full screen"
-    for toggle, header in page.evaluate(CARD_HEAD_BOXES):
-        assert not _overlap(toggle, header), (toggle, header)
-    page.locator(".rollout-open").first.click()
-    assert page.evaluate(SPLIT_WORDS, ".rollout-card .textfield") == []
-    assert page.evaluate(SPLIT_BADGES, ".rollout-card span.label, .live-legend span") == []
-    ui.screenshot("first-use-rollout-wrapping")
-    page.locator(".rollout-close").first.click()
-
-    ui.open("Evaluate")
-    page.locator("#evaluate-table th").first.wait_for()
-    assert page.evaluate(SPLIT_WORDS, "#evaluate-table th") == []
-    ui.open("Runs")
-    page.locator("#runs-table th").first.wait_for()
-    assert page.evaluate(SPLIT_WORDS, "#runs-table th") == []
-
-
 def test_an_idle_tab_asks_for_nothing(studio):
     """Item 8. Figures first, then asserted: before the fix the Runs page ticked every 3 s with
     nothing running, and a tick in flight when the Live run page was left could start its
@@ -279,18 +290,18 @@ def test_an_idle_tab_asks_for_nothing(studio):
     ui.open("Live run")
     ui.choose_run("#live-run", "long")
     ui.wait_text("#live-status", "long")
-    page.wait_for_timeout(6000)  # it follows the run
+    page.wait_for_timeout(3000 * (REFRESH_SECONDS or live_run.TICK_SECONDS))  # it follows
     ui.open("Home")
     requests.settle()
     figures["home_after_live_run_run_training"] = requests.idle()
     ui.open("Runs")
     ui.wait_text("#runs-table", "long")
-    figures["runs_run_training"] = requests.idle()  # shown: it follows the run
+    figures["runs_run_training"] = requests.idle(FOLLOW_SECONDS)  # shown: it follows the run
     page.evaluate(SET_VISIBILITY, True)
-    requests.settle(quiet=4)
+    requests.settle()
     figures["runs_hidden_run_training"] = requests.idle()
     page.evaluate(SET_VISIBILITY, False)
-    figures["runs_visible_again"] = requests.idle()
+    figures["runs_visible_again"] = requests.idle(FOLLOW_SECONDS)
     studio.api.post(f"/runs/{long}/cancel")
 
     (ARTIFACTS / "idle-tab.json").write_text(json.dumps(figures, indent=1))
@@ -312,6 +323,12 @@ def test_the_runs_page_is_fresh_and_its_message_goes_when_its_run_changes(studio
     """Item 6. Before the fix "Run #N is cancelled" stayed after the run was resumed from the
     API (or the CLI)."""
     ui, page, api = studio.ui, studio.ui.page, studio.api
+    # a run queued with no message sent (nothing trains it) keeps the page following after
+    # "watched" is cancelled: with nothing moving it stops asking, and the resume below would
+    # show only when the page is shown again
+    settings = Settings(data_dir=ui.data_dir)
+    runs.create_run(settings, admin(settings), run_config(studio.model, "waiting", 3),
+                    start=False)
     run_id = api.post("/runs", json=run_config(studio.model, "watched", 2000)).json()["id"]
     ui.open("Runs")
     wait_for(lambda: (_runs_row(ui, "watched") or [None] * 3)[2] in ("queued", "running"), 30,
@@ -328,6 +345,9 @@ def test_the_runs_page_is_fresh_and_its_message_goes_when_its_run_changes(studio
 
     ui.open("Home")
     assert api.post(f"/runs/{run_id}/cancel").status_code == 200
-    ui.open("Runs")  # back on the tab: the table at once, not at the next tick
+    # back on the tab: the table at once, not at a tick (none is sent while the tab is hidden)
+    page.evaluate(SET_VISIBILITY, True)
+    ui.open("Runs")
     wait_for(lambda: _runs_row(ui, "watched")[2] == "cancelled", 3, "a fresh table")
+    page.evaluate(SET_VISIBILITY, False)
     ui.screenshot("first-use-runs")

@@ -95,13 +95,10 @@ def studio(tmp_path_factory):
     stored run."""
     root = tmp_path_factory.mktemp("ui-runs")
     model = build_tiny_model(root / "tiny")
-    with studio_in_browser(root) as ui:
-        token = re.search(r"API token: (\S+)", ui.log.read_text()).group(1)
+    with studio_in_browser(root, default_model=str(model)) as ui:
         # idle connections dropped well before uvicorn's 5 s keep-alive: reusing one the
         # server is closing just then is a "connection reset by peer"
-        with httpx.Client(base_url=f"{ui.base}/api/v1", timeout=180,
-                          limits=httpx.Limits(keepalive_expiry=1),
-                          headers={"Authorization": f"Bearer {token}"}) as api:
+        with ui.api(timeout=180, limits=httpx.Limits(keepalive_expiry=1)) as api:
             assert api.post("/demo").status_code == 200
             launched = [api.post("/runs", json=tiny_run(model, name, 60))
                         for name in ("ui-trained", "ui-queued")]
@@ -176,6 +173,83 @@ def test_runs_page_cancels_resumes_and_deletes_the_queued_run(studio, page):
     act("#runs-delete-yes", "is deleted")
     assert studio.api.get(f"/runs/{studio.queued}").status_code == 404
     wait_for(lambda: _row(ui, "ui-queued") is None, 15, "the row to go")
+
+
+def test_a_run_launched_meanwhile_does_not_take_the_live_page_from_its_run(studio, page,
+                                                                         tmp_path):
+    """Launching opens nothing by itself: *Watch it on the Live run page* does."""
+    ui = studio.ui
+    page.goto(f"{studio.base}/?run={studio.trained}")
+    ui.wait_text("#live-status", "ui-trained")
+    ui.open("Launch")
+    config = tiny_run(Path(studio.run(studio.trained)["config"]["model"]), "launched-meanwhile",
+                      60)
+    path = tmp_path / "launched-meanwhile.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with page.expect_file_chooser() as chooser:
+        page.click("#load-yaml")
+    chooser.value.set_files(str(path))
+    ui.wait_text("#yaml-message", "Loaded 'launched-meanwhile'")
+    page.click("#launch")
+    launched = int(re.search(r"Run #(\d+)", ui.wait_text("#launch-message", "Run #")).group(1))
+    try:
+        ui.open("Live run")
+        time.sleep(3)  # a switch to the new run would have come by now
+        assert "ui-trained" in page.locator("#live-run input").input_value()
+        assert "ui-trained" in page.locator("#live-status").inner_text()
+        ui.open("Launch")
+        page.click("#follow-run")
+        ui.wait_text("#live-status", "launched-meanwhile")
+        assert "launched-meanwhile" in page.locator("#live-run input").input_value()
+    finally:
+        studio.api.post(f"/runs/{launched}/cancel")
+
+
+def test_compare_overlays_two_runs_and_marks_config_differences(studio, page):
+    ui = studio.ui
+    ui.open("Compare")
+    for name in ("ui-trained", "ui-long"):
+        ui.choose_run("#compare-runs", name)
+    page.keyboard.press("Escape")
+    try:
+        page.wait_for_function(PLOT_POINTS, arg=["#compare-plot", 1], timeout=60_000)
+    except PlaywrightTimeout:
+        ui.screenshot("compare-timeout")
+        raise AssertionError(f"no curves: chosen {ui.chosen('#compare-runs')}"
+                             f", message {page.locator('#compare-message').inner_text()!r}"
+                             ) from None
+    names = page.evaluate("() => document.querySelector('#compare-plot .js-plotly-plot')"
+                          ".data.map(t => t.name)")
+    assert any("ui-trained" in n for n in names) and any("ui-long" in n for n in names)
+    ui.wait_text("#compare-config", "grpo.steps")
+    rows = ui.table_rows("#compare-config")
+    differing = {cells[1]: cells[2:] for cells in rows if cells[0] == "≠"}
+    assert rows[0][0] == "≠", "the settings that differ come first"
+    assert differing["grpo.steps"] == ["60", "1000"] and "name" in differing
+    page.get_by_label("Show only the settings that differ").check()
+    wait_for(lambda: all(c[0] == "≠" for c in ui.table_rows("#compare-config")), 30,
+             "only the differences")
+    assert "data.corpus" not in page.locator("#compare-config").inner_text()
+    ui.screenshot("compare")
+
+
+def test_a_correct_rollout_is_kept_as_an_exemplar_from_the_live_page(studio, page):
+    """Its card names it (rollout #N); the form under the filters adds it, exactly as stored,
+    to a new exemplar set."""
+    studio.ui.open("Live run")
+    studio.ui.choose_run("#live-run", "ui-long")
+    studio.ui.wait_text("#live-rollouts", f"rollout #{studio.long_rollout}", timeout=60)
+    page.click("#keep-rollout-form .label-wrap")
+    page.fill("#keep-rollout-id input", str(studio.long_rollout))
+    page.fill("#keep-rollout-set textarea", "kept-from-ui")
+    page.click("#keep-rollout")
+    told = studio.ui.wait_text("#keep-rollout-message", "Kept rollout")
+    assert f"Kept rollout #{studio.long_rollout} as exemplar 1 of 'kept-from-ui'" in told
+    kept = studio.api.get("/exemplar-sets").json()
+    (found,) = [e for e in kept if e["name"] == "kept-from-ui"]
+    stored = studio.api.get(f"/runs/{studio.long}/rollouts/{studio.long_rollout}").json()
+    solution = studio.api.get(f"/exemplar-sets/{found['id']}").json()["exemplars"][0]["solution"]
+    assert solution == "".join(segment["text"] for segment in stored["segments"])
 
 
 def test_live_run_grows_without_a_reload_and_shows_the_masked_spans(studio, page):
@@ -280,64 +354,6 @@ def _cancel_it_on_the_live_page(studio, page, live: int) -> None:
     page.locator("#live-cancel").wait_for(state="hidden", timeout=15_000)
 
 
-def test_a_run_launched_meanwhile_does_not_take_the_live_page_from_its_run(studio, page,
-                                                                         tmp_path):
-    """Launching opens nothing by itself: *Watch it on the Live run page* does."""
-    ui = studio.ui
-    page.goto(f"{studio.base}/?run={studio.trained}")
-    ui.wait_text("#live-status", "ui-trained")
-    ui.open("Launch")
-    config = tiny_run(Path(studio.run(studio.trained)["config"]["model"]), "launched-meanwhile",
-                      60)
-    path = tmp_path / "launched-meanwhile.yaml"
-    path.write_text(yaml.safe_dump(config))
-    with page.expect_file_chooser() as chooser:
-        page.click("#load-yaml")
-    chooser.value.set_files(str(path))
-    ui.wait_text("#yaml-message", "Loaded 'launched-meanwhile'")
-    page.click("#launch")
-    launched = int(re.search(r"Run #(\d+)", ui.wait_text("#launch-message", "Run #")).group(1))
-    try:
-        ui.open("Live run")
-        time.sleep(3)  # a switch to the new run would have come by now
-        assert "ui-trained" in page.locator("#live-run input").input_value()
-        assert "ui-trained" in page.locator("#live-status").inner_text()
-        ui.open("Launch")
-        page.click("#follow-run")
-        ui.wait_text("#live-status", "launched-meanwhile")
-        assert "launched-meanwhile" in page.locator("#live-run input").input_value()
-    finally:
-        studio.api.post(f"/runs/{launched}/cancel")
-
-
-def test_compare_overlays_two_runs_and_marks_config_differences(studio, page):
-    ui = studio.ui
-    ui.open("Compare")
-    for name in ("ui-trained", "ui-long"):
-        ui.choose_run("#compare-runs", name)
-    page.keyboard.press("Escape")
-    try:
-        page.wait_for_function(PLOT_POINTS, arg=["#compare-plot", 1], timeout=60_000)
-    except PlaywrightTimeout:
-        ui.screenshot("compare-timeout")
-        raise AssertionError(f"no curves: chosen {ui.chosen('#compare-runs')}"
-                             f", message {page.locator('#compare-message').inner_text()!r}"
-                             ) from None
-    names = page.evaluate("() => document.querySelector('#compare-plot .js-plotly-plot')"
-                          ".data.map(t => t.name)")
-    assert any("ui-trained" in n for n in names) and any("ui-long" in n for n in names)
-    ui.wait_text("#compare-config", "grpo.steps")
-    rows = ui.table_rows("#compare-config")
-    differing = {cells[1]: cells[2:] for cells in rows if cells[0] == "≠"}
-    assert rows[0][0] == "≠", "the settings that differ come first"
-    assert differing["grpo.steps"] == ["60", "1000"] and "name" in differing
-    page.get_by_label("Show only the settings that differ").check()
-    wait_for(lambda: all(c[0] == "≠" for c in ui.table_rows("#compare-config")), 30,
-             "only the differences")
-    assert "data.corpus" not in page.locator("#compare-config").inner_text()
-    ui.screenshot("compare")
-
-
 def test_evaluate_the_trained_run_against_its_base_model(studio, page):
     ui = studio.ui
     wait_for(lambda: studio.run(studio.trained)["state"] == "succeeded", 600,
@@ -420,33 +436,15 @@ def test_one_step_numbering_on_the_finished_run(studio, page):
     ui.screenshot("live-run-finished")
 
 
-def test_a_correct_rollout_is_kept_as_an_exemplar_from_the_live_page(studio, page):
-    """Its card names it (rollout #N); the form under the filters adds it, exactly as stored,
-    to a new exemplar set."""
-    page.goto(f"{studio.base}/?run={studio.long}")
-    studio.ui.wait_text("#live-rollouts", f"rollout #{studio.long_rollout}", timeout=60)
-    page.click("#keep-rollout-form .label-wrap")
-    page.fill("#keep-rollout-id input", str(studio.long_rollout))
-    page.fill("#keep-rollout-set textarea", "kept-from-ui")
-    page.click("#keep-rollout")
-    told = studio.ui.wait_text("#keep-rollout-message", "Kept rollout")
-    assert f"Kept rollout #{studio.long_rollout} as exemplar 1 of 'kept-from-ui'" in told
-    kept = studio.api.get("/exemplar-sets").json()
-    (found,) = [e for e in kept if e["name"] == "kept-from-ui"]
-    stored = studio.api.get(f"/runs/{studio.long}/rollouts/{studio.long_rollout}").json()
-    solution = studio.api.get(f"/exemplar-sets/{found['id']}").json()["exemplars"][0]["solution"]
-    assert solution == "".join(segment["text"] for segment in stored["segments"])
-
-
-def _median_seconds(action, times: int = 3, then=None) -> float:
-    """The median wall time of `action` (each time followed by `then`, not timed)."""
+def _median_seconds(action, times: int = 3, before=None) -> float:
+    """The median wall time of `action` (each time after `before`, not timed)."""
     spent = []
     for _ in range(times):
+        if before:
+            before()
         start = time.perf_counter()
         action()
         spent.append(time.perf_counter() - start)
-        if then:
-            then()
     return statistics.median(spent)
 
 
@@ -468,15 +466,14 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
         page.wait_for_function("() => document.querySelector('#live-plot .js-plotly-plot')"
                                ".data[0].x.length < 1000", timeout=60_000)
 
-    load_page()  # the browser caches the app's scripts once
+    # (the tests before loaded the app: the browser has cached its scripts)
     page_load = _median_seconds(load_page)
-    back_to_the_short_run()
-    switch = _median_seconds(switch_run, then=back_to_the_short_run)
-    load_page()
+    switch = _median_seconds(switch_run, before=back_to_the_short_run)  # ends on the long run
 
     card = page.locator(f"#rollout-{studio.long_rollout}")  # its card's element id
     card.locator(".rollout-open").wait_for(timeout=30_000)
-    total = sum(s["tokens"] for s in long_rollout_segments(2000) if s["source"] != "prompt")
+    segments = long_rollout_segments(2000)
+    total = sum(s["tokens"] for s in segments if s["source"] != "prompt")
 
     def open_rollout():
         card.locator(".rollout-open").click()
@@ -494,10 +491,9 @@ def test_speed_of_a_1000_step_run_and_a_2000_token_rollout(studio, page):
     labels = card.locator(".rollout-text span.label", has_text="not trained on")
     assert labels.count() > 0
     table = card.locator(".rollout-token-table table tbody tr")
-    assert table.count() == len(long_rollout_segments(2000))
+    assert table.count() == len(segments)
     studio.ui.screenshot("rollout-full-screen")
-    close_rollout()
-    rollout_open = _median_seconds(open_rollout, then=close_rollout)
+    rollout_open = _median_seconds(open_rollout, before=close_rollout)
     figures = {"live_page_load_1000_steps_s": round(page_load, 2),
                "live_run_switch_to_1000_steps_s": round(switch, 2),
                "rollout_2000_tokens_open_s": round(rollout_open, 2)}

@@ -8,10 +8,8 @@ script error."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 
 from frontend.pages.live_run import SCALES
@@ -100,10 +98,8 @@ def studio(tmp_path_factory):
     CSP violations, console messages and uncaught script errors."""
     root = tmp_path_factory.mktemp("ui-text")
     model = str(build_tiny_model(root / "tiny"))
-    with studio_in_browser(root) as ui:
-        token = re.search(r"API token: (\S+)", ui.log.read_text()).group(1)
-        with httpx.Client(base_url=f"{ui.base}/api/v1", timeout=60,
-                          headers={"Authorization": f"Bearer {token}"}) as api:
+    with studio_in_browser(root, default_model=model) as ui:
+        with ui.api(timeout=60) as api:
             assert api.post("/demo").status_code == 200
         settings = Settings(data_dir=ui.data_dir)
         config = {"model": model, "data": {"corpus": "demo", "train": "demo",

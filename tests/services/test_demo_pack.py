@@ -52,7 +52,6 @@ from studio.services.demo import (
     load_math_pack,
 )
 from studio.settings import Settings
-from studio.storage import db
 from tests.support.actors import admin
 from tests.support.processes import studio_cli
 from tests.support.scripts import load_script
@@ -445,11 +444,10 @@ TOOL_PACKS = {"math": (load_math_pack, "--math", 200, MATH_HELDOUT),
 
 
 @pytest.mark.parametrize("pack", list(TOOL_PACKS))
-def test_a_tool_pack_loads_without_a_corpus(any_db_url, tmp_path, pack):
+def test_a_tool_pack_loads_without_a_corpus(migrated_db_url, tmp_path, pack):
     load, _, trained, held = TOOL_PACKS[pack]
-    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
+    settings = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
     settings.resolved_data_dir.mkdir(parents=True)
-    db.upgrade(settings.sqlalchemy_url)
     stored = load(settings, admin(settings))
     train, heldout, exemplars = stored["qa_set"], stored["heldout_qa_set"], stored["exemplar_set"]
     assert (train["name"], train["purpose"], train["num_rows"]) == (pack, "train", trained)

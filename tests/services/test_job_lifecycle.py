@@ -34,9 +34,8 @@ _names = itertools.count()
 
 
 @pytest.fixture
-def url(any_db_url, tmp_path) -> str:
-    settings = Settings(data_dir=tmp_path / "data", database_url=any_db_url)
-    db.upgrade(settings.sqlalchemy_url)
+def url(migrated_db_url, tmp_path) -> str:
+    settings = Settings(data_dir=tmp_path / "data", database_url=migrated_db_url)
     return settings.sqlalchemy_url
 
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -29,6 +30,13 @@ class StudioUI:
     base: str
     data_dir: Path
     log: Path
+
+    def api(self, **options) -> httpx.Client:
+        """A client of the studio's REST API with the admin's token (`studio up` printed it);
+        `options` are httpx.Client's."""
+        token = re.search(r"API token: (\S+)", self.log.read_text()).group(1)
+        return httpx.Client(base_url=f"{self.base}/api/v1",
+                            headers={"Authorization": f"Bearer {token}"}, **options)
 
     def open(self, tab: str) -> None:
         self.page.get_by_role("tab", name=tab, exact=True).click()
@@ -118,14 +126,17 @@ class StudioUI:
 
 
 @contextmanager
-def studio_in_browser(tmp_path: Path, **settings: str) -> Iterator[StudioUI]:
+def studio_in_browser(tmp_path: Path, default_model: str, **settings: str) -> Iterator[StudioUI]:
     """`studio up` (web app + worker) on `tmp_path/data`, and a page logged in as the admin.
 
-    `settings` are STUDIO_* settings for the studio, e.g. `default_model=<tiny model folder>`;
-    the heartbeat is 1 s unless they say (a lost worker shows within 3 s).
+    `default_model` is a tiny model's folder: with the packaged SmolLM2 as the default, the
+    first page load converts it from GGUF (tens of seconds of CPU, holding up a launch that
+    loads a tokenizer meanwhile). `settings` are other STUDIO_* settings for the studio; the
+    heartbeat is 1 s unless they say (a lost worker shows within 3 s).
     """
     port, log = free_port(), tmp_path / "up.log"
-    env = studio_env(tmp_path / "data", **{"heartbeat_seconds": "1", **settings})
+    env = studio_env(tmp_path / "data",
+                     **{"heartbeat_seconds": "1", "default_model": default_model, **settings})
     up = start_studio(["up", "--port", str(port)], env, log)
     try:
         wait_for(lambda: "is serving" in log.read_text() or up.poll() is not None, 120,

@@ -83,7 +83,7 @@ def test_a_mirror_that_cannot_write_leaves_a_warning_once(studio):  # noqa: F811
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["sqlite"], indirect=True)
 def test_a_worker_mirrors_a_training_run(studio, tmp_path):  # noqa: F811
     settings, model = studio
     config = {**tiny_config(model, steps=4), "mirror": {"tensorboard": True}}

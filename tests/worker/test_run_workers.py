@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 
 import pytest
@@ -59,7 +58,7 @@ STEPS = 40
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("any_db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["postgresql"], indirect=True)
 def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_finishes_it(
         studio, tmp_path):  # noqa: F811
     settings, model = studio
@@ -113,7 +112,7 @@ def test_a_worker_killed_with_sigkill_leaves_the_run_interrupted_and_resume_fini
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["sqlite"], indirect=True)
 def test_a_deleted_runs_message_trains_no_other_run(studio, tmp_path):
     """A run deleted while its message waits in the queue: its id is not handed out again,
     and a message naming another run with a job key not its own does nothing (before
@@ -279,10 +278,11 @@ def test_the_run_and_eval_commands_end_to_end(tmp_path):
         resumed_steps = _steps(settings, 2)
         assert resumed_steps == list(range(len(resumed_steps))), "each step once"
 
-        broken = shutil.copytree(model, tmp_path / "broken")
-        (broken / "model.safetensors").write_bytes(b"not weights")
+        # the same model, its weights broken since: measured already, so the run is queued
+        # without a measurement of a model that cannot load before it
+        (model / "model.safetensors").write_bytes(b"not weights")
         failing = tmp_path / "failing.yaml"
-        failing.write_text(yaml.safe_dump({**tiny_config(broken), "name": "failing"}))
+        failing.write_text(yaml.safe_dump({**tiny_config(model), "name": "failing"}))
         failed = cli("run", "launch", str(failing), "--wait")
         assert failed.returncode == 1
         assert failed.stdout.splitlines()[-1].startswith(

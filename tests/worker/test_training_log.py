@@ -17,7 +17,7 @@ from worker.training_process import run_training
 PROGRESS_BAR = ("%|", "it/s]")  # what every redraw of a tqdm bar writes
 
 
-@pytest.mark.parametrize("any_db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("migrated_db_url", ["sqlite"], indirect=True)
 def test_the_training_log_has_a_line_per_step_and_no_progress_bar(studio):
     settings, model = studio
     run = runs.create_run(settings, admin(settings), tiny_config(model, steps=3), start=False)
