@@ -21,6 +21,12 @@ from studio.settings import Settings
 from studio.storage import db
 from tests.support.actors import admin
 
+# Two test workers share two cores: torch's default of a thread per core, in each of them and
+# in the studios, workers and commands they start, oversubscribes the cores (the perf notes
+# measured a forward pass ~50x slower). One thread each, set before torch is first imported.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 PG_ADMIN_DSN = os.environ.get("STUDIO_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get(
     "STUDIO_TEST_REDIS_URL",

@@ -375,11 +375,6 @@ def quick_start_estimate(settings: Settings, actor: Actor, name: str = presets.R
     return "\n".join([measured, "", f"**At most:** {worst}", *lines])
 
 
-def chosen_preset(settings: Settings, actor: Actor, name: str) -> tuple[str, str]:
-    """The chosen ready-made run's estimate and what it did when it was measured."""
-    return quick_start_estimate(settings, actor, name), preset_expectation(name)
-
-
 def launch_quick_start(settings: Settings, actor: Actor, follow_on: str,
                        name: str = presets.QUICK_START) -> tuple[int | None, str]:
     """Store the demo pack if needed and launch the ready-made run `name` (its id, or None)."""
@@ -666,8 +661,10 @@ def build(settings: Settings) -> None:
                        show_progress="hidden").then(
         start_quick, quick_preset, [launched, quick_message, quick_follow])
     on_show(acting(settings, quick_start_estimate), quick_preset, quick_estimate)
-    quick_preset.change(acting(settings, chosen_preset), quick_preset,
-                        [quick_estimate, quick_expect])
+    # what the chosen run did comes at once; its estimate (a validation, a tokenizer) after
+    quick_preset.change(preset_expectation, quick_preset, quick_expect,
+                        show_progress="hidden").then(
+        acting(settings, quick_start_estimate), quick_preset, quick_estimate)
     # the ready-made run another page asked for (Home's quick start button)
     shared.preset.change(lambda name: gr.skip() if name is None else name, shared.preset,
                          quick_preset, show_progress="hidden")

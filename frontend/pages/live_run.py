@@ -11,6 +11,7 @@ another or follows one from another page.
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
@@ -346,21 +347,35 @@ def stage_choices(rows: list[dict]) -> list[str]:
 
 
 class OpenedRuns:
-    """The run each browser session last opened on this page. A timer tick already under
-    way when the user opens another run (*Watch it* on a new run while the cancelled one's
-    tick runs) answers with the old run's state and stops the timer; its answer is dropped
-    when it is not about the run opened last. Holds the last `sessions` sessions."""
+    """The run each browser session last opened on this page, and a lock per session that an
+    answer about a run holds from its read to its return. A timer tick already under way when
+    the user opens another run (*Watch it* on a new run while the page follows a running one)
+    read the old run; had it returned after the open, its state would have taken the page
+    back to the old run for good. Under the lock the tick answers first and the open after
+    it, or the open first and the tick, seeing it is no longer about the run opened last,
+    sends nothing. Holds the last `sessions` sessions."""
 
     def __init__(self, sessions: int = 1000) -> None:
         self.sessions = sessions
         self.run_of: OrderedDict[str, int] = OrderedDict()
+        self.locks: OrderedDict[str, threading.Lock] = OrderedDict()
+        self.guard = threading.Lock()
+
+    def lock(self, session: str) -> threading.Lock:
+        with self.guard:
+            lock = self.locks.pop(session, None) or threading.Lock()
+            self.locks[session] = lock
+            while len(self.locks) > self.sessions:
+                self.locks.popitem(last=False)
+            return lock
 
     def opened(self, session: str, run_id: int | None) -> None:
-        self.run_of.pop(session, None)
-        if run_id is not None:
-            self.run_of[session] = run_id
-            while len(self.run_of) > self.sessions:
-                self.run_of.popitem(last=False)
+        with self.guard:
+            self.run_of.pop(session, None)
+            if run_id is not None:
+                self.run_of[session] = run_id
+                while len(self.run_of) > self.sessions:
+                    self.run_of.popitem(last=False)
 
     def is_last(self, session: str, run_id: int) -> bool:
         return self.run_of.get(session, run_id) == run_id
@@ -432,6 +447,10 @@ def build(settings: Settings) -> None:
     def open_run(run_id, page, request: gr.Request, *filter_values):
         """Everything the page shows of a run, read once; the timer then adds what is new
         (while the page is shown: `page` is the page shown)."""
+        with opened_runs.lock(request.session_hash):
+            return read_run(run_id, page, request, *filter_values)
+
+    def read_run(run_id, page, request: gr.Request, *filter_values):
         opened_runs.opened(request.session_hash, None if run_id is None else int(run_id))
         if run_id is None:
             return (None, NO_RUN, None, [], gr.update(choices=["all"]), gr.skip(),
@@ -479,6 +498,10 @@ def build(settings: Settings) -> None:
           outputs=chosen, show_progress="hidden")
 
     def tick(current, page, request: gr.Request, *filter_values):
+        with opened_runs.lock(request.session_hash):
+            return read_news(current, page, request, *filter_values)
+
+    def read_news(current, page, request: gr.Request, *filter_values):
         """Only rows written since the last tick are fetched; the status line is sent when
         it changed (a running run's phase and seconds), the curves when rows came (or the
         empty curves' note changed); nothing new sends nothing, nor a tick about a run

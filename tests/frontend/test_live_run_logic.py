@@ -3,11 +3,19 @@ first point comes, steps counted from 1, and which run it opens by default."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 
-from frontend.pages.live_run import default_run, first_point_note, parse_step, status_markdown
+from frontend.pages.live_run import (
+    OpenedRuns,
+    default_run,
+    first_point_note,
+    parse_step,
+    status_markdown,
+)
 from studio.services import runs
 from studio.services.errors import InvalidInput
 from studio.storage.tables import utcnow
@@ -110,3 +118,41 @@ def test_a_stopped_run_promises_a_checkpoint_only_when_it_has_one(state, why):
     saved = running(state=state, checkpoint_dir="runs/3/checkpoints/step-2")
     assert (f"{state}: {why}*Resume* on **Runs** continues it from its last checkpoint."
             in status_markdown(saved, [ROW], [], now=NOW))
+
+
+def test_a_tick_under_way_and_an_open_of_another_run_answer_one_after_the_other():
+    """*Watch it* on run 2 while a tick about run 1 is being read: the open waits for the
+    tick's answer, so the tick cannot land after it and take the page back to run 1."""
+    opened = OpenedRuns()
+    opened.opened("tab", 1)
+    answers, tick_reading = [], threading.Event()
+
+    def tick():
+        with opened.lock("tab"):
+            tick_reading.set()
+            time.sleep(0.3)  # reading the run and drawing its curves
+            answers.append(("tick about run 1", opened.is_last("tab", 1)))
+
+    def watch_run_2():
+        tick_reading.wait()
+        with opened.lock("tab"):
+            opened.opened("tab", 2)
+            answers.append(("open run 2", True))
+
+    threads = [threading.Thread(target=tick), threading.Thread(target=watch_run_2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert answers == [("tick about run 1", True), ("open run 2", True)]
+    assert not opened.is_last("tab", 1), "a later tick about run 1 sends nothing"
+    assert opened.is_last("tab", 2)
+
+
+def test_each_session_has_its_own_lock_and_old_sessions_are_forgotten():
+    opened = OpenedRuns(sessions=2)
+    first = opened.lock("a")
+    assert opened.lock("a") is first and opened.lock("b") is not first
+    opened.lock("c")  # a third session pushes out the one used least recently ("a")
+    assert opened.lock("a") is not first
+    assert len(opened.locks) == 2
