@@ -12,13 +12,19 @@ import traceback
 
 import torch
 
+from studio.jobs.heartbeats import keep_beating
 from studio.jobs.lifecycle import RunState
 from studio.method.evaluation import EvalConfig
 from studio.method.exemplars import Exemplar
 from studio.models.base_models import load_causal_lm, load_tokenizer
 from studio.services import qa_sets, runs
 from studio.services.evaluation_files import evaluation_records_path
-from studio.services.evaluations import claim_evaluation, get_evaluation, update_evaluation
+from studio.services.evaluations import (
+    EVALUATION_JOBS,
+    claim_evaluation,
+    get_evaluation,
+    update_evaluation,
+)
 from studio.settings import Settings, get_settings
 from worker.engines.native.evaluate import evaluate
 from worker.engines.native.trainer import corpus_index, search_fn
@@ -44,28 +50,29 @@ def run_evaluation(settings: Settings, evaluation_id: int) -> dict:
     process was given."""
     evaluation = get_evaluation(settings, evaluation_id)
     claim_evaluation(settings, evaluation_id)  # evaluated in place; else its task took it
-    try:
-        params = evaluation["params"]
-        rows = qa_sets.load_rows(settings, evaluation["qa_set_id"],
-                                 positions=params.get("rows"))[:params.get("limit")]
-        index = corpus_index(settings, params["corpus_id"])  # None: no search
-        config = EvalConfig(**params.get("protocol", {}))
-        tools = build_tools(config.tools, settings, search_fn(index, config.top_k),
-                            config.top_k)
-        model, tokenizer = _load_model(settings, evaluation)
-        if params.get("queue") == "gpu" and torch.cuda.is_available():
-            model = model.to("cuda")
-        result = evaluate(model, tokenizer, rows, tools, config,
-                          on_progress=lambda done, total: update_evaluation(
-                              settings, evaluation_id, progress=(done, total)),
-                          exemplars=[Exemplar.coerce(e) for e in params.get("exemplars", [])])
-        out = evaluation_records_path(settings, evaluation_id)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(r) + "\n" for r in result["records"]))
-    except Exception as exc:
-        update_evaluation(settings, evaluation_id, state=RunState.failed,
-                          error=f"{type(exc).__name__}: {exc}")
-        raise
+    with keep_beating(settings, EVALUATION_JOBS, evaluation_id):
+        try:
+            params = evaluation["params"]
+            rows = qa_sets.load_rows(settings, evaluation["qa_set_id"],
+                                     positions=params.get("rows"))[:params.get("limit")]
+            index = corpus_index(settings, params["corpus_id"])  # None: no search
+            config = EvalConfig(**params.get("protocol", {}))
+            tools = build_tools(config.tools, settings, search_fn(index, config.top_k),
+                                config.top_k)
+            model, tokenizer = _load_model(settings, evaluation)
+            if params.get("queue") == "gpu" and torch.cuda.is_available():
+                model = model.to("cuda")
+            result = evaluate(model, tokenizer, rows, tools, config,
+                              on_progress=lambda done, total: update_evaluation(
+                                  settings, evaluation_id, progress=(done, total)),
+                              exemplars=[Exemplar.coerce(e) for e in params.get("exemplars", [])])
+            out = evaluation_records_path(settings, evaluation_id)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("".join(json.dumps(r) + "\n" for r in result["records"]))
+        except Exception as exc:
+            update_evaluation(settings, evaluation_id, state=RunState.failed,
+                              error=f"{type(exc).__name__}: {exc}")
+            raise
     update_evaluation(settings, evaluation_id, state=RunState.succeeded,
                       metrics=result["metrics"])
     return get_evaluation(settings, evaluation_id)

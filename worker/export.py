@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from studio.jobs.heartbeats import keep_beating
 from studio.jobs.lifecycle import RunState
 from studio.run_config import RunConfig
 from studio.services import exports, runs
@@ -249,7 +250,8 @@ def run_export(settings: Settings, export_id: int, token: str | None = None) -> 
     token = token or exports.read_token(settings, export_id)
     reporter = _Reporter(settings, export_id)
     try:
-        done = _deliver(settings, export, token, reporter)
+        with keep_beating(settings, exports.EXPORT_JOBS, export_id):
+            done = _deliver(settings, export, token, reporter)
     except Exception as exc:  # recorded on the row, without a traceback that could hold secrets
         reason = str(exc) if isinstance(exc, (ExportError, PushError, UserError)) \
             else f"{type(exc).__name__}: {exc}"

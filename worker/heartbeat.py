@@ -5,8 +5,9 @@ liveness is recorded in SQL instead: a row per worker, refreshed every
 `heartbeat_seconds`, deleted on a clean shutdown. `/healthz` reads it to tell
 a dead worker from a busy one. The row also names the device each of the worker's queues
 trains on (the launch check's time estimate looks up that device's calibration). At each
-beat a worker also marks interrupted the runs whose own heartbeat stopped (their worker
-died): as long as one worker lives, no run stays `running` for a dead one.
+beat a worker also sweeps the jobs whose own heartbeat stopped (their worker died:
+`studio.services.lost_jobs`): as long as one worker lives, no run, evaluation, export or index
+build stays `running` for a dead one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from celery.signals import worker_ready, worker_shutdown
 
 from studio.jobs.devices import queue_device
 from studio.services.health import forget_worker
-from studio.services.runs import reap_stale_runs
+from studio.services.lost_jobs import reap_lost_jobs
 from studio.settings import get_settings
 from studio.storage.db import session_scope
 from studio.storage.tables import WorkerHeartbeat, utcnow
@@ -44,8 +45,10 @@ def _loop(hostname: str, queues: str) -> None:
     while not _stop.is_set():
         try:
             _beat(hostname, queues, devices)
-            for run_id in reap_stale_runs(settings):
-                log.warning("run %s: no heartbeat from its worker; marked interrupted", run_id)
+            for kind, ids in reap_lost_jobs(settings).items():
+                for job_id in ids:
+                    log.warning("%s %s: no heartbeat from its worker; its worker is gone",
+                                kind, job_id)
         except Exception as exc:  # a busy database must not kill the worker
             log.warning("heartbeat not recorded: %s", exc)
         _stop.wait(settings.heartbeat_seconds)

@@ -29,14 +29,14 @@ def up(host: str = Host, port: int = Port, data_dir: Path = DataDir,
        queues: str = typer.Option(None, help="Worker queues (STUDIO_WORKER_QUEUES).")) -> None:
     """Migrate, create the admin on a new database, and run the web app, a training worker
     and a worker for index builds and exports (each restarted when it dies)."""
-    from studio.services.runs import reap_stale_runs
+    from studio.services.lost_jobs import reap_lost_jobs
     from studio.services.uploads import remove_stale_staging
 
     launcher.quiet_progress_bars()  # before any child is started: they inherit it
     settings = settings_with(host=host, port=port, data_dir=data_dir, worker_queues=queues)
     _preflight(settings, migrate=True)
     created = create_admin_once(settings)
-    reap_stale_runs(settings)  # runs left `running` by a studio that was killed
+    reap_lost_jobs(settings)  # jobs left `running` by a studio that was killed
     remove_stale_staging(settings)  # uploads half received by a web app that was killed
     workers = [launcher.RestartingWorker(settings, spec)
                for spec in launcher.studio_workers(settings)]

@@ -97,6 +97,7 @@ class JobTable:
     heartbeat: str | None = None  # stamped at each claim and beat
     finished: str | None = "finished_at"  # stamped when it leaves the active states
     touched: str | None = None  # stamped at every move
+    lost: RunState = RunState.interrupted  # where a job whose worker is gone goes
 
     def stored(self, state: RunState) -> str | None:
         """The word this kind stores for `state`; None when it never reaches it."""
@@ -183,9 +184,10 @@ def cancel(session: Session, job: JobTable, job_id: int, *fence,
 
 def interrupt(session: Session, job: JobTable, job_id: int, reason: str, *fence,
               **values) -> bool:
-    """A running job whose worker is gone: interrupted, its error saying why."""
-    return move(session, job, job_id, RunState.interrupted, *fence,
-                error=f"interrupted: {reason}", **values)
+    """A running job whose worker is gone: interrupted (its kind's `lost` state), its error
+    saying why."""
+    return move(session, job, job_id, job.lost, *fence, error=f"interrupted: {reason}",
+                **values)
 
 
 def interrupt_stale(session: Session, job: JobTable, alive_by: str, cutoff: datetime,

@@ -16,7 +16,7 @@ from sqlmodel import select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
 from studio.ingest import IngestError, read_documents
-from studio.jobs import lifecycle
+from studio.jobs import heartbeats, lifecycle
 from studio.jobs.lifecycle import ACTIVE_STATES, INDEX_BUILD_WORDS, CorpusStatus, JobTable, RunState
 from studio.jobs.queue import SHORT_QUEUE, enqueue
 from studio.method.tags import format_information
@@ -51,9 +51,11 @@ from studio.storage.tables import Corpus, utcnow
 
 INDEX_TASK = "worker.build_corpus_index"
 INDEX_BUILDS = JobTable("index build", Corpus, state="status", words=INDEX_BUILD_WORDS,
-                        finished=None, touched="updated_at")
-"""An index build's life cycle (`studio.jobs.lifecycle`), in its corpus's words; a build
-starts over when a worker takes it again."""
+                        finished=None, touched="updated_at", heartbeat="heartbeat_at",
+                        lost=RunState.failed)
+"""An index build's life cycle (`studio.jobs.lifecycle`), in its corpus's words (a build
+whose worker died fails: a corpus has no word for interrupted); a build starts over when a
+worker takes it again."""
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
 _PROGRESS_EVERY_S = 1.0
@@ -277,9 +279,10 @@ def build_corpus_index(settings: Settings, corpus_id: int) -> CorpusView:
         report()
 
     try:
-        index = build_index(passages(), Bm25Params.from_dict(opts["bm25"]), backend,
-                            on_progress=indexed)
-        save_index(index, settings.resolved_data_dir / folder)
+        with heartbeats.keep_beating(settings, INDEX_BUILDS, corpus_id):
+            index = build_index(passages(), Bm25Params.from_dict(opts["bm25"]), backend,
+                                on_progress=indexed)
+            save_index(index, settings.resolved_data_dir / folder)
     except Exception as exc:
         reason = str(exc) if isinstance(exc, (IngestError, ValueError)) else \
             f"{type(exc).__name__}: {exc}"

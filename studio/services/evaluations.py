@@ -51,7 +51,7 @@ from studio.storage.db import session_scope
 from studio.storage.tables import Corpus, Evaluation, QASet, Run, utcnow
 
 EVAL_TASK = "worker.evaluate"
-EVALUATION_JOBS = JobTable("evaluation", Evaluation)
+EVALUATION_JOBS = JobTable("evaluation", Evaluation, heartbeat="heartbeat_at")
 """An evaluation's life cycle (`studio.jobs.lifecycle`); when a worker took it is in its
 params (`started_at`)."""
 QUEUED_AT_END_WITHIN = timedelta(minutes=2)

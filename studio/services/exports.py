@@ -45,7 +45,7 @@ from studio.storage.db import session_scope
 from studio.storage.tables import Export, Run, User
 
 EXPORT_TASK = "worker.export"
-EXPORT_JOBS = JobTable("export", Export)
+EXPORT_JOBS = JobTable("export", Export, heartbeat="heartbeat_at")
 """An export's life cycle (`studio.jobs.lifecycle`); its work starts over when a worker takes
 it again."""
 TARGETS = ("folder", "zip", "hub")

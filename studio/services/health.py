@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from sqlmodel import select
 from typing_extensions import NotRequired, TypedDict  # pydantic reads them on Python 3.11
 
+from studio.jobs.heartbeats import alive_since
 from studio.jobs.queue import QUEUE_JOBS, REQUIRED_QUEUES, check_broker
 from studio.settings import Settings, redact_url
 from studio.storage.db import check_connection, session_scope
-from studio.storage.tables import WorkerHeartbeat, utcnow
+from studio.storage.tables import WorkerHeartbeat
 
 
 class Probe(TypedDict):
@@ -54,14 +53,6 @@ def _probe(fn, url: str) -> Probe:
         return {"ok": True, "url": redact_url(url)}
     except Exception as exc:
         return {"ok": False, "url": redact_url(url), "error": f"{type(exc).__name__}: {exc}"}
-
-
-MISSED_BEATS = 3  # a worker (or a run) silent for this many heartbeat periods is gone
-
-
-def alive_since(settings: Settings) -> datetime:
-    """A heartbeat older than this says its worker (or its run's task) is gone."""
-    return utcnow() - timedelta(seconds=MISSED_BEATS * settings.heartbeat_seconds)
 
 
 def live_workers(settings: Settings) -> list[LiveWorker]:

@@ -22,7 +22,7 @@ from sqlalchemy import update
 from sqlmodel import Session, delete, select
 from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 (typing's from 3.12)
 
-from studio.jobs import lifecycle
+from studio.jobs import heartbeats, lifecycle
 from studio.jobs.lifecycle import ACTIVE_STATES, JobTable, RunState
 from studio.jobs.queue import enqueue
 from studio.run_config import MAX_RUN_NAME
@@ -31,7 +31,6 @@ from studio.services.access import Actor, require_member
 from studio.services.errors import Conflict
 from studio.services.evaluation_files import evaluation_records_path
 from studio.services.exports import export_folder, export_zip
-from studio.services.health import MISSED_BEATS, alive_since
 from studio.services.records import get_or_404, get_owned, usernames
 from studio.services.run_folder import RunFolder
 from studio.services.run_history import run_events, run_metrics, run_rollouts  # noqa: F401
@@ -266,14 +265,11 @@ def _with_resume(run_id: int, reason: str) -> str:
 def reap_stale_runs(settings: Settings) -> list[int]:
     """Mark interrupted every running run without a heartbeat for three periods.
 
-    Called by every live worker at each heartbeat, by `studio up` at start and
+    Called by every live worker at each heartbeat (`lost_jobs`), by `studio up` at start and
     before runs are read, so no run stays `running` after its worker died."""
-    seconds = MISSED_BEATS * settings.heartbeat_seconds
-    with session_scope(settings.sqlalchemy_url) as session:
-        return lifecycle.interrupt_stale(
-            session, RUN_JOBS, "heartbeat_at", alive_since(settings), lambda run: _with_resume(
-                run.id, f"no heartbeat from worker {run.worker_hostname} for {seconds:g} s"),
-            pid=None)
+    return heartbeats.reap(settings, RUN_JOBS, lambda run: _with_resume(
+        run.id, f"no heartbeat from worker {run.worker_hostname} for "
+                f"{heartbeats.silence(settings)}"), pid=None)
 
 
 def interrupt_run(settings: Settings, run_id: int, attempt: int, reason: str) -> bool:

@@ -145,6 +145,7 @@ class Corpus(SQLModel, table=True):
     passages_indexed: int = 0
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime | None = None  # its index build's worker, alive
     retired_at: datetime | None = None  # deleted while a run's plan pins it (run_plans)
 
 
@@ -323,6 +324,7 @@ class Evaluation(SQLModel, table=True):
     metrics: dict | None = _json()  # em, subem, f1, search calls, ...
     error: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime | None = None  # its worker, alive
     finished_at: datetime | None = None
 
 
@@ -344,6 +346,7 @@ class Export(SQLModel, table=True):
     location: str | None = Field(default=None, max_length=1024)
     error: str | None = _text()
     created_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime | None = None  # its worker, alive
     finished_at: datetime | None = None
 
 

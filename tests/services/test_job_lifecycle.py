@@ -1,6 +1,6 @@
 """The one life cycle of runs, evaluations, exports, calibrations and index builds
 (`studio.jobs.lifecycle`): the moves it allows and refuses on each kind's own table, the words
-each stores, heartbeats and the interrupted rule, and that the state names and the writes of
+each stores, heartbeats and the interrupted rule (one sweep for every kind a worker beats for), and that the state names and the writes of
 a state live in that module alone. On SQLite and PostgreSQL, rows written as the kinds write
 them."""
 
@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import ast
 import itertools
+import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlmodel import select
 
-from studio.jobs import lifecycle
+from studio.jobs import heartbeats, lifecycle
 from studio.jobs.lifecycle import REQUEUE_FROM, TRANSITIONS, RunState
-from studio.services import calibrations, corpora, evaluations, exports, runs
+from studio.services import calibrations, corpora, evaluations, exports, lost_jobs, runs
 from studio.settings import Settings
 from studio.storage import db, tables
 from studio.storage.tables import (
@@ -64,7 +65,8 @@ KINDS = {  # each kind's JobTable, and a queued job of that kind
     "calibration": (calibrations.CALIBRATION_JOBS, lambda url: _stored(
         url, DeviceCalibration(model="m", queue="cpu", dtype="float32"))),
     "index build": (corpora.INDEX_BUILDS, lambda url: _stored(
-        url, Corpus(name="c", source_filename="c.jsonl", content_hash="x", upload_path="c"))),
+        url, Corpus(name=f"c-{next(_names)}", source_filename="c.jsonl", content_hash="x",
+                    upload_path="c"))),
 }
 
 
@@ -147,6 +149,66 @@ def test_a_stale_heartbeat_interrupts_only_the_silent_job(url):
     with db.session_scope(url) as session:
         assert session.get(Run, silent).error == f"interrupted: run {silent} went silent"
     assert (_state(url, job, silent), _state(url, job, beating)) == ("interrupted", "running")
+
+
+BEATING = ("run", "evaluation", "export", "index build")
+"""The kinds whose worker beats for them (a calibration never beats: `LOST_AFTER`)."""
+
+
+@pytest.fixture
+def beating(migrated_db_url, tmp_path) -> Settings:
+    """A studio whose heartbeat period is 0.5 s: a job is lost after 1.5 s of silence."""
+    return Settings(data_dir=tmp_path / "data", database_url=migrated_db_url,
+                    heartbeat_seconds=0.5)
+
+
+def _age(url: str, job: lifecycle.JobTable, job_id: int, seconds: float) -> None:
+    with db.session_scope(url) as session:
+        setattr(session.get(job.table, job_id), job.heartbeat,
+                utcnow() - timedelta(seconds=seconds))
+
+
+def test_one_sweep_moves_every_kind_s_silent_jobs_to_its_lost_state_with_what_to_do(beating):
+    url = beating.sqlalchemy_url
+    silent, alive = {}, {}
+    for kind in BEATING:
+        job, make = KINDS[kind]
+        silent[kind], alive[kind] = make(url), make(url)
+        for job_id in (silent[kind], alive[kind]):
+            assert _moved(url, lifecycle.claim, job, job_id)
+        _age(url, job, silent[kind], 60)
+    for kind in BEATING:  # the live ones' workers beat just now
+        assert _moved(url, lifecycle.beat, KINDS[kind][0], alive[kind])
+    assert lost_jobs.reap_lost_jobs(beating) == {kind: [silent[kind]] for kind in BEATING}
+    assert lost_jobs.reap_lost_jobs(beating) == {kind: [] for kind in BEATING}, "once"
+    advice = {"run": f"studio run resume {silent['run']}", "evaluation": "evaluate again",
+              "export": f"/api/v1/exports/{silent['export']}/retry",
+              "index build": "upload its file again"}
+    for kind in BEATING:
+        job = KINDS[kind][0]
+        assert _state(url, job, silent[kind]) == job.stored(job.lost)
+        assert _state(url, job, alive[kind]) == job.stored(RunState.running)
+        with db.session_scope(url) as session:
+            error = session.get(job.table, silent[kind]).error
+        assert error.startswith("interrupted: no heartbeat from") and " 1.5 s" in error, error
+        assert advice[kind] in error
+    assert corpora.INDEX_BUILDS.stored(corpora.INDEX_BUILDS.lost) == "failed", \
+        "a corpus has no word for interrupted"
+
+
+@pytest.mark.parametrize("kind", ["export", "index build"])
+def test_work_that_reports_nothing_for_many_periods_keeps_its_job_alive(beating, kind):
+    """A zip or a Hub upload, an index's save: minutes without progress, the worker alive."""
+    url = beating.sqlalchemy_url
+    job, make = KINDS[kind]
+    job_id = make(url)
+    assert _moved(url, lifecycle.claim, job, job_id)
+    with heartbeats.keep_beating(beating, job, job_id):
+        time.sleep(3)  # six periods of silence from the work itself
+        assert lost_jobs.reap_lost_jobs(beating)[kind] == []
+    assert _state(url, job, job_id) == job.stored(RunState.running)
+    time.sleep(2)  # the work's thread died without an outcome: nothing beats any more
+    assert lost_jobs.reap_lost_jobs(beating)[kind] == [job_id]
 
 
 def test_moves_the_table_does_not_list_are_refused():
