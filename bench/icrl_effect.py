@@ -355,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="reward.call_bonus of the trained arms (default: off)")
     parser.add_argument("--layout", choices=("chat", "inline"),
                         help="exemplars as chat turns or inline in one message (the paper's)")
-    parser.add_argument("--exemplar-selection", choices=("first", "sample"),
-                        help="which exemplars a prompt shows: the set's first k, or k drawn "
-                        "at random (default: the preset's)")
+    parser.add_argument("--exemplar-selection", choices=("first", "sample", "similar"),
+                        help="which exemplars a prompt shows: the set's first k, k drawn at "
+                        "random, or the k most like the question (default: the preset's)")
     parser.add_argument("--top-k", type=int, dest="top_k",
                         help="passages a search returns, in training and in the evaluation")
     parser.add_argument("--lora-rank", type=int, help="0: full fine-tuning")

@@ -139,10 +139,12 @@ class PromptSpec(_Strict):
     layout: Literal["inline", "chat"] = Field(
         default="chat", description="inline: the paper's single message; chat: exemplars as turns")
     assistant_prefix: str | None = Field(default="<think>", description="Pre-filled reply start")
-    exemplar_selection: Literal["first", "sample"] = Field(
+    exemplar_selection: Literal["first", "sample", "similar"] = Field(
         default="first", title="Which exemplars a prompt shows",
         description="first: the set's first k for every question (the paper's code). sample: "
-        "k of the set drawn at random (seeded), so training sees the whole set.")
+        "k of the set drawn at random (seeded), so training sees the whole set. similar: the "
+        "k whose questions are most like the question asked (shared words, rare ones "
+        "counting more), for a set with a worked example of each kind of question.")
     exemplar_draw: Literal["per-question", "per-step"] = Field(
         default="per-question", title="One draw per question or per step",
         description="sample: per-question draws each question of a step its own k exemplars; "
@@ -153,12 +155,17 @@ class PromptSpec(_Strict):
                                     description="Replaces the default instruction")
 
     def build(self, question: str, exemplars: Sequence[Exemplar], k: int,
-              sample_seed: int | None = None, *, tools: Sequence[str]) -> Prompt:
+              sample_seed: int | None = None, *, tools: Sequence[str],
+              first: bool = False) -> Prompt:
         """The method core's prompt in this layout and wording; `sample_seed` when sampling;
-        without an own instruction, the default one for the run's `tools`."""
+        without an own instruction, the default one for the run's `tools`. `first`: the
+        first k of `exemplars` whatever the selection (the longest-prompt estimates, which
+        order them longest first)."""
         template = PromptTemplate(instruction=self.instruction or instruction_for(tools))
-        seed = sample_seed if self.exemplar_selection == "sample" else None
-        return build_prompt(question, exemplars, k, template, self.layout, sample_seed=seed,
+        chosen = "first" if first else self.exemplar_selection
+        return build_prompt(question, exemplars, k, template, self.layout,
+                            sample_seed=sample_seed if chosen == "sample" else None,
+                            similar=chosen == "similar",
                             assistant_prefix=self.assistant_prefix)
 
 
@@ -700,9 +707,10 @@ class RunConfig(_Strict):
         return list(check_tool_names(tools))
 
     def build_prompt(self, question: str, exemplars: Sequence[Exemplar], k: int,
-                     sample_seed: int | None = None) -> Prompt:
+                     sample_seed: int | None = None, *, first: bool = False) -> Prompt:
         """A prompt of this run: its prompt settings and the instruction for its tools."""
-        return self.prompt.build(question, exemplars, k, sample_seed, tools=self.tools)
+        return self.prompt.build(question, exemplars, k, sample_seed, tools=self.tools,
+                                 first=first)
 
     def exemplar_seed(self, draw: object, question: int) -> int:
         """The seed of the exemplars sampled for a step's (`draw`'s) `question`: its own

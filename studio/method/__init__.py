@@ -39,6 +39,7 @@ from .prompt import (
     derive_seed,
     normalize_question,
     select_exemplars,
+    similar_exemplars,
 )
 from .reward import (
     PENALTY_NAMES,
@@ -111,6 +112,7 @@ __all__ = [
     "derive_seed",
     "normalize_question",
     "select_exemplars",
+    "similar_exemplars",
     "PENALTY_NAMES",
     "PENALTY_TABLE",
     "PenaltyRule",

@@ -20,6 +20,7 @@ would be missing from the scored response.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -182,6 +183,38 @@ def select_exemplars(count: int, k: int, sample_seed: int | None = None) -> tupl
     return tuple(random.Random(sample_seed).sample(range(count), k))
 
 
+_WORD = re.compile(r"[a-z]+|[^\w\s.,?!'\"]")
+
+
+def _words(text: str) -> set[str]:
+    """A question's words for likeness: its lower-case words and its symbols (+, -, ×, ÷,
+    parentheses); numbers left out, as two questions never share theirs."""
+    return set(_WORD.findall(text.lower()))
+
+
+def similar_exemplars(question: str, exemplar_questions: Sequence[str], k: int) -> tuple[int, ...]:
+    """Indices of the k exemplars whose questions are most like `question`, the most alike
+    last (nearest the question in the prompt); ties keep the set's order.
+
+    Likeness is the words the two questions share, each weighted by how rare it is among the
+    exemplars' questions (log(1 + n / df)): words every exemplar has ("how", "many") count
+    little, a shape's own words ("each", "more", "+", "(") much. Not in method.md: a studio
+    option (`prompt.exemplar_selection: similar`) for sets written to cover several kinds of
+    question, so that a hint shows the worked kind nearest the one asked.
+    """
+    select_exemplars(len(exemplar_questions), k)  # the same checks of k
+    words = [_words(q) for q in exemplar_questions]
+    df: dict[str, int] = {}
+    for ws in words:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    asked = _words(question)
+    n = len(words)
+    scores = [sum(math.log(1 + n / df[w]) for w in ws & asked) for ws in words]
+    ranked = sorted(range(n), key=lambda i: (-scores[i], i))[:k]
+    return tuple(reversed(ranked))
+
+
 @dataclass(frozen=True)
 class Prompt:
     """Messages for the chat template, the prefix to pre-fill, and which exemplars were shown."""
@@ -219,9 +252,12 @@ def build_prompt(
     layout: Layout = "inline",
     *,
     sample_seed: int | None = None,
+    similar: bool = False,
     assistant_prefix: str | None = None,
 ) -> Prompt:
     """Build the rollout prompt (method.md, "The prompt"; layouts in the module docstring).
+    The exemplars shown: the first k, a seeded sample of k (`sample_seed`), or the k most
+    like the question (`similar`).
 
     Evaluation uses k = 0, which gives the same prompt in both layouts apart
     from where the instruction sits.
@@ -229,7 +265,8 @@ def build_prompt(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     template = template or PromptTemplate()
-    indices = select_exemplars(len(exemplars), k, sample_seed)
+    indices = similar_exemplars(question, [Exemplar.coerce(e).question for e in exemplars], k) \
+        if similar else select_exemplars(len(exemplars), k, sample_seed)
     shown = [Exemplar.coerce(exemplars[i]) for i in indices]
     asked = _fill(template.question_format, question=normalize_question(question))
 

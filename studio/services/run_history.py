@@ -429,7 +429,7 @@ def unused_keys(config: dict | None) -> set[str]:
         unused |= {"guidance.share", "guidance.shaping", "guidance.when"}
     if shown or flat.get("guidance.shaping") != "luffy":
         unused.add("guidance.gamma")
-    if flat.get("prompt.exemplar_selection", "first") == "first":
+    if flat.get("prompt.exemplar_selection", "first") != "sample":
         unused.add("prompt.exemplar_draw")
     return unused & set(flat)
 

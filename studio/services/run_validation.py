@@ -142,7 +142,7 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
     tokenizer = checked_tokenizer(settings, config.model)
     candidates = _longest_questions(settings, plan.train.id)
     longest, shown = longest_prompt_inputs(tokenizer, candidates, plan.exemplar_list(),
-                                           config.prompt.exemplar_selection == "sample")
+                                           config.prompt.exemplar_selection != "first")
     questions = [candidates[i] for i in longest]
     limit = config.grpo.max_prompt_tokens
     ids_for_k: dict[int, list[list[int]]] = {}
@@ -151,7 +151,7 @@ def prompt_estimate(settings: Settings, plan: RunPlan) -> list[dict]:
 
     def prompts(k: int) -> list[list[int]]:
         if k not in ids_for_k:
-            ids_for_k[k] = [config.build_prompt(q, shown, k).token_ids(tokenizer)
+            ids_for_k[k] = [config.build_prompt(q, shown, k, first=True).token_ids(tokenizer)
                             for q in questions]
         return ids_for_k[k]
 

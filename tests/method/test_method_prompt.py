@@ -16,6 +16,7 @@ from studio.method.prompt import (
     longest_prompt_inputs,
     normalize_question,
     select_exemplars,
+    similar_exemplars,
 )
 from studio.method.tools import SearchTool
 from studio.run_config import parse_run_config
@@ -144,6 +145,43 @@ def test_first_k_and_seeded_sample():
     p = build_prompt("q", EXEMPLARS, 2, layout="chat", sample_seed=7)
     shown = [EXEMPLARS[i].solution for i in p.exemplar_indices]
     assert [m["content"] for m in p.messages if m["role"] == "assistant"] == shown
+
+
+WORKED = [  # a set with one worked question of each kind
+    "What is (318 + 947) × 26?",
+    "A library had 4718 books, received 265 more and then lent out 143. How many books are "
+    "in the library now?",
+    "A baker has 5292 rolls and packs 36 rolls in each bag. How many bags does the baker fill?",
+    "What is 5208 - 736 + 1490?",
+]
+
+
+@pytest.mark.parametrize(("question", "nearest"), [
+    ("What is (626 + 189) × 53?", 0),
+    ("Asha had 7477 stamps, bought 824 more and then gave away 780. How many stamps does Asha "
+     "have now?", 1),
+    ("Bram has 6510 eggs and puts exactly 15 in each carton. How many cartons does Bram fill?", 2),
+    ("What is 3471 + 5755 - 110?", 3),
+])
+def test_similar_shows_the_worked_question_of_the_same_kind_nearest_the_question(
+        question, nearest):
+    assert similar_exemplars(question, WORKED, 1) == (nearest,)
+    three = similar_exemplars(question, WORKED, 3)
+    assert three[-1] == nearest and len(set(three)) == 3, "the most alike last"
+    exemplars = [Exemplar(q, f"<think>w{i}</think><answer>{i}</answer>")
+                 for i, q in enumerate(WORKED)]
+    prompt = build_prompt(question, exemplars, 2, layout="chat", similar=True)
+    assert prompt.exemplar_indices == similar_exemplars(question, WORKED, 2)
+    assert prompt.messages[-2]["content"] == exemplars[nearest].solution, \
+        "the nearest worked answer right before the question"
+
+
+def test_similar_words_shared_by_every_exemplar_count_for_little():
+    """'how many' is in most questions; the shape's own word ('each') decides."""
+    assert similar_exemplars("How many in each box?", WORKED, 1) == (2,)
+    assert similar_exemplars("Nothing alike", WORKED, 2) == (1, 0), "ties: the set's order"
+    with pytest.raises(ValueError, match="holds only 4"):
+        similar_exemplars("q", WORKED, 5)
 
 
 def test_derive_seed_is_stable():

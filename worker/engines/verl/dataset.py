@@ -62,8 +62,9 @@ def longest_prompt_tokens(config: RunConfig, tokenizer, questions: list[QARow],
     """(tokens, row) of the longest k-exemplar prompt, measured as launch validation does
     (`studio.method.prompt.longest_prompt_inputs`)."""
     longest, shown = longest_prompt_inputs(tokenizer, [q.question for q in questions],
-                                           exemplars, config.prompt.exemplar_selection == "sample")
-    return max(((len(config.build_prompt(questions[i].question, shown, k).token_ids(tokenizer)),
+                                           exemplars, config.prompt.exemplar_selection != "first")
+    return max(((len(config.build_prompt(questions[i].question, shown, k, first=True)
+                     .token_ids(tokenizer)),
                  i) for i in longest), default=(0, 0))
 
 
