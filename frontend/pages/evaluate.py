@@ -61,11 +61,13 @@ def _status(evaluation: dict | None) -> str:
     params = evaluation["params"] or {}
     if evaluation["state"] == "running":
         return f"running {params.get('done', 0)}/{params.get('total', '?')}"
-    if evaluation["state"] == "failed":
-        return f"failed: {(evaluation['error'] or '').strip().splitlines()[-1:]}"
+    state = evaluation["state"]
+    if state in ("failed", "interrupted"):  # why (its error's last line), and what to do next
+        why = "".join((evaluation["error"] or "").strip().splitlines()[-1:])
+        return f"{state}: {why.removeprefix(f'{state}: ')}" if why else state
     if evaluation["waiting"]:
         return f"queued, {evaluation['waiting']}"
-    return plain(evaluation["state"])
+    return plain(state)
 
 
 def question_limit(text: str | None) -> int | None:

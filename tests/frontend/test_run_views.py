@@ -446,6 +446,16 @@ def _evaluation(state: str = "succeeded", owner: str | None = "olga", **metrics)
             "error": None, "owner": owner, "waiting": None}
 
 
+def test_an_evaluation_that_failed_or_lost_its_worker_says_why_and_what_to_do():
+    lost = {"state": "interrupted", "params": {}, "waiting": None,
+            "error": "interrupted: no heartbeat from its worker for 30 s; evaluate again"}
+    assert evaluate._status(lost) == ("interrupted: no heartbeat from its worker for 30 s; "
+                                      "evaluate again")
+    failed = {**lost, "state": "failed", "error": "Traceback ...\nValueError: no such model"}
+    assert evaluate._status(failed) == "failed: ValueError: no such model"
+    assert evaluate._status({**failed, "error": None}) == "failed"
+
+
 def test_an_evaluation_that_scored_zero_says_why():
     pairs = [{"qa_set": "demo-heldout", "base": _evaluation(),
               "trained": _evaluation(search_calls=1.4, valid_search_rate=0.62)},
