@@ -58,10 +58,9 @@ def tool_errors(evaluation: dict | None) -> str:
 def _status(evaluation: dict | None) -> str:
     if evaluation is None:
         return "not run"
-    params = evaluation["params"] or {}
-    if evaluation["state"] == "running":
+    params, state = evaluation["params"] or {}, evaluation["state"]
+    if state == "running":
         return f"running {params.get('done', 0)}/{params.get('total', '?')}"
-    state = evaluation["state"]
     if state in ("failed", "interrupted"):  # why (its error's last line), and what to do next
         why = "".join((evaluation["error"] or "").strip().splitlines()[-1:])
         return f"{state}: {why.removeprefix(f'{state}: ')}" if why else state

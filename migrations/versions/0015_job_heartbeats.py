@@ -22,7 +22,8 @@ TABLES = ("evaluations", "exports", "corpora")
 def upgrade() -> None:
     # a nullable column: SQLite adds it in place, its AUTOINCREMENT kept
     for table in TABLES:
-        op.add_column(table, sa.Column("heartbeat_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
+        op.add_column(table, sa.Column("heartbeat_at", sqlmodel.sql.sqltypes.UTCDateTime(),
+                                       nullable=True))
 
 
 def downgrade() -> None:

@@ -168,16 +168,21 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+def _check_k(count: int, k: int) -> None:
+    """k exemplars can be shown from a set of `count`, or a ValueError says why not."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    if k > count:
+        raise ValueError(f"k = {k} exemplars asked for, but the set holds only {count}")
+
+
 def select_exemplars(count: int, k: int, sample_seed: int | None = None) -> tuple[int, ...]:
     """Indices of the k exemplars to show: the first k (upstream) or a seeded sample of k.
 
     method.md, "The prompt": "Upstream takes the first k exemplars of the set;
     sampling k per prompt is a reasonable option".  The sample keeps its drawn order.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be a non-negative integer, got {k!r}")
-    if k > count:
-        raise ValueError(f"k = {k} exemplars asked for, but the set holds only {count}")
+    _check_k(count, k)
     if sample_seed is None:
         return tuple(range(k))
     return tuple(random.Random(sample_seed).sample(range(count), k))
@@ -202,7 +207,7 @@ def similar_exemplars(question: str, exemplar_questions: Sequence[str], k: int) 
     option (`prompt.exemplar_selection: similar`) for sets written to cover several kinds of
     question, so that a hint shows the worked kind nearest the one asked.
     """
-    select_exemplars(len(exemplar_questions), k)  # the same checks of k
+    _check_k(len(exemplar_questions), k)
     words = [_words(q) for q in exemplar_questions]
     df: dict[str, int] = {}
     for ws in words:
