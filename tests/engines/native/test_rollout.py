@@ -574,12 +574,11 @@ def test_tiny_top_p_keeps_only_the_most_likely_token(scrambled, index):
 
 
 @pytest.fixture(scope="module")
-def smollm(tmp_path_factory):
-    from studio.models.base_models import load_causal_lm, load_tokenizer
+def smollm(models_dir):
+    """The bundled SmolLM2 from the run's one conversion (tests/conftest.py `models_dir`)."""
+    from studio.models.base_models import DEFAULT_MODEL, load_causal_lm, load_tokenizer
 
-    data_dir = tmp_path_factory.mktemp("studio-data")
-    return (load_causal_lm("smollm2-135m-instruct", data_dir),
-            load_tokenizer("smollm2-135m-instruct", data_dir))
+    return load_causal_lm(DEFAULT_MODEL, models_dir), load_tokenizer(DEFAULT_MODEL, models_dir)
 
 
 @pytest.mark.slow
